@@ -1,0 +1,115 @@
+"""A deterministic messy sample delivery: nibabel's shipped test volumes, synthetic CT, and corruptions.
+
+Used by `make demo` and by the test fixtures; every file's expected fate is in `EXPECTED`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+
+__all__ = ["EXPECTED", "NIBABEL_DATA", "write_demo", "write_spec"]
+
+NIBABEL_DATA = Path(os.path.dirname(nib.__file__)) / "tests" / "data"
+
+# rel path -> (status, reason or "")
+EXPECTED: Mapping[str, tuple[str, str]] = {
+    "case_001/anatomical.nii": ("ok", ""),
+    "case_002/functional.nii": ("ok", ""),
+    "case_003/example4d.nii.gz": ("ok", ""),
+    "case_004/example_nifti2.nii.gz": ("ok", ""),
+    "case_005/standard.nii.gz": ("ok", ""),
+    "case_006/reoriented_anat_moved.nii": ("ok", ""),
+    "CASE-007.NII.GZ": ("ok", ""),
+    "case-008.nii": ("ok", ""),
+    "case_009_ct_lps.nii.gz": ("ok", ""),
+    "case_010_ct_oblique.nii.gz": ("ok", ""),
+    "case_011.nii.gz": ("rejected", "empty_file"),
+    "case_012.nii.gz": ("rejected", "truncated"),
+    "case_013.nii.gz": ("rejected", "corrupt_data"),
+    "case_014.nii.gz": ("rejected", "unsupported_format"),
+    "case_015.nii": ("rejected", "too_large"),
+    "case_016_nan.nii.gz": ("rejected", "non_finite"),
+    "case_017/copy_of_standard.nii.gz": ("rejected", "duplicate_content"),
+    "case_018.nii": ("rejected", "truncated"),
+    "scan_final.nii.gz": ("rejected", "id_unmatched"),
+    "notes.txt": ("ignored", ""),
+    ".DS_Store": ("ignored", ""),
+}
+
+
+def _gz(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=6, mtime=0)  # mtime=0: the same bytes on every run
+
+
+def _ct(shape: tuple[int, int, int], affine: np.ndarray, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    x, y, z = np.meshgrid(*(np.linspace(-1, 1, n) for n in shape), indexing="ij")
+    body = (x**2 + y**2 < 0.8).astype(np.int16) * 1040 - 1000  # air outside, soft tissue inside
+    bone = ((x - 0.2) ** 2 + y**2 < 0.05) * 900
+    data = (body + bone + rng.normal(0, 20, shape)).astype(np.int16) + (z * 10).astype(np.int16)
+    img = nib.Nifti1Image(data, affine)
+    img.header.set_xyzt_units("mm")
+    return bytes(img.to_bytes())
+
+
+def write_demo(raw: Path) -> Path:
+    """Write the sample delivery under `raw` (replacing it) and return `raw`."""
+    if raw.exists():
+        shutil.rmtree(raw)
+    raw.mkdir(parents=True)
+    for rel, name in [("case_001/anatomical.nii", "anatomical.nii"), ("case_002/functional.nii", "functional.nii"),
+                      ("case_003/example4d.nii.gz", "example4d.nii.gz"),
+                      ("case_004/example_nifti2.nii.gz", "example_nifti2.nii.gz"),
+                      ("case_005/standard.nii.gz", "standard.nii.gz"),
+                      ("case_006/reoriented_anat_moved.nii", "reoriented_anat_moved.nii"),
+                      ("case_017/copy_of_standard.nii.gz", "standard.nii.gz")]:
+        (raw / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(NIBABEL_DATA / name, raw / rel)
+
+    lps = np.diag([-0.8, -0.8, 2.5, 1.0])
+    lps[:3, 3] = [100.0, 120.0, -60.0]
+    (raw / "CASE-007.NII.GZ").write_bytes(_gz(_ct((40, 36, 20), np.diag([0.9, 0.9, 3.0, 1.0]), 7)))
+    (raw / "case-008.nii").write_bytes(_gz(_ct((32, 30, 18), np.diag([1.0, 1.0, 2.0, 1.0]), 8)))  # gzipped, named .nii
+    (raw / "case_009_ct_lps.nii.gz").write_bytes(_gz(_ct((48, 40, 24), lps, 9)))
+    oblique = np.array([[0.0, 0.0, -2.0, 50.0], [-0.7, 0.1, 0.0, 80.0], [0.0, -0.75, 0.0, 30.0], [0, 0, 0, 1.0]])
+    (raw / "case_010_ct_oblique.nii.gz").write_bytes(_gz(_ct((36, 44, 16), oblique, 10)))
+
+    good = _gz(_ct((40, 40, 20), np.eye(4), 11))
+    (raw / "case_011.nii.gz").write_bytes(b"")
+    (raw / "case_012.nii.gz").write_bytes(good[: int(len(good) * 0.6)])
+    flipped = bytearray(good)
+    flipped[len(flipped) // 2] ^= 0xFF
+    (raw / "case_013.nii.gz").write_bytes(bytes(flipped))
+    (raw / "case_014.nii.gz").write_text("This is not a NIfTI file, it is a note someone renamed.\n")
+    huge = nib.Nifti1Image(np.zeros((2, 2, 2), np.int16), np.eye(4))
+    huge.header.set_data_shape((30000, 30000, 30000))
+    (raw / "case_015.nii").write_bytes(bytes(huge.header.binaryblock) + b"\x00" * 4 + b"\x00" * 16)
+    nan = np.ones((10, 10, 10), np.float32)
+    nan[3, 4, 5] = np.nan
+    (raw / "case_016_nan.nii.gz").write_bytes(_gz(bytes(nib.Nifti1Image(nan, np.eye(4)).to_bytes())))
+    plain = _ct((30, 30, 10), np.eye(4), 18)
+    (raw / "case_018.nii").write_bytes(plain[: len(plain) - 2000])
+    (raw / "scan_final.nii.gz").write_bytes(_gz(_ct((20, 20, 10), np.eye(4), 19)))
+    (raw / "notes.txt").write_text("Delivery notes: case 14 was re-exported. Ask Dr. Example.\n")
+    (raw / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + b"\x00" * 64)
+    return raw
+
+
+def write_spec(path: Path, *, raw: Path | str, store: Path | str, name: str = "demo", extra: str = "") -> Path:
+    """Write a delivery.toml for a delivery at `raw` converting into `store`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f'[delivery]\nname = "{name}"\nraw = "{raw}"\nstore = "{store}"\n\n'
+        '[items]\nid_pattern = \'(?P<id>[A-Za-z]+[-_ ]?\\d+)\'\n'
+        'id_normalize = ["strip", "casefold", "drop_separators", "strip_leading_zeros"]\n'
+        'exclude = ["**/.DS_Store", "**/Thumbs.db"]\n\n'
+        '[store]\nchunks = [64, 64, 64]\ncompressor = "zstd"\nlevel = 5\nchecksum = true\n' + extra
+    )
+    return path

@@ -1,0 +1,112 @@
+"""The manifest: one row per item, sorted and stable, written as CSV beside the spec.
+
+Invariant: the same rows give the same bytes: rows sorted by (item_id, source),
+floats formatted with fixed precision, `\n` line endings, no timestamps.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from labzarr.readers import Reason
+
+__all__ = ["BASE_COLUMNS", "Row", "Status", "atomic_write", "manifest_bytes", "read_manifest", "sort_rows", "summary_json"]
+
+Status = Literal["ok", "rejected", "ignored"]
+
+BASE_COLUMNS: tuple[str, ...] = (
+    "index", "item_id", "status", "reason", "detail", "kind", "source", "n_files", "sha256",
+    "shape", "dtype", "spacing", "orientation", "array", "slot", "warnings",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One manifest row: an item (ok or rejected) or a file that is not an image (ignored)."""
+
+    item_id: str
+    status: Status
+    source: str
+    reason: Reason | None = None
+    detail: str = ""
+    kind: str = ""
+    n_files: int = 1
+    sha256: str = ""
+    shape: tuple[int, ...] = ()
+    dtype: str = ""
+    spacing: tuple[float, ...] = ()
+    orientation: str = ""
+    array: str = ""
+    slot: int | None = None
+    warnings: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    label_source: str = ""
+    members: tuple[str, ...] = field(default=())  # files of a multi-file item (a DICOM series); not a column
+
+    def rejected(self, reason: Reason, detail: str) -> Row:
+        """The same row, turned into a rejection (its array, if any, is no longer part of the store)."""
+        return replace(self, status="rejected", reason=reason, detail=detail, array="", slot=None)
+
+
+def sort_rows(rows: Sequence[Row]) -> list[Row]:
+    """Manifest order: by item_id, then source."""
+    return sorted(rows, key=lambda r: (r.item_id, r.source))
+
+
+def _fmt_float(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def _cells(index: int, row: Row, label_names: Sequence[str]) -> list[str]:
+    labels = dict(row.labels)
+    return [
+        str(index), row.item_id, row.status, row.reason.value if row.reason else "", row.detail, row.kind,
+        row.source, str(row.n_files), row.sha256, "x".join(map(str, row.shape)), row.dtype,
+        "x".join(map(_fmt_float, row.spacing)), row.orientation, row.array,
+        "" if row.slot is None else str(row.slot), "; ".join(row.warnings),
+        *(labels.get(name, "") for name in label_names), row.label_source,
+    ]
+
+
+def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str]) -> bytes:
+    """The CSV for `rows` (already in manifest order); `index` is the row's position."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([*BASE_COLUMNS, *(f"label.{n}" for n in label_names), "label_source"])
+    for i, row in enumerate(rows):
+        w.writerow(_cells(i, row, label_names))
+    return buf.getvalue().encode("utf-8")
+
+
+def read_manifest(path: Path) -> list[dict[str, str]]:
+    """Read a manifest CSV back as one dict per row (for diff, report and tests)."""
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def summary_json(summary: Mapping[str, object]) -> bytes:
+    """`summary.json` bytes: sorted keys, two-space indent, trailing newline."""
+    return (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode("utf-8")

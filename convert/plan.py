@@ -1,0 +1,124 @@
+"""The conversion plan: pure data decided from discovery and probes, before any decoding.
+
+Invariant: every candidate ends in exactly one place, a `Task` (to decode) or a
+decided `Row` (ignored, or rejected without decoding); array names are unique
+and depend only on the sorted file list, never on worker count or timing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from labzarr.readers import Reason
+
+from .discover import Candidate
+from .manifest import Row
+from .probe import Probe
+from .spec import Spec
+
+__all__ = ["IMAGE_SUFFIXES", "Plan", "Task", "plan"]
+
+# Names that claim to be an image: such a file with unknown content is rejected, not ignored.
+IMAGE_SUFFIXES: tuple[str, ...] = (
+    ".nii", ".nii.gz", ".hdr", ".img", ".dcm", ".dicom", ".ima", ".jpg", ".jpeg", ".jpe", ".png",
+    ".tif", ".tiff", ".mgz", ".mnc", ".nrrd", ".gz",
+)
+VOLUMES = "volumes"
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """Decode one file into one array; `array` is its path in the store."""
+
+    item_id: str
+    source: str
+    path: str
+    kind: str
+    sha256: str
+    array: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a run will do: `tasks` to decode, `rows` already decided."""
+
+    tasks: tuple[Task, ...]
+    rows: tuple[Row, ...]
+
+    def describe(self) -> str:
+        """A human-readable listing for `--dry-run`."""
+        lines = [f"{len(self.tasks)} to convert, {len(self.rows)} decided without decoding"]
+        lines += [f"  convert  {t.kind:<6} {t.item_id:<16} {t.source} -> {t.array}" for t in self.tasks]
+        for r in self.rows:
+            why = f"{r.reason.value}: " if r.reason else ""
+            lines.append(f"  {r.status:<8} {r.item_id or '-':<23} {r.source}  ({why}{r.detail})")
+        return "\n".join(lines)
+
+
+def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe]) -> Plan:
+    """Decide each candidate's fate from its probe; no I/O."""
+    tasks: list[tuple[Candidate, Probe]] = []
+    rows: list[Row] = []
+    for c in candidates:
+        decided = _decide(spec, c, probes.get(c.rel))
+        if isinstance(decided, Row):
+            rows.append(decided)
+        else:
+            tasks.append((c, decided))
+    names = _array_names([c.item_id or "" for c, _ in tasks])
+    return Plan(
+        tasks=tuple(
+            Task(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path), kind=p.kind or "",
+                 sha256=p.sha256, array=f"{VOLUMES}/{name}")
+            for (c, p), name in zip(tasks, names)
+        ),
+        rows=tuple(rows),
+    )
+
+
+def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
+    item_id = c.item_id or ""
+    if c.excluded_by:
+        return Row(item_id="", status="ignored", source=c.rel, detail=f"excluded: {c.excluded_by}")
+    if c.entry.outside:
+        return Row(item_id=item_id, status="rejected", source=c.rel, reason=Reason.PATH_OUTSIDE_RAW,
+                   detail=f"symlink to {c.entry.outside}, outside raw {spec.delivery.raw}; not read")
+    assert p is not None, f"no probe for {c.rel}"  # run.py probes every candidate that is not excluded or outside
+    common = {"item_id": item_id, "source": c.rel, "sha256": p.sha256}
+    if p.size == 0:
+        return Row(status="rejected", reason=Reason.EMPTY_FILE, detail="0 B; expected an image", **common)
+    if p.gzip_error:
+        return Row(status="rejected", reason=Reason.CORRUPT_DATA, detail=p.gzip_error, **common)
+    if p.kind is None:
+        what = ("gzip-compressed " if p.gzipped else "") + ("text" if p.text else f"unrecognised content {p.magic!r}")
+        suffix = _image_suffix(c.rel)
+        if suffix:
+            return Row(status="rejected", reason=Reason.UNSUPPORTED_FORMAT,
+                       detail=f"named {suffix} but content is {what}; no reader recognises it", **common)
+        return Row(status="ignored", detail=f"not an image: {what}", **common)
+    if not c.item_id:
+        return Row(status="rejected", reason=Reason.ID_UNMATCHED, kind=p.kind,
+                   detail=f"no match for [items] id_pattern {spec.items.id_pattern!r} in {c.rel!r}", **common)
+    return p
+
+
+def _image_suffix(rel: str) -> str | None:
+    name = rel.rsplit("/", 1)[-1].lower()
+    return next((s for s in sorted(IMAGE_SUFFIXES, key=len, reverse=True) if name.endswith(s)), None)
+
+
+def _array_names(item_ids: Sequence[str]) -> list[str]:
+    """Store-safe names: the ID itself when unique, else `<id>~<n>` in source order."""
+    safe = [re.sub(r"[^A-Za-z0-9._-]", "_", i) or "_" for i in item_ids]
+    counts = Counter(safe)
+    seen: Counter[str] = Counter()
+    out = []
+    for name in safe:
+        if counts[name] > 1:
+            seen[name] += 1
+            name = f"{name}~{seen[name]}"
+        out.append(name)
+    return out

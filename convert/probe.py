@@ -1,0 +1,64 @@
+"""Probing: the per-file facts planning needs (content hash, sniffed kind), read on dask workers."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from labzarr.readers import looks_like_text, read_head, reader_for
+
+__all__ = ["Probe", "probe_files"]
+
+_HASH_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What one file is: `kind` is a reader's kind, or None for content no reader knows."""
+
+    rel: str
+    size: int
+    sha256: str
+    kind: str | None
+    text: bool  # content (un-gzipped) reads as text: notes, CSV, logs
+    gzipped: bool
+    gzip_error: str | None  # the head of a gzip stream did not inflate
+    magic: bytes  # first 16 content bytes, for details
+
+
+def probe_files(files: Sequence[tuple[str, str]]) -> list[Probe]:
+    """Probe a batch of (rel, path) pairs; one dask task per batch keeps per-task overhead small."""
+    return [_probe(rel, Path(path)) for rel, path in files]
+
+
+def _probe(rel: str, path: Path) -> Probe:
+    head = read_head(path)
+    gzip_error = None
+    if head.gzipped and not head.data:
+        try:
+            zlib.decompressobj(wbits=31).decompress(head.raw)
+            gzip_error = f"gzip stream holds no data in its first {len(head.raw):,} B"
+        except zlib.error as exc:
+            gzip_error = f"gzip stream broken at its start: {exc}"
+    reader = reader_for(head.data) if head.data else None
+    return Probe(
+        rel=rel,
+        size=head.size,
+        sha256=_sha256(path),
+        kind=reader.kind if reader else None,
+        text=looks_like_text(head.data),
+        gzipped=head.gzipped,
+        gzip_error=gzip_error,
+        magic=head.data[:16],
+    )
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(_HASH_BLOCK):
+            h.update(block)
+    return h.hexdigest()

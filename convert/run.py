@@ -1,0 +1,240 @@
+"""Execution: the thin I/O layer that walks, probes, converts on dask, and writes store and manifest.
+
+Everything decided here was planned by pure functions (`discover`, `plan`);
+this module only moves data between them, the dask cluster and the disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import psutil
+from distributed import Client, LocalCluster, as_completed
+
+from labzarr.readers import Reason
+
+from .discover import Candidate, discover, walk
+from .errors import UsageError
+from .manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
+from .plan import VOLUMES, Plan, Task, plan
+from .probe import Probe, probe_files
+from .spec import Spec, load_spec
+from .store import array_paths, open_root, remove_array, write_index
+from .task import TaskSettings, convert_item
+
+__all__ = ["Progress", "RunResult", "convert_delivery", "default_workers", "dry_run", "execute"]
+
+log = logging.getLogger(__name__)
+_PROBE_BATCH = 64
+
+Progress = Callable[[int, int, Row], None]
+"""Called as each item finishes: (done, total, row). The CLI turns it into a progress bar."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What a conversion produced: rows in manifest order, where they went, and the summary."""
+
+    spec: Spec
+    rows: tuple[Row, ...]
+    manifest: Path
+    summary_path: Path
+    summary: dict[str, Any] = field(hash=False)
+
+
+def tool_version() -> str:
+    """The installed labzarr version (recorded in the store and summary)."""
+    try:
+        return version("labzarr")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+def default_workers() -> int:
+    """About three quarters of the physical cores, at least one."""
+    cores = psutil.cpu_count(logical=False) or 1
+    return max(1, round(0.75 * cores))
+
+
+def convert_delivery(
+    spec: Path | str,
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    cwd: Path | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Convert one delivery into its zarr store, manifest.csv and summary.json.
+
+    Parameters
+    ----------
+    spec:
+        Path of the delivery's ``delivery.toml``.
+    workers:
+        Worker processes of the embedded ``LocalCluster`` (default: ~0.75 x physical cores).
+    scheduler:
+        Address of an existing dask.distributed scheduler (``tcp://host:8786``) whose workers see
+        the same paths; when given, ``workers`` is ignored.
+    cwd:
+        Base for relative paths in the spec (default: the current directory).
+    progress:
+        Called once per finished item with ``(done, total, row)``.
+
+    Raises
+    ------
+    UsageError
+        Bad spec, missing folders, unreachable scheduler: before any item is converted.
+    """
+    started = time.perf_counter()
+    parsed = load_spec(Path(spec), cwd=cwd or Path.cwd())
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
+    with _client(workers or default_workers(), scheduler) as client:
+        return execute(parsed, client, progress=progress, started=started)
+
+
+@contextmanager
+def _client(workers: int, scheduler: str | None) -> Iterator[Client]:
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as exc:
+            raise UsageError(f"--scheduler {scheduler}: cannot connect ({exc})",
+                             "start one with `dask scheduler` and `dask worker`, or drop --scheduler") from exc
+        with client:
+            yield client
+        return
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        yield client
+
+
+def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
+            started: float | None = None) -> RunResult:
+    """Run a delivery on `client`: walk, probe, plan, convert, then write store index and manifest."""
+    t0 = started if started is not None else time.perf_counter()
+    candidates = discover(walk(spec.delivery.raw), spec.items)
+    t_discover = time.perf_counter()
+    probes = _probe(client, candidates)
+    the_plan = plan(spec, candidates, probes)
+    t_probe = time.perf_counter()
+    store = spec.delivery.store
+    root = open_root(store)
+    if VOLUMES not in root:
+        root.create_group(VOLUMES)
+    rows = _convert(client, the_plan, spec, progress)
+    t_convert = time.perf_counter()
+    rows = _drop_duplicates(sort_rows([*rows, *the_plan.rows]), store)
+    _remove_stale(store, rows)
+    label_names: list[str] = []
+    manifest = manifest_bytes(rows, label_names)
+    manifest_sha = hashlib.sha256(manifest).hexdigest()
+    write_index(store, rows=rows, root_attrs={
+        "delivery": spec.delivery.name, "spec_sha256": spec.sha256, "manifest_sha256": manifest_sha,
+        "tool_version": tool_version(),
+    })
+    t_end = time.perf_counter()
+    summary = _summary(spec, rows, manifest_sha, {
+        "discover_s": t_discover - t0, "probe_s": t_probe - t_discover, "convert_s": t_convert - t_probe,
+        "total_s": t_end - t0,
+    })
+    manifest_path = spec.manifest_dir / "manifest.csv"
+    summary_path = spec.manifest_dir / "summary.json"
+    atomic_write(manifest_path, manifest)
+    atomic_write(summary_path, summary_json(summary))
+    return RunResult(spec=spec, rows=tuple(rows), manifest=manifest_path, summary_path=summary_path, summary=summary)
+
+
+def dry_run(spec: Path | str, *, cwd: Path) -> Plan:
+    """Discover, probe (in this process) and plan, converting nothing: what `--dry-run` prints."""
+    parsed = load_spec(Path(spec), cwd=cwd)
+    candidates = discover(walk(parsed.delivery.raw), parsed.items)
+    probes = {p.rel: p for p in probe_files(_to_probe(candidates))}
+    return plan(parsed, candidates, probes)
+
+
+def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
+    return [(c.rel, str(c.entry.path)) for c in candidates if not c.excluded_by and not c.entry.outside]
+
+
+def _probe(client: Client, candidates: Sequence[Candidate]) -> dict[str, Probe]:
+    todo = _to_probe(candidates)
+    batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
+    futures = client.map(probe_files, batches, pure=False)
+    return {p.rel: p for batch in client.gather(futures) for p in batch}
+
+
+def _convert(client: Client, the_plan: Plan, spec: Spec, progress: Progress | None) -> list[Row]:
+    settings = TaskSettings(store=str(spec.delivery.store), store_spec=spec.store,
+                            limits=spec.validate.limits(), non_finite=spec.validate.non_finite)
+    tasks = the_plan.tasks
+    if not tasks:
+        return []
+    futures = client.map(convert_item, tasks, settings=settings, pure=False)
+    by_key = {f.key: t for f, t in zip(futures, tasks)}
+    rows: list[Row] = []
+    for future in as_completed(futures):
+        task = by_key[future.key]
+        if future.status == "error":
+            row = _crashed(task, future.exception())
+        else:
+            row = future.result()
+        future.release()
+        rows.append(row)
+        if progress:
+            progress(len(rows), len(tasks), row)
+    return rows
+
+
+def _crashed(task: Task, exc: BaseException | None) -> Row:
+    # A worker died (segfault, memory limit) on this item more often than dask allows.
+    return Row(item_id=task.item_id, status="rejected", source=task.source, kind=task.kind, sha256=task.sha256,
+               reason=Reason.DECODER_CRASH, detail=f"worker lost while converting: {type(exc).__name__}: {exc}")
+
+
+def _drop_duplicates(rows: list[Row], store: Path) -> list[Row]:
+    """The second ok file with the same bytes (by source order) is `duplicate_content`."""
+    first: dict[str, str] = {}
+    out = []
+    for row in sorted(rows, key=lambda r: r.source):
+        if row.status == "ok":
+            if row.sha256 in first:
+                remove_array(store, row.array)
+                row = row.rejected(Reason.DUPLICATE_CONTENT, f"same sha256 as {first[row.sha256]}")
+            else:
+                first[row.sha256] = row.source
+        out.append(row)
+    return sort_rows(out)
+
+
+def _remove_stale(store: Path, rows: Sequence[Row]) -> None:
+    keep = {r.array for r in rows if r.status == "ok"}
+    for path in array_paths(store, VOLUMES):
+        if path not in keep:
+            remove_array(store, path)
+
+
+def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, timings: dict[str, float]) -> dict[str, Any]:
+    status = Counter(r.status for r in rows)
+    reasons = Counter(r.reason.value for r in rows if r.reason)
+    return {
+        "delivery": spec.delivery.name,
+        "counts": {"items": len(rows), "files": sum(r.n_files for r in rows),
+                   **{s: status.get(s, 0) for s in ("ok", "rejected", "ignored")}},
+        "reasons": dict(sorted(reasons.items())),
+        "labels": {},
+        "unmatched_workbook_ids": [],
+        "spec_sha256": spec.sha256,
+        "manifest_sha256": manifest_sha,
+        "tool_version": tool_version(),
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+    }

@@ -1,0 +1,274 @@
+"""The delivery spec (`manifests/<delivery>/delivery.toml`) parsed into frozen dataclasses.
+
+Invariant: a `Spec` that exists is valid. Every unknown key, wrong type, out of
+range value and missing path is refused here, with the file, the key, the
+value and what is allowed, before any work starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TypeVar, cast
+
+from labzarr.readers import Limits
+
+from .errors import UsageError
+
+__all__ = [
+    "Compressor",
+    "DeliverySpec",
+    "ItemsSpec",
+    "LabelsSpec",
+    "NORMALIZERS",
+    "Spec",
+    "StoreSpec",
+    "ValidateSpec",
+    "load_spec",
+]
+
+Compressor = Literal["zstd", "blosc-zstd", "blosc-lz4", "none"]
+_COMPRESSORS: tuple[Compressor, ...] = ("zstd", "blosc-zstd", "blosc-lz4", "none")
+_LEVELS: Mapping[str, tuple[int, int]] = {"zstd": (1, 22), "blosc-zstd": (1, 9), "blosc-lz4": (1, 9), "none": (0, 0)}
+NORMALIZERS: tuple[str, ...] = ("strip", "casefold", "drop_separators", "strip_leading_zeros")
+_DEFAULT_ID_PATTERN = r"(?P<id>[A-Za-z]+[-_ ]?\d+)"
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverySpec:
+    name: str
+    raw: Path
+    store: Path
+
+
+@dataclass(frozen=True, slots=True)
+class ItemsSpec:
+    id_pattern: str = _DEFAULT_ID_PATTERN
+    id_normalize: tuple[str, ...] = ("strip", "casefold", "drop_separators")
+    include: tuple[str, ...] = ("**/*",)
+    exclude: tuple[str, ...] = ("**/.DS_Store", "**/Thumbs.db")
+
+
+@dataclass(frozen=True, slots=True)
+class LabelsSpec:
+    workbook: Path
+    sheet: int | str = 1
+    id_column: str = "A"
+    columns: Mapping[str, str] = field(default_factory=dict)
+    header_row: int | Literal["auto"] = "auto"
+    required: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSpec:
+    chunks: tuple[int, int, int] = (64, 64, 64)
+    compressor: Compressor = "zstd"
+    level: int = 5
+    checksum: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ValidateSpec:
+    max_bytes: int = Limits().max_bytes
+    max_pixels: int = Limits().max_pixels
+    non_finite: Literal["reject", "warn"] = "reject"
+
+    def limits(self) -> Limits:
+        """The caps readers check before decoding."""
+        return Limits(max_bytes=self.max_bytes, max_pixels=self.max_pixels)
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """A validated delivery spec; `path` is the TOML file, `sha256` its bytes' hash."""
+
+    path: Path
+    sha256: str
+    delivery: DeliverySpec
+    items: ItemsSpec
+    store: StoreSpec
+    validate: ValidateSpec
+    labels: LabelsSpec | None = None
+
+    @property
+    def manifest_dir(self) -> Path:
+        """Where manifest.csv and summary.json are written: beside the spec."""
+        return self.path.parent
+
+
+T = TypeVar("T")
+
+
+class _Table:
+    """One TOML table being consumed key by key, so leftovers are reported as unknown."""
+
+    def __init__(self, where: str, section: str, data: Mapping[str, object]) -> None:
+        self.where, self.section, self.data = where, section, dict(data)
+
+    def fail(self, key: str, value: object, allowed: str, hint: str) -> UsageError:
+        return UsageError(f"{self.where}: [{self.section}] {key} = {value!r}: {allowed}", hint)
+
+    def take(self, key: str, kind: type[T] | tuple[type, ...], default: T | None = None, *, what: str) -> T:
+        if key not in self.data:
+            if default is None:
+                raise UsageError(
+                    f"{self.where}: [{self.section}] {key} is missing", f"add `{key} = ...` ({what})"
+                )
+            return default
+        value = self.data.pop(key)
+        if isinstance(value, bool) and kind is not bool and not (isinstance(kind, tuple) and bool in kind):
+            raise self.fail(key, value, f"expected {what}", f"write {key} as {what}")
+        if not isinstance(value, kind):
+            raise self.fail(key, value, f"expected {what}", f"write {key} as {what}")
+        return cast(T, value)
+
+    def check(self, key: str, value: T, ok: Callable[[T], bool], allowed: str, hint: str) -> T:
+        if not ok(value):
+            raise self.fail(key, value, allowed, hint)
+        return value
+
+    def done(self) -> None:
+        if self.data:
+            key = sorted(self.data)[0]
+            raise UsageError(
+                f"{self.where}: [{self.section}] unknown key {key!r}",
+                f"remove it or fix its spelling; known keys are listed in README.md",
+            )
+
+
+def _path(base: Path, value: str) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else base / p
+
+
+def _str_list(t: _Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    value = t.take(key, list, list(default), what="a list of strings")
+    if not all(isinstance(v, str) for v in value):
+        raise t.fail(key, value, "expected a list of strings", f'write e.g. {key} = ["**/*"]')
+    return tuple(value)
+
+
+def load_spec(path: Path, *, cwd: Path) -> Spec:
+    """Read and validate a delivery spec; relative paths resolve against `cwd`. Raises `UsageError`."""
+    where = str(path)
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise UsageError(f"{where}: spec file not found", "pass the path of a delivery.toml, e.g. manifests/demo/delivery.toml") from exc
+    except IsADirectoryError as exc:
+        raise UsageError(f"{where}: is a folder, not a spec file", f"pass {path / 'delivery.toml'}") from exc
+    try:
+        doc = tomllib.loads(blob.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{where}: not valid TOML: {exc}", "fix the syntax; see README.md for a complete example") from exc
+
+    sections = {"delivery", "items", "labels", "store", "validate"}
+    for name, value in doc.items():
+        if name not in sections:
+            raise UsageError(f"{where}: unknown section [{name}]", f"allowed sections: {', '.join(sorted(sections))}")
+        if not isinstance(value, dict):
+            raise UsageError(f"{where}: {name} must be a [table]", f"write [{name}] followed by its keys")
+
+    delivery = _delivery(_Table(where, "delivery", doc.get("delivery", {})), cwd)
+    labels = _labels(_Table(where, "labels", doc["labels"]), delivery.raw) if "labels" in doc else None
+    return Spec(
+        path=path,
+        sha256=hashlib.sha256(blob).hexdigest(),
+        delivery=delivery,
+        items=_items(_Table(where, "items", doc.get("items", {}))),
+        store=_store(_Table(where, "store", doc.get("store", {}))),
+        validate=_validate(_Table(where, "validate", doc.get("validate", {}))),
+        labels=labels,
+    )
+
+
+def _delivery(t: _Table, cwd: Path) -> DeliverySpec:
+    name = t.take("name", str, what="a delivery name, e.g. \"lab-2026-11\"")
+    t.check("name", name, lambda v: bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v)),
+            "use letters, digits, '.', '_' and '-'", "rename it, e.g. name = \"lab-2026-11\"")
+    raw = _path(cwd, t.take("raw", str, what="a folder path, e.g. \"data/raw/lab-2026-11\""))
+    if not raw.is_dir():
+        raise t.fail("raw", str(raw), "folder not found" if not raw.exists() else "not a folder",
+                     "copy the delivery there or fix the path (relative paths start at the working directory)")
+    store = _path(cwd, t.take("store", str, what="a store path ending in .zarr"))
+    t.check("store", str(store), lambda v: v.endswith(".zarr"), "the store path must end in .zarr",
+            f"e.g. store = \"data/stores/{name}.zarr\"")
+    t.done()
+    return DeliverySpec(name=name, raw=raw, store=store)
+
+
+def _items(t: _Table) -> ItemsSpec:
+    pattern = t.take("id_pattern", str, _DEFAULT_ID_PATTERN, what="a regular expression with a group named id")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise t.fail("id_pattern", pattern, f"not a valid regular expression ({exc})", "fix the expression") from exc
+    t.check("id_pattern", compiled, lambda c: "id" in c.groupindex, "the expression needs a group (?P<id>...)",
+            "wrap the ID part in (?P<id>...)")
+    normalize = _str_list(t, "id_normalize", ItemsSpec().id_normalize)
+    for step in normalize:
+        t.check("id_normalize", step, lambda s: s in NORMALIZERS, f"allowed steps: {', '.join(NORMALIZERS)}",
+                "drop or fix the unknown step")
+    spec = ItemsSpec(
+        id_pattern=pattern,
+        id_normalize=normalize,
+        include=_str_list(t, "include", ItemsSpec().include),
+        exclude=_str_list(t, "exclude", ItemsSpec().exclude),
+    )
+    t.done()
+    return spec
+
+
+def _store(t: _Table) -> StoreSpec:
+    chunks = t.take("chunks", list, list(StoreSpec().chunks), what="three positive integers, e.g. [64, 64, 64]")
+    t.check("chunks", chunks, lambda c: len(c) == 3 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in c),
+            "expected three positive integers", "e.g. chunks = [64, 64, 64]")
+    compressor = t.take("compressor", str, StoreSpec().compressor, what="a compressor name")
+    t.check("compressor", compressor, lambda c: c in _COMPRESSORS, f"allowed: {' | '.join(_COMPRESSORS)}",
+            "pick one of those or drop the key (default zstd)")
+    lo, hi = _LEVELS[compressor]
+    default_level = 0 if compressor == "none" else min(StoreSpec().level, hi)
+    level = t.take("level", int, default_level, what="an integer")
+    t.check("level", level, lambda v: lo <= v <= hi, f"{compressor} levels are {lo}..{hi}",
+            f"pick one in range or drop the key (default {default_level})")
+    checksum = t.take("checksum", bool, StoreSpec().checksum, what="true or false")
+    t.done()
+    return StoreSpec(chunks=(chunks[0], chunks[1], chunks[2]), compressor=cast(Compressor, compressor), level=level, checksum=checksum)
+
+
+def _validate(t: _Table) -> ValidateSpec:
+    max_bytes = t.take("max_bytes", int, ValidateSpec().max_bytes, what="a byte count")
+    t.check("max_bytes", max_bytes, lambda v: v > 0, "must be > 0", "e.g. max_bytes = 4294967296 (4 GiB)")
+    max_pixels = t.take("max_pixels", int, ValidateSpec().max_pixels, what="a pixel count")
+    t.check("max_pixels", max_pixels, lambda v: v > 0, "must be > 0", "e.g. max_pixels = 178956970")
+    non_finite = t.take("non_finite", str, ValidateSpec().non_finite, what='"reject" or "warn"')
+    t.check("non_finite", non_finite, lambda v: v in ("reject", "warn"), 'allowed: "reject" | "warn"',
+            'use "reject" (default) or "warn"')
+    t.done()
+    return ValidateSpec(max_bytes=max_bytes, max_pixels=max_pixels, non_finite=cast(Literal["reject", "warn"], non_finite))
+
+
+def _labels(t: _Table, raw: Path) -> LabelsSpec:
+    workbook = _path(raw, t.take("workbook", str, what="a workbook path relative to raw"))
+    if not workbook.is_file():
+        raise t.fail("workbook", str(workbook), "file not found", "fix the path; it is relative to [delivery] raw")
+    sheet = t.take("sheet", (int, str), 1, what="a 1-based sheet index or a sheet name")
+    if isinstance(sheet, int):
+        t.check("sheet", sheet, lambda v: v >= 1, "sheet indexes start at 1", "use 1 for the first tab")
+    id_column = t.take("id_column", str, "A", what="a column letter or header text")
+    columns = t.take("columns", dict, {}, what="a table of output name = column letter or header text")
+    for name, col in columns.items():
+        if not isinstance(col, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise t.fail("columns", columns, "names must be identifiers and columns strings",
+                         'e.g. columns = { cell_type = "F" }')
+    header_row = t.take("header_row", (int, str), "auto", what='"auto" or a 1-based row number')
+    t.check("header_row", header_row, lambda v: v == "auto" or (isinstance(v, int) and v >= 1),
+            'expected "auto" or a row number >= 1', 'use "auto" or e.g. header_row = 3')
+    required = t.take("required", bool, True, what="true or false")
+    t.done()
+    return LabelsSpec(workbook=workbook, sheet=sheet, id_column=id_column, columns=dict(columns),
+                      header_row=cast("int | Literal['auto']", header_row), required=required)

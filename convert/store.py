@@ -1,0 +1,102 @@
+"""Writing the zarr v3 store: one array per ok volume, codecs from the spec, `complete` last.
+
+Invariant: an array whose `complete` attr equals its source sha256 holds the
+whole converted item; any other array is unfinished and is redone or removed.
+The root's `labzarr` attr is the store's own index of ok items, written once
+the run's rows are final, so a Dataset needs nothing but the store's path.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+import zarr.codecs
+from zarr.abc.codec import BytesBytesCodec
+
+from labzarr.readers import Volume
+
+from .manifest import Row
+from .spec import StoreSpec
+
+__all__ = ["FORMAT_VERSION", "INDEX_KEY", "array_paths", "chunk_shape", "codecs", "open_root", "remove_array",
+           "write_index", "write_volume"]
+
+FORMAT_VERSION = 1
+INDEX_KEY = "labzarr"
+AXES = ("c", "x", "y", "z")
+
+
+def codecs(spec: StoreSpec) -> tuple[BytesBytesCodec, ...]:
+    """The bytes-to-bytes codecs for `spec`: the compressor, then crc32c over the compressed bytes."""
+    out: list[BytesBytesCodec] = []
+    if spec.compressor == "zstd":
+        out.append(zarr.codecs.ZstdCodec(level=spec.level))
+    elif spec.compressor in ("blosc-zstd", "blosc-lz4"):
+        out.append(zarr.codecs.BloscCodec(cname=spec.compressor.removeprefix("blosc-"), clevel=spec.level,
+                                          shuffle=zarr.codecs.BloscShuffle.shuffle))
+    if spec.checksum:
+        out.append(zarr.codecs.Crc32cCodec())
+    return tuple(out)
+
+
+def chunk_shape(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
+    """One channel per chunk, spatial chunks from the spec clipped to the array's extent."""
+    return (1, *(min(c, n) for c, n in zip(chunks, shape[1:])))
+
+
+def open_root(store: Path, *, mode: str = "a") -> zarr.Group:
+    """Open (or create) the store's root group."""
+    return zarr.open_group(zarr.storage.LocalStore(store), mode=mode, zarr_format=3)  # type: ignore[arg-type]
+
+
+def write_volume(store: Path, name: str, volume: Volume, *, spec: StoreSpec, attrs: Mapping[str, Any],
+                 complete: str) -> None:
+    """Write `volume` as array `name`, replacing any earlier one; `complete` is set last."""
+    data = volume.data
+    arr = zarr.create_array(
+        zarr.storage.LocalStore(store),
+        name=name,
+        shape=data.shape,
+        dtype=data.dtype,
+        chunks=chunk_shape(data.shape, spec.chunks),
+        compressors=codecs(spec),
+        fill_value=np.zeros((), dtype=data.dtype).item(),
+        dimension_names=AXES[: data.ndim] if data.ndim == 4 else None,
+        attributes=dict(attrs),
+        overwrite=True,
+    )
+    arr[...] = data
+    arr.attrs["complete"] = complete
+
+
+def array_paths(store: Path, group: str) -> list[str]:
+    """Paths (`group/name`) of the arrays under `group`, sorted; empty when there is none."""
+    root = open_root(store)
+    if group not in root:
+        return []
+    sub = root[group]
+    assert isinstance(sub, zarr.Group)
+    return sorted(f"{group}/{name}" for name, _ in sub.arrays())
+
+
+def remove_array(store: Path, path: str) -> None:
+    """Delete one array and its chunks."""
+    shutil.rmtree(store / path, ignore_errors=True)
+
+
+def write_index(store: Path, *, rows: Sequence[Row], root_attrs: Mapping[str, Any]) -> None:
+    """Record the ok rows, in manifest order, as the store's own index (root attr `labzarr`)."""
+    items = [
+        {
+            "item_id": r.item_id, "array": r.array, "slot": r.slot, "kind": r.kind, "source": r.source,
+            "shape": list(r.shape), "dtype": r.dtype, "spacing": list(r.spacing), "labels": dict(r.labels),
+        }
+        for r in rows if r.status == "ok"
+    ]
+    root = open_root(store)
+    root.attrs[INDEX_KEY] = {**root_attrs, "format_version": FORMAT_VERSION, "items": items}

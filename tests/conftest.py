@@ -1,0 +1,45 @@
+"""Shared fixtures: messy deliveries generated in tmp_path from the packages' real test files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from labzarr.convert import RunResult, convert_delivery
+from labzarr.convert.demo import write_demo, write_spec
+
+
+@dataclass(frozen=True)
+class Delivery:
+    raw: Path
+    spec: Path
+    store: Path
+
+
+def make_delivery(root: Path, name: str = "demo", extra: str = "") -> Delivery:
+    raw = write_demo(root / "raw" / name)
+    store = root / "stores" / f"{name}.zarr"
+    spec = write_spec(root / "manifests" / name / "delivery.toml", raw=raw, store=store, name=name, extra=extra)
+    return Delivery(raw=raw, spec=spec, store=store)
+
+
+@pytest.fixture(scope="session")
+def converted_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Delivery, RunResult]]:
+    """The demo delivery converted once with 2 workers; read-only for the tests that share it."""
+    d = make_delivery(tmp_path_factory.mktemp("demo"))
+    yield d, convert_delivery(d.spec, workers=2)
+
+
+def nib_load(path: Path):
+    """nibabel's image for `path`, even where nibabel's extension check refuses it (gzipped `.nii`)."""
+    import gzip
+
+    import nibabel as nib
+
+    blob = path.read_bytes()
+    if blob[:2] == b"\x1f\x8b":
+        blob = gzip.decompress(blob)
+    return nib.Nifti2Image.from_bytes(blob) if blob[4:8] == b"n+2\x00" else nib.Nifti1Image.from_bytes(blob)

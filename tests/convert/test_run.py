@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import zarr
+
+from labzarr.convert import convert_delivery, read_manifest
+from labzarr.convert.demo import EXPECTED
+from labzarr.convert.manifest import BASE_COLUMNS
+from labzarr.loaders import open_store
+
+from ..conftest import make_delivery, nib_load
+
+
+def test_every_file_has_its_expected_outcome(converted_demo) -> None:
+    d, result = converted_demo
+    rows = {r["source"]: r for r in read_manifest(result.manifest)}
+    on_disk = {p.relative_to(d.raw).as_posix() for p in d.raw.rglob("*") if p.is_file()}
+    assert set(rows) == on_disk == set(EXPECTED)
+    for source, (status, reason) in EXPECTED.items():
+        assert (rows[source]["status"], rows[source]["reason"]) == (status, reason), source
+        if status == "rejected":
+            assert rows[source]["detail"], source
+    counts = result.summary["counts"]
+    assert counts["ok"] + counts["rejected"] + counts["ignored"] == len(on_disk)
+    assert counts["ok"] == sum(1 for s, _ in EXPECTED.values() if s == "ok")
+
+
+def test_manifest_columns_sorted_and_indexed(converted_demo) -> None:
+    _, result = converted_demo
+    text = result.manifest.read_text()
+    assert text.splitlines()[0] == ",".join([*BASE_COLUMNS, "label_source"])
+    rows = read_manifest(result.manifest)
+    assert [int(r["index"]) for r in rows] == list(range(len(rows)))
+    assert [(r["item_id"], r["source"]) for r in rows] == sorted((r["item_id"], r["source"]) for r in rows)
+
+
+def test_store_arrays_equal_closest_canonical(converted_demo) -> None:
+    d, result = converted_demo
+    view = open_store(d.store)
+    ok = [r for r in read_manifest(result.manifest) if r["status"] == "ok"]
+    assert [i.item_id for i in view.items] == [r["item_id"] for r in ok]
+    for row, item in zip(ok, view.items):
+        img = nib.as_closest_canonical(nib_load(d.raw / row["source"]))
+        want = np.asanyarray(img.dataobj)
+        want = want.reshape(want.shape[:3] + (-1,), order="F")
+        arr = view.array(item)
+        got = arr[...]
+        np.testing.assert_array_equal(got, np.moveaxis(want, 3, 0).astype(got.dtype))
+        np.testing.assert_allclose(np.array(arr.attrs["affine"]), img.affine, atol=1e-5)
+        np.testing.assert_allclose(arr.attrs["spacing"], img.header.get_zooms()[:3], atol=1e-5)
+        assert arr.attrs["complete"] == row["sha256"]
+        assert arr.attrs["orientation"] == "RAS"
+
+
+def test_store_codecs_and_root_attrs(converted_demo) -> None:
+    d, result = converted_demo
+    view = open_store(d.store)
+    arr = view.array(view.items[0])
+    names = [type(c).__name__ for c in arr.compressors]
+    assert names == ["ZstdCodec", "Crc32cCodec"]
+    assert view.attrs["delivery"] == "demo"
+    assert view.attrs["manifest_sha256"] == result.summary["manifest_sha256"]
+    assert view.attrs["spec_sha256"] == result.summary["spec_sha256"]
+    # only ok items have arrays: rejected ones (e.g. the duplicate) were removed
+    root = zarr.open_group(d.store, mode="r")
+    assert sorted(n for n, _ in root["volumes"].arrays()) == sorted(i.array.split("/")[1] for i in view.items)
+
+
+def test_manifest_byte_identical_across_workers_and_reruns(converted_demo, tmp_path: Path) -> None:
+    _, first = converted_demo
+    d = make_delivery(tmp_path)
+    one = convert_delivery(d.spec, workers=1).manifest.read_bytes()
+    again = convert_delivery(d.spec, workers=1).manifest.read_bytes()
+    assert one == again == first.manifest.read_bytes()
+
+
+def test_symlink_outside_raw_is_rejected_never_read(tmp_path: Path) -> None:
+    d = make_delivery(tmp_path)
+    secret = tmp_path / "secret_9.nii"
+    secret.write_bytes((Path(nib.__file__).parent / "tests/data/anatomical.nii").read_bytes())
+    os.symlink(secret, d.raw / "case_099.nii")
+    rows = {r["source"]: r for r in read_manifest(convert_delivery(d.spec, workers=1).manifest)}
+    assert rows["case_099.nii"]["status"] == "rejected"
+    assert rows["case_099.nii"]["reason"] == "path_outside_raw"
+    assert str(secret) in rows["case_099.nii"]["detail"]
+
+
+def test_cli_convert_and_inspect(tmp_path: Path) -> None:
+    d = make_delivery(tmp_path)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(d.spec), "--workers", "1", "--quiet"],
+                         capture_output=True, text=True, env=env, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ""
+    out = subprocess.run([sys.executable, "-m", "labzarr", "inspect", str(d.store)], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "10 ok" in out.stdout and "volumes/case1" in out.stdout and "ratio" in out.stdout
+
+
+def test_dry_run_converts_nothing(tmp_path: Path) -> None:
+    d = make_delivery(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(d.spec), "--dry-run"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "16 to convert, 5 decided without decoding" in out.stdout
+    assert not d.store.exists()
+
+
+def test_non_finite_warn_policy_keeps_item(tmp_path: Path) -> None:
+    d = make_delivery(tmp_path, extra='\n[validate]\nnon_finite = "warn"\n')
+    rows = {r["source"]: r for r in read_manifest(convert_delivery(d.spec, workers=1).manifest)}
+    assert rows["case_016_nan.nii.gz"]["status"] == "ok"
+    assert "non_finite" in rows["case_016_nan.nii.gz"]["warnings"]

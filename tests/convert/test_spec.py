@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labzarr.convert import UsageError, load_spec
+from labzarr.convert.cli import main
+
+GOOD = """[delivery]
+name = "lab-1"
+raw = "raw"
+store = "out/lab-1.zarr"
+"""
+
+
+def write(tmp: Path, text: str) -> Path:
+    (tmp / "raw").mkdir(exist_ok=True)
+    p = tmp / "delivery.toml"
+    p.write_text(text)
+    return p
+
+
+def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, GOOD), cwd=tmp_path)
+    assert spec.delivery.raw == tmp_path / "raw"
+    assert spec.store.compressor == "zstd" and spec.store.level == 5 and spec.store.checksum
+    assert spec.store.chunks == (64, 64, 64)
+    assert spec.items.id_normalize == ("strip", "casefold", "drop_separators")
+    assert spec.manifest_dir == tmp_path
+
+
+BAD = [
+    pytest.param(GOOD + "[store]\nlevel = 40\n", r"\[store\] level = 40: zstd levels are 1\.\.22", id="level-range"),
+    pytest.param(GOOD + "[store]\ncompressor = \"lzma\"\n", r"compressor = 'lzma': allowed: zstd", id="compressor"),
+    pytest.param(GOOD + "[store]\nchunks = [64, 64]\n", r"chunks = \[64, 64\]: expected three", id="chunks"),
+    pytest.param(GOOD + "[store]\nchecksum = \"yes\"\n", r"checksum = 'yes': expected true or false", id="type"),
+    pytest.param(GOOD + "[store]\nlevle = 3\n", r"\[store\] unknown key 'levle'", id="unknown-key"),
+    pytest.param(GOOD + "[stores]\n", r"unknown section \[stores\]", id="unknown-section"),
+    pytest.param(GOOD.replace('raw = "raw"', 'raw = "nowhere"'), r"raw = '.*nowhere': folder not found", id="raw-missing"),
+    pytest.param(GOOD.replace('name = "lab-1"\n', ""), r"\[delivery\] name is missing", id="name-missing"),
+    pytest.param(GOOD + "[items]\nid_pattern = '(\\d+'\n", r"id_pattern = .*not a valid regular expression", id="bad-regex"),
+    pytest.param(GOOD + "[items]\nid_pattern = '\\d+'\n", r"needs a group \(\?P<id>", id="regex-no-group"),
+    pytest.param(GOOD + "[items]\nid_normalize = [\"upper\"]\n", r"allowed steps", id="normalize-step"),
+    pytest.param(GOOD + "[validate]\nnon_finite = \"ignore\"\n", r"non_finite = 'ignore'", id="non-finite-policy"),
+    pytest.param(GOOD + "[labels]\nworkbook = \"nope.xlsx\"\n", r"workbook = '.*nope.xlsx': file not found", id="workbook"),
+    pytest.param(GOOD + "[store\n", r"not valid TOML", id="toml-syntax"),
+    pytest.param(GOOD.replace("out/lab-1.zarr", "out/lab-1"), r"must end in \.zarr", id="store-suffix"),
+]
+
+
+@pytest.mark.parametrize(("text", "match"), BAD)
+def test_bad_spec_is_one_clear_error(tmp_path: Path, text: str, match: str) -> None:
+    with pytest.raises(UsageError, match=match) as info:
+        load_spec(write(tmp_path, text), cwd=tmp_path)
+    assert str(tmp_path / "delivery.toml") in str(info.value)
+    assert info.value.hint
+
+
+def test_cli_bad_spec_prints_one_line_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    spec = write(tmp_path, GOOD + "[store]\nlevel = 40\n")
+    assert main(["convert", str(spec), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("labzarr: error: ") and lines[1].startswith("  hint: ")
+    assert "zstd levels are 1..22" in lines[0]
+
+
+def test_cli_missing_spec_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["convert", str(tmp_path / "none.toml")]) == 2
+    assert "spec file not found" in capsys.readouterr().err
