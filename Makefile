@@ -16,13 +16,14 @@ DELIVERY ?=
 SPECS  := $(if $(DELIVERY),manifests/$(DELIVERY)/delivery.toml,$(wildcard manifests/*/delivery.toml))
 PYTEST_ARGS ?=
 
-.PHONY: help install demo test convert verify inspect clean
+.PHONY: help install demo test convert verify inspect bench clean
 
 help:
 	@echo "make demo     install everything, build a messy sample delivery, convert it, print the summary"
 	@echo "make test     install everything, run the test suite"
 	@echo "make convert  convert every manifests/*/delivery.toml (or DELIVERY=name)"
 	@echo "make inspect  describe every converted store (or DELIVERY=name)"
+	@echo "make bench    run the benchmarks (one table per section, ratios vs baselines)"
 	@echo "make clean    remove data/, the venv and caches"
 
 install: $(STAMP)
@@ -53,6 +54,10 @@ convert: $(STAMP)
 inspect: $(STAMP)
 	@for spec in $(SPECS); do d=$$(basename $$(dirname $$spec)); \
 		echo "== $$d"; $(BIN)/labzarr inspect data/stores/$$d.zarr || exit $$?; done
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[test,bench]"
+	$(BIN)/python bench/run.py
 
 clean:
 	rm -rf data $(VENV) .pytest_cache build dist *.egg-info

@@ -1,0 +1,37 @@
+"""`make bench`: one run, one table per section, ratios against each section's named baseline.
+
+Each section module exposes `NAME` and `run(workdir: Path) -> list[Result]`; add a
+module to `SECTIONS` to add a section. Timings are not tests: these machines are
+noisy, so compare only rows measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import print_table  # noqa: E402
+
+SECTIONS: tuple[str, ...] = ()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--only", nargs="*", default=None, help="run only these sections")
+    p.add_argument("--workdir", type=Path, default=Path("data/bench"), help="cached generated inputs")
+    args = p.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    for name in SECTIONS:
+        if args.only and name not in args.only:
+            continue
+        module = importlib.import_module(name)
+        print_table(module.NAME, module.run(args.workdir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
