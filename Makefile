@@ -16,13 +16,14 @@ DELIVERY ?=
 SPECS  := $(if $(DELIVERY),manifests/$(DELIVERY)/delivery.toml,$(wildcard manifests/*/delivery.toml))
 PYTEST_ARGS ?=
 
-.PHONY: help install demo test convert verify inspect bench clean
+.PHONY: help install demo test stress convert verify inspect bench clean
 
 help:
 	@echo "make demo     install everything, build a messy sample delivery, convert it, print the summary"
 	@echo "make test     install everything, run the test suite"
 	@echo "make convert  convert every manifests/*/delivery.toml (or DELIVERY=name)"
 	@echo "make inspect  describe every converted store (or DELIVERY=name)"
+	@echo "make stress   the long trials (tests marked slow)"
 	@echo "make bench    run the benchmarks (one table per section, ratios vs baselines)"
 	@echo "make clean    remove data/, the venv and caches"
 
@@ -54,6 +55,9 @@ convert: $(STAMP)
 inspect: $(STAMP)
 	@for spec in $(SPECS); do d=$$(basename $$(dirname $$spec)); \
 		echo "== $$d"; $(BIN)/labzarr inspect data/stores/$$d.zarr || exit $$?; done
+
+stress: $(STAMP)
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[test,bench]"
