@@ -8,6 +8,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .errors import UsageError
 
@@ -95,8 +96,24 @@ def _convert(args: argparse.Namespace) -> int:
               f"({c['files']} files) in {s['timings']['total_s']:.1f} s")
         for reason, n in s["reasons"].items():
             print(f"  {reason:<30} {n}")
+        if s["label_workbook"]:
+            _print_labels(s)
         print(f"manifest: {result.manifest}\nstore:    {result.spec.delivery.store}")
     return 0
+
+
+def _print_labels(s: dict[str, Any]) -> None:
+    book = s["label_workbook"]
+    print(f"labels from {book['path']} sheet {book['sheet_index']} {book['sheet']!r} (header row {book['header_row']}):")
+    for name, counts in s["labels"].items():
+        values = ", ".join(f"{v} {n}" for v, n in counts.items()) or "none"
+        print(f"  {name:<30} {values}")
+    if s["unmatched_workbook_ids"]:
+        ids = ", ".join(f"{u['id'].strip()!r} ({u['cell']})" for u in s["unmatched_workbook_ids"][:5])
+        more = len(s["unmatched_workbook_ids"]) - 5
+        print(f"  workbook IDs matching no item: {ids}" + (f" and {more} more" if more > 0 else ""))
+    if s["unlabelled_items"]:
+        print(f"  items without a label: {len(s['unlabelled_items'])} (see manifest.csv)")
 
 
 def _inspect(args: argparse.Namespace) -> int:

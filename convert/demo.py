@@ -1,20 +1,29 @@
-"""A deterministic messy sample delivery: nibabel's shipped test volumes, synthetic CT, and corruptions.
+"""A deterministic messy sample delivery: nibabel's shipped test volumes, synthetic CT, corruptions and a label workbook.
 
-Used by `make demo` and by the test fixtures; every file's expected fate is in `EXPECTED`.
+Used by `make demo` and by the test fixtures; every file's expected fate is in `EXPECTED`,
+every ok item's label in `EXPECTED_LABELS`. The workbook is what labs send: labels on
+the third sheet, column F, under two merged title rows, IDs typed several ways, a hidden
+older sheet and distracting sheets with the same header names.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
+import io
 import os
+import re
 import shutil
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
+import openpyxl
+from openpyxl.workbook.workbook import Workbook
 
-__all__ = ["EXPECTED", "NIBABEL_DATA", "write_demo", "write_spec"]
+__all__ = ["EXPECTED", "EXPECTED_LABELS", "LABELS_SPEC", "NIBABEL_DATA", "write_demo", "write_spec", "xlsx_bytes"]
 
 NIBABEL_DATA = Path(os.path.dirname(nib.__file__)) / "tests" / "data"
 
@@ -38,10 +47,30 @@ EXPECTED: Mapping[str, tuple[str, str]] = {
     "case_016_nan.nii.gz": ("rejected", "non_finite"),
     "case_017/copy_of_standard.nii.gz": ("rejected", "duplicate_content"),
     "case_018.nii": ("rejected", "truncated"),
+    "case_019.nii.gz": ("rejected", "no_label"),  # no row in the workbook
+    "case_020.nii.gz": ("rejected", "label_conflict"),  # two rows, two different cell types
+    "labels/annotations.xlsx": ("ignored", ""),
     "scan_final.nii.gz": ("rejected", "id_unmatched"),
     "notes.txt": ("ignored", ""),
     ".DS_Store": ("ignored", ""),
 }
+
+
+# item_id -> cell_type of every ok item, as the workbook's sheet 3 column F says.
+EXPECTED_LABELS: Mapping[str, str] = {
+    "case1": "neuron", "case2": "astrocyte", "case3": "neuron", "case4": "microglia", "case5": "oligodendrocyte",
+    "case6": "astrocyte", "case7": "neuron", "case8": "microglia", "case9": "neuron", "case10": "astrocyte",
+}
+
+LABELS_SPEC = """
+[labels]
+workbook = "labels/annotations.xlsx"   # relative to raw
+sheet = 3                              # 1-based; the hidden sheet 2 counts
+id_column = "A"
+columns = { cell_type = "F" }
+header_row = "auto"                    # below the two merged title rows
+required = true
+"""
 
 
 def _gz(data: bytes) -> bytes:
@@ -97,19 +126,88 @@ def write_demo(raw: Path) -> Path:
     plain = _ct((30, 30, 10), np.eye(4), 18)
     (raw / "case_018.nii").write_bytes(plain[: len(plain) - 2000])
     (raw / "scan_final.nii.gz").write_bytes(_gz(_ct((20, 20, 10), np.eye(4), 19)))
+    (raw / "case_019.nii.gz").write_bytes(_gz(_ct((24, 24, 12), np.eye(4), 20)))
+    (raw / "case_020.nii.gz").write_bytes(_gz(_ct((24, 20, 12), np.eye(4), 21)))
+    (raw / "labels").mkdir()
+    (raw / "labels" / "annotations.xlsx").write_bytes(xlsx_bytes(_workbook()))
     (raw / "notes.txt").write_text("Delivery notes: case 14 was re-exported. Ask Dr. Example.\n")
     (raw / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + b"\x00" * 64)
     return raw
 
 
-def write_spec(path: Path, *, raw: Path | str, store: Path | str, name: str = "demo", extra: str = "") -> Path:
-    """Write a delivery.toml for a delivery at `raw` converting into `store`."""
+_FIXED_TIME = (2026, 11, 3, 0, 0, 0)
+
+
+def xlsx_bytes(wb: Workbook, edit: Callable[[str, bytes], bytes] | None = None) -> bytes:
+    """`wb` saved as xlsx bytes that are the same on every run; `edit(name, data)` may rewrite members."""
+    buf = io.BytesIO()
+    wb.save(buf)
+    out = io.BytesIO()
+    with zipfile.ZipFile(buf) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "docProps/core.xml":  # openpyxl stamps the save time
+                data = re.sub(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", b"2026-11-03T00:00:00Z", data)
+            if edit is not None:
+                data = edit(info.filename, data)
+            dst.writestr(zipfile.ZipInfo(info.filename, date_time=_FIXED_TIME), data, zipfile.ZIP_DEFLATED)
+    return out.getvalue()
+
+
+def _workbook() -> Workbook:
+    wb = openpyxl.Workbook()
+    readme = wb.active
+    readme.title = "Read me"
+    readme.append(["Cell-type annotations for the demo delivery"])
+    readme.append(["Labels are on 'Annotations v2'. v1 is kept (hidden) for the audit trail."])
+    readme.append([])
+    readme.append(["Case", "Cell type"])  # an example table with the real sheet's header names
+    readme.append(["case_000", "example"])
+
+    old = wb.create_sheet("Annotations v1")
+    old.sheet_state = "hidden"
+    old.append(["Cell-type annotations, v1 (superseded)"])
+    old.append(["Case", "Reader", "Reviewed", "Slices", "Notes", "Cell type"])
+    for i in range(1, 11):
+        old.append([f"case_{i:03d}", "R1", dt.date(2026, 10, i), 20, "", "unknown"])
+
+    ws = wb.create_sheet("Annotations v2")
+    ws.append(["Cell-type annotations, demo delivery (v2)"])
+    ws.append(["Reviewed 2026-11-03 by Dr. Example; supersedes v1"])
+    ws.merge_cells("A1:F1")
+    ws.merge_cells("A2:F2")
+    ws.append(["Case", "Reader", "Reviewed", "Slices", "Notes", "Cell type"])
+    rows: list[tuple[object, str, str]] = [
+        ("case_001", "neuron", ""), (" CASE-002 ", "astrocyte", "typed with spaces"), ("Case 3", "neuron", ""),
+        ("case-004", "microglia", ""), ("case_5", "oligodendrocyte", ""), ("case_006", "astrocyte", ""),
+        ("CASE-007", "neuron", ""), ("case_008", "microglia", ""), ("case_009", "neuron", ""),
+        ("case_010", "astrocyte", ""), ("case_012", "neuron", "file was cut short"),
+        ("case_016", "astrocyte", ""), ("case_017", "astrocyte", "copy of case 5?"),
+        ("case_018", "=F4", "same as case 1"),  # a formula saved without a cached value
+        ("case_020", "neuron", ""), ("case_020", "astrocyte", "second reader disagrees"),
+        ("case_099", "neuron", "scan not delivered yet"),
+    ]
+    for n, (case, cell_type, note) in enumerate(rows):
+        ws.append([case, f"R{1 + n % 2}", dt.date(2026, 11, 1 + n % 3), 18 + n, note, cell_type])
+        ws.cell(ws.max_row, 3).number_format = "yyyy-mm-dd"
+
+    pivot = wb.create_sheet("Pivot")
+    pivot.append(["Cell type", "Count", "Case"])
+    for cell_type in ("astrocyte", "microglia", "neuron", "oligodendrocyte"):
+        pivot.append([cell_type, sum(1 for _, t, _ in rows if t == cell_type), "(all)"])
+    return wb
+
+
+def write_spec(path: Path, *, raw: Path | str, store: Path | str, name: str = "demo", extra: str = "",
+               labels: bool = True) -> Path:
+    """Write a delivery.toml for a delivery at `raw` converting into `store` (with the demo's `[labels]`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         f'[delivery]\nname = "{name}"\nraw = "{raw}"\nstore = "{store}"\n\n'
         '[items]\nid_pattern = \'(?P<id>[A-Za-z]+[-_ ]?\\d+)\'\n'
         'id_normalize = ["strip", "casefold", "drop_separators", "strip_leading_zeros"]\n'
         'exclude = ["**/.DS_Store", "**/Thumbs.db"]\n\n'
-        '[store]\nchunks = [64, 64, 64]\ncompressor = "zstd"\nlevel = 5\nchecksum = true\n' + extra
+        '[store]\nchunks = [64, 64, 64]\ncompressor = "zstd"\nlevel = 5\nchecksum = true\n'
+        + (LABELS_SPEC if labels else "") + extra
     )
     return path

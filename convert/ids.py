@@ -1,11 +1,18 @@
 """Item-ID normalisation: one function, applied to file-derived IDs and workbook IDs alike.
 
-Steps, applied in the spec's order (`[items] id_normalize`):
+An item's ID (from its path, by `[items] id_pattern`) and a workbook's ID cell
+match when both normalise to the same text. Steps, applied in the spec's order
+(`[items] id_normalize`); the text is put in Unicode NFC first:
 
-- ``strip``: outer whitespace (`" CASE-007 "` -> `"CASE-007"`)
+- ``strip``: outer whitespace, incl. no-break spaces (`" CASE-007 "` -> `"CASE-007"`)
 - ``casefold``: case-insensitive (`"CASE-007"` -> `"case-007"`)
-- ``drop_separators``: remove `-`, `_`, `.` and spaces (`"case-007"` -> `"case007"`)
+- ``drop_separators``: remove `-`, `_`, `.`, whitespace and Unicode dashes such as the en dash
+  Excel's autocorrect types (`"case-007"`, `"case_007"`, `"Case 007"`, `"case–007"` -> `"case007"`)
 - ``strip_leading_zeros``: in every digit run (`"case007"` -> `"case7"`, `"000"` -> `"0"`)
+
+With all four, `case_7`, ` CASE-007 `, `Case 07` and `case–007` all become `case7`; a
+workbook cell holding the number 7 formatted `000` reads as `"007"` and becomes `"7"`,
+which matches a file named `007.nii.gz` (id_pattern `(?P<id>\\d+)`) but not `case_007`.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from collections.abc import Sequence
 
 __all__ = ["normalize_id"]
 
-_SEPARATORS = re.compile(r"[-_.\s]+")
+_SEPARATORS = re.compile(r"[-_.\s\u2010-\u2015\u2212]+")  # ASCII separators, Unicode dashes, minus sign
 _LEADING_ZEROS = re.compile(r"(?<!\d)0+(?=\d)")
 
 

@@ -7,6 +7,7 @@ and depend only on the sorted file list, never on worker count or timing.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -88,6 +89,9 @@ def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
                    detail=f"symlink to {c.entry.outside}, outside raw {spec.delivery.raw}; not read")
     assert p is not None, f"no probe for {c.rel}"  # run.py probes every candidate that is not excluded or outside
     common = {"item_id": item_id, "source": c.rel, "sha256": p.sha256}
+    if spec.labels is not None and os.path.normpath(c.entry.path) == str(spec.labels.workbook):
+        return Row(item_id="", status="ignored", source=c.rel, sha256=p.sha256,
+                   detail="label workbook ([labels] workbook): read for labels, not an image")
     if p.size == 0:
         return Row(status="rejected", reason=Reason.EMPTY_FILE, detail="0 B; expected an image", **common)
     if p.gzip_error:

@@ -20,15 +20,16 @@ from typing import Any
 import psutil
 from distributed import Client, LocalCluster, as_completed
 
-from labzarr.readers import Reason
+from labzarr.readers import LabelSheet, Reason
 
 from .discover import Candidate, discover, walk
 from .errors import UsageError
+from .labels import join_labels, load_labels, workbook_rel
 from .manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
 from .plan import VOLUMES, Plan, Task, plan
 from .probe import Probe, probe_files
 from .spec import Spec, load_spec
-from .store import array_paths, open_root, remove_array, write_index
+from .store import array_paths, open_root, remove_array, set_array_labels, write_index
 from .task import TaskSettings, convert_item
 
 __all__ = ["Progress", "RunResult", "convert_delivery", "default_workers", "dry_run", "execute"]
@@ -92,14 +93,16 @@ def convert_delivery(
     Raises
     ------
     UsageError
-        Bad spec, missing folders, unreachable scheduler: before any item is converted.
+        Bad spec, missing folders, a label workbook that cannot be read as the spec says (not an xlsx,
+        no such sheet or header), unreachable scheduler: before any item is converted.
     """
     started = time.perf_counter()
     parsed = load_spec(Path(spec), cwd=cwd or Path.cwd())
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
+    labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
     with _client(workers or default_workers(), scheduler) as client:
-        return execute(parsed, client, progress=progress, started=started)
+        return execute(parsed, client, progress=progress, started=started, labels=labels)
 
 
 @contextmanager
@@ -119,9 +122,14 @@ def _client(workers: int, scheduler: str | None) -> Iterator[Client]:
 
 
 def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
-            started: float | None = None) -> RunResult:
-    """Run a delivery on `client`: walk, probe, plan, convert, then write store index and manifest."""
+            started: float | None = None, labels: LabelSheet | None = None) -> RunResult:
+    """Run a delivery on `client`: walk, probe, plan, convert, join labels, then write store index and manifest.
+
+    `labels` is the spec's workbook as `load_labels` read it; it is read here when not given.
+    """
     t0 = started if started is not None else time.perf_counter()
+    if spec.labels is not None and labels is None:
+        labels = load_labels(spec)
     candidates = discover(walk(spec.delivery.raw), spec.items)
     t_discover = time.perf_counter()
     probes = _probe(client, candidates)
@@ -134,8 +142,13 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     rows = _convert(client, the_plan, spec, progress)
     t_convert = time.perf_counter()
     rows = _drop_duplicates(sort_rows([*rows, *the_plan.rows]), store)
-    _remove_stale(store, rows)
-    label_names: list[str] = []
+    label_names: tuple[str, ...] = ()
+    label_summary: dict[str, Any] = {}
+    if spec.labels is not None and labels is not None:
+        joined = join_labels(rows, labels, spec.labels, spec.items.id_normalize, workbook=workbook_rel(spec))
+        rows, label_names, label_summary = list(joined.rows), joined.names, joined.summary
+    _remove_stale(store, rows)  # also drops arrays of items just rejected for their labels
+    _write_array_labels(client, store, rows)
     manifest = manifest_bytes(rows, label_names)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
     write_index(store, rows=rows, root_attrs={
@@ -146,7 +159,7 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     summary = _summary(spec, rows, manifest_sha, {
         "discover_s": t_discover - t0, "probe_s": t_probe - t_discover, "convert_s": t_convert - t_probe,
         "total_s": t_end - t0,
-    })
+    }) | label_summary
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
     atomic_write(manifest_path, manifest)
@@ -157,6 +170,7 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
 def dry_run(spec: Path | str, *, cwd: Path) -> Plan:
     """Discover, probe (in this process) and plan, converting nothing: what `--dry-run` prints."""
     parsed = load_spec(Path(spec), cwd=cwd)
+    load_labels(parsed)  # a workbook problem shows in a dry run too
     candidates = discover(walk(parsed.delivery.raw), parsed.items)
     probes = {p.rel: p for p in probe_files(_to_probe(candidates))}
     return plan(parsed, candidates, probes)
@@ -223,6 +237,13 @@ def _remove_stale(store: Path, rows: Sequence[Row]) -> None:
             remove_array(store, path)
 
 
+def _write_array_labels(client: Client, store: Path, rows: Sequence[Row]) -> None:
+    """Each ok volume's `labels` attr, set on the workers in batches (a no-op where already equal)."""
+    todo = [(r.array, dict(r.labels)) for r in rows if r.status == "ok" and r.array and r.slot is None]
+    batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
+    client.gather(client.map(set_array_labels, [str(store)] * len(batches), batches, pure=False))
+
+
 def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, timings: dict[str, float]) -> dict[str, Any]:
     status = Counter(r.status for r in rows)
     reasons = Counter(r.reason.value for r in rows if r.reason)
@@ -233,6 +254,8 @@ def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, timings: dict[s
         "reasons": dict(sorted(reasons.items())),
         "labels": {},
         "unmatched_workbook_ids": [],
+        "unlabelled_items": [],
+        "label_workbook": None,
         "spec_sha256": spec.sha256,
         "manifest_sha256": manifest_sha,
         "tool_version": tool_version(),

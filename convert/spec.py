@@ -8,6 +8,7 @@ value and what is allowed, before any work starts.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar, cast
 
-from labzarr.readers import Limits
+from labzarr.readers import ColumnRef, Limits, WorkbookLimits
 
 from .errors import UsageError
 
@@ -55,12 +56,16 @@ class ItemsSpec:
 
 @dataclass(frozen=True, slots=True)
 class LabelsSpec:
+    """Where the labels are: `workbook` (under raw) > `sheet` > `header_row` > `id_column` and `columns`."""
+
     workbook: Path
     sheet: int | str = 1
-    id_column: str = "A"
-    columns: Mapping[str, str] = field(default_factory=dict)
+    id_column: ColumnRef = ColumnRef(letter="A")
+    columns: Mapping[str, ColumnRef] = field(default_factory=dict)  # output name -> column, in spec order
     header_row: int | Literal["auto"] = "auto"
     required: bool = True
+    conflict: Literal["reject", "warn"] = "reject"  # one ID, two different values
+    limits: WorkbookLimits = WorkbookLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,23 +257,51 @@ def _validate(t: _Table) -> ValidateSpec:
     return ValidateSpec(max_bytes=max_bytes, max_pixels=max_pixels, non_finite=cast(Literal["reject", "warn"], non_finite))
 
 
+def _column(t: _Table, key: str, value: object) -> ColumnRef:
+    """A column letter or header text; a table `{ header = "ID" }` / `{ letter = "F" }` says which explicitly."""
+    example = f'{key} = "F", {key} = "Cell type" or {key} = {{ header = "ID" }}'
+    if isinstance(value, str) and value.strip():
+        return ColumnRef.parse(value)
+    if isinstance(value, dict) and len(value) == 1:
+        (kind, text), = value.items()
+        if kind == "header" and isinstance(text, str) and text.strip():
+            return ColumnRef(header=text)
+        if kind == "letter" and isinstance(text, str) and ColumnRef.parse(text).letter:
+            return ColumnRef(letter=text)
+    raise t.fail(key, value, "expected a column letter (A..XFD) or a header text", f"write e.g. {example}")
+
+
 def _labels(t: _Table, raw: Path) -> LabelsSpec:
-    workbook = _path(raw, t.take("workbook", str, what="a workbook path relative to raw"))
+    given = t.take("workbook", str, what="a workbook path relative to raw")
+    workbook = Path(os.path.normpath(_path(raw, given)))
     if not workbook.is_file():
         raise t.fail("workbook", str(workbook), "file not found", "fix the path; it is relative to [delivery] raw")
     sheet = t.take("sheet", (int, str), 1, what="a 1-based sheet index or a sheet name")
     if isinstance(sheet, int):
         t.check("sheet", sheet, lambda v: v >= 1, "sheet indexes start at 1", "use 1 for the first tab")
-    id_column = t.take("id_column", str, "A", what="a column letter or header text")
-    columns = t.take("columns", dict, {}, what="a table of output name = column letter or header text")
-    for name, col in columns.items():
-        if not isinstance(col, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise t.fail("columns", columns, "names must be identifiers and columns strings",
-                         'e.g. columns = { cell_type = "F" }')
+    id_column = _column(t, "id_column", t.take("id_column", (str, dict), "A", what="a column letter or header text"))
+    given_columns = t.take("columns", dict, {}, what="a table of output name = column letter or header text")
+    columns: dict[str, ColumnRef] = {}
+    for name, col in given_columns.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise t.fail("columns", given_columns, f"label name {name!r} is not an identifier",
+                         'use letters, digits and _, e.g. columns = { cell_type = "F" }')
+        columns[name] = _column(t, f"columns.{name}", col)
     header_row = t.take("header_row", (int, str), "auto", what='"auto" or a 1-based row number')
     t.check("header_row", header_row, lambda v: v == "auto" or (isinstance(v, int) and v >= 1),
             'expected "auto" or a row number >= 1', 'use "auto" or e.g. header_row = 3')
     required = t.take("required", bool, True, what="true or false")
+    conflict = t.take("conflict", str, "reject", what='"reject" or "warn"')
+    t.check("conflict", conflict, lambda v: v in ("reject", "warn"), 'allowed: "reject" | "warn"',
+            'use "reject" (default: the item is rejected label_conflict) or "warn" (kept, label empty)')
+    defaults = WorkbookLimits()
+    max_unzipped = t.take("max_unzipped_bytes", int, defaults.max_unzipped_bytes, what="a byte count")
+    t.check("max_unzipped_bytes", max_unzipped, lambda v: v > 0, "must be > 0", "e.g. max_unzipped_bytes = 268435456")
+    max_ratio = t.take("max_compression_ratio", int, defaults.max_compression_ratio, what="an integer ratio")
+    t.check("max_compression_ratio", max_ratio, lambda v: v >= 1, "must be >= 1", "e.g. max_compression_ratio = 200")
     t.done()
-    return LabelsSpec(workbook=workbook, sheet=sheet, id_column=id_column, columns=dict(columns),
-                      header_row=cast("int | Literal['auto']", header_row), required=required)
+    return LabelsSpec(workbook=workbook, sheet=sheet, id_column=id_column, columns=columns,
+                      header_row=cast("int | Literal['auto']", header_row), required=required,
+                      conflict=cast(Literal["reject", "warn"], conflict),
+                      limits=WorkbookLimits(max_unzipped_bytes=max_unzipped, max_compression_ratio=max_ratio,
+                                            max_members=defaults.max_members))

@@ -24,7 +24,7 @@ from .manifest import Row
 from .spec import StoreSpec
 
 __all__ = ["FORMAT_VERSION", "INDEX_KEY", "array_paths", "chunk_shape", "codecs", "open_root", "remove_array",
-           "write_index", "write_volume"]
+           "set_array_labels", "write_index", "write_volume"]
 
 FORMAT_VERSION = 1
 INDEX_KEY = "labzarr"
@@ -87,6 +87,21 @@ def array_paths(store: Path, group: str) -> list[str]:
 def remove_array(store: Path, path: str) -> None:
     """Delete one array and its chunks."""
     shutil.rmtree(store / path, ignore_errors=True)
+
+
+def set_array_labels(store: str, items: Sequence[tuple[str, Mapping[str, str]]]) -> int:
+    """Set each array's `labels` attr (array path, labels) where it differs; returns how many changed.
+
+    Labels are joined once the run's rows are final, so they are written after `complete`; a
+    rerun with an edited workbook updates them here even for arrays it did not convert again.
+    """
+    changed = 0
+    for path, labels in items:
+        arr = zarr.open_array(zarr.storage.LocalStore(Path(store)), path=path, mode="r+", zarr_format=3)
+        if dict(arr.attrs.get("labels") or {}) != dict(labels):
+            arr.attrs["labels"] = dict(labels)
+            changed += 1
+    return changed
 
 
 def write_index(store: Path, *, rows: Sequence[Row], root_attrs: Mapping[str, Any]) -> None:

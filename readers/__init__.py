@@ -1,13 +1,21 @@
-"""Raw-format readers: sniff content, decode, validate, or raise `Rejected` with a measured detail."""
+"""Raw-format readers: sniff content, decode, validate, or raise `Rejected` with a measured detail.
+
+`excel` is the one reader outside `READERS`: a label workbook is read once per delivery, not per item.
+"""
 
 from ._head import Head, looks_like_text, read_head
+from .excel import ColumnRef, LabelCell, LabelRow, LabelSheet, WorkbookError, WorkbookLimits, read_label_sheet
 from .nifti import NiftiReader
 from .reasons import Reason, Rejected
 from .records import Limits, Volume
 from .registry import READERS, Reader, reader_for
 
 __all__ = [
+    "ColumnRef",
     "Head",
+    "LabelCell",
+    "LabelRow",
+    "LabelSheet",
     "Limits",
     "NiftiReader",
     "READERS",
@@ -15,7 +23,10 @@ __all__ = [
     "Reason",
     "Rejected",
     "Volume",
+    "WorkbookError",
+    "WorkbookLimits",
     "looks_like_text",
     "read_head",
+    "read_label_sheet",
     "reader_for",
 ]

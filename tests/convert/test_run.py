@@ -35,7 +35,7 @@ def test_every_file_has_its_expected_outcome(converted_demo) -> None:
 def test_manifest_columns_sorted_and_indexed(converted_demo) -> None:
     _, result = converted_demo
     text = result.manifest.read_text()
-    assert text.splitlines()[0] == ",".join([*BASE_COLUMNS, "label_source"])
+    assert text.splitlines()[0] == ",".join([*BASE_COLUMNS, "label.cell_type", "label_source"])
     rows = read_manifest(result.manifest)
     assert [int(r["index"]) for r in rows] == list(range(len(rows)))
     assert [(r["item_id"], r["source"]) for r in rows] == sorted((r["item_id"], r["source"]) for r in rows)
@@ -110,7 +110,7 @@ def test_dry_run_converts_nothing(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(d.spec), "--dry-run"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "16 to convert, 5 decided without decoding" in out.stdout
+    assert "18 to convert, 6 decided without decoding" in out.stdout
     assert not d.store.exists()
 
 

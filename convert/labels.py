@@ -1,0 +1,165 @@
+"""The label join: workbook rows to manifest rows by normalised ID, with provenance and a report.
+
+Invariant: every label in the manifest names the cell it came from, and every
+workbook row and every item is accounted for: matched, conflicting (both cells
+named), unlabelled (listed), or matching no item (listed with its cell).
+`join_labels` is pure; `load_labels` is the only I/O and runs before any conversion.
+
+An item is *labelled* when its ID has a workbook row and each label column holds a
+value there (outer whitespace removed); a missing one is `no_label` when
+`[labels] required = true`. One ID on several rows (also as differently written
+IDs that normalise alike) is fine while they agree; where they differ the item is
+`label_conflict` (or, with `conflict = "warn"`, kept with that label empty).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from labzarr.readers import LabelCell, LabelRow, LabelSheet, Reason, WorkbookError, read_label_sheet
+
+from .errors import UsageError
+from .ids import normalize_id
+from .manifest import Row
+from .spec import LabelsSpec, Spec
+
+__all__ = ["LabelJoin", "join_labels", "load_labels", "workbook_rel"]
+
+log = logging.getLogger(__name__)
+
+
+def load_labels(spec: Spec) -> LabelSheet | None:
+    """Read the spec's label workbook (None without `[labels]`); a workbook problem is a `UsageError`."""
+    labels = spec.labels
+    if labels is None:
+        return None
+    rel = workbook_rel(spec)
+    try:
+        sheet = read_label_sheet(labels.workbook, sheet=labels.sheet, id_column=labels.id_column,
+                                 columns=labels.columns, header_row=labels.header_row, limits=labels.limits)
+    except WorkbookError as exc:
+        raise UsageError(f"{spec.path}: [labels] {exc.key}: {rel}: {exc}", exc.hint) from exc
+    for note in sheet.warnings:
+        log.warning("%s: %s", rel, note)
+    log.info("%s: %d ID rows from sheet %d %r below header row %d", rel, len(sheet.rows), sheet.sheet_index,
+             sheet.sheet, sheet.header_row)
+    return sheet
+
+
+def workbook_rel(spec: Spec) -> str:
+    """The workbook's path as the manifest names files: relative to raw (absolute when outside it)."""
+    assert spec.labels is not None
+    path = spec.labels.workbook
+    return path.relative_to(spec.delivery.raw).as_posix() if path.is_relative_to(spec.delivery.raw) else str(path)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelJoin:
+    """Rows with labels filled (some now rejected), and the summary's label sections."""
+
+    rows: tuple[Row, ...]
+    names: tuple[str, ...]
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    labels: tuple[tuple[str, str], ...]
+    source: str
+    problem: Reason | None = None
+    detail: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+def join_labels(rows: Sequence[Row], sheet: LabelSheet, spec: LabelsSpec, normalize: Sequence[str],
+                workbook: str) -> LabelJoin:
+    """Attach labels to `rows` (item IDs already normalised by `normalize`); pure."""
+    names = tuple(n for n, _, _ in sheet.columns)
+    by_id: dict[str, list[LabelRow]] = defaultdict(list)
+    for r in sheet.rows:
+        by_id[normalize_id(r.id.value, normalize)].append(r)
+    out: list[Row] = []
+    for row in rows:
+        if row.status == "ignored" or not row.item_id:
+            out.append(row)
+            continue
+        out.append(_apply(row, _outcome(row.item_id, by_id.get(row.item_id, []), names, spec, sheet, workbook), spec))
+    item_ids = {r.item_id for r in rows if r.item_id and r.status != "ignored"}
+    unmatched = [{"id": r.id.value, "normalized": key, "cell": r.id.ref}
+                 for key, group in by_id.items() if key not in item_ids for r in group]
+    unlabelled = sorted({r.item_id for r in out if r.item_id and r.status != "ignored" and not _labelled(r, names)})
+    counts = {n: dict(sorted(Counter(dict(r.labels)[n] for r in out if r.status == "ok" and n in dict(r.labels)).items()))
+              for n in names}
+    summary = {
+        "labels": counts,
+        "unmatched_workbook_ids": unmatched,
+        "unlabelled_items": unlabelled,
+        "label_workbook": {
+            "path": workbook, "sheet": sheet.sheet, "sheet_index": sheet.sheet_index, "sheets": list(sheet.sheets),
+            "header_row": sheet.header_row, "id_column": sheet.id_column,
+            "columns": {n: {"column": letter, "header": header} for n, letter, header in sheet.columns},
+            "id_rows": len(sheet.rows), "id_normalize": list(normalize), "required": spec.required,
+            "conflict": spec.conflict, "warnings": list(sheet.warnings),
+        },
+    }
+    return LabelJoin(rows=tuple(out), names=names, summary=summary)
+
+
+def _outcome(item_id: str, group: Sequence[LabelRow], names: Sequence[str], spec: LabelsSpec, sheet: LabelSheet,
+             workbook: str) -> _Outcome:
+    if not group:
+        return _Outcome((), "", Reason.NO_LABEL,
+                        f"no row for ID {item_id!r} in {workbook} sheet {sheet.sheet!r} column {sheet.id_column} "
+                        f"(IDs compared after id_normalize)")
+    labels: list[tuple[str, str]] = []
+    sources: list[str] = []
+    conflicts: list[str] = []
+    blanks: list[str] = []
+    for i, name in enumerate(names):
+        cells = [r.values[i] for r in group]
+        distinct = dict.fromkeys(c.value.strip() for c in cells)
+        if len(distinct) > 1:
+            conflicts.append(f"{name}: " + ", ".join(f"{_shown(c)} at {c.ref}" for c in cells))
+            sources += [c.ref for c in cells]
+            continue
+        value = next(iter(distinct))
+        if value:
+            labels.append((name, value))
+            sources.append(cells[0].ref)
+        else:
+            blanks.append(f"{name} is {cells[0].missing or 'blank'} at {cells[0].ref}")
+    if not names:
+        sources.append(group[0].id.ref)  # no label columns: the row itself is the label (an inclusion list)
+    source = "; ".join(dict.fromkeys(sources))
+    if conflicts:
+        text = "; ".join(conflicts)
+        if spec.conflict == "reject":
+            return _Outcome(tuple(labels), source, Reason.LABEL_CONFLICT, text)
+        return _Outcome(tuple(labels), source, warnings=(f"label_conflict: {text}; label left empty",))
+    if blanks:
+        return _Outcome(tuple(labels), source, Reason.NO_LABEL,
+                        f"row for ID {item_id!r} at {group[0].id.ref}, but " + "; ".join(blanks))
+    return _Outcome(tuple(labels), source)
+
+
+def _labelled(row: Row, names: Sequence[str]) -> bool:
+    have = dict(row.labels)
+    return all(n in have for n in names) if names else bool(row.label_source)
+
+
+def _shown(cell: LabelCell) -> str:
+    return repr(cell.value.strip()) if cell.value.strip() else f"({cell.missing or 'blank'})"
+
+
+def _apply(row: Row, o: _Outcome, spec: LabelsSpec) -> Row:
+    row = replace(row, labels=o.labels, label_source=o.source, warnings=row.warnings + o.warnings)
+    if o.problem is None:
+        return row
+    if row.status == "ok" and (o.problem is Reason.LABEL_CONFLICT or spec.required):
+        return row.rejected(o.problem, o.detail)
+    # Already rejected for its data, or labels optional: keep the row's fate, say what is missing.
+    return replace(row, warnings=row.warnings + (f"{o.problem.value}: {o.detail}",))
