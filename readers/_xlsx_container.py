@@ -91,13 +91,6 @@ def _check_members(infos: list[zipfile.ZipInfo], limits: WorkbookLimits) -> None
     if encrypted:
         raise WorkbookError("workbook", f"not an xlsx: zip members are encrypted ({', '.join(encrypted[:3])})",
                             "save an unencrypted copy")
-    total = sum(i.file_size for i in infos)
-    if total > limits.max_unzipped_bytes:
-        raise WorkbookError(
-            "workbook",
-            f"zip inflates to {total:,} B in {len(infos)} members, cap {limits.max_unzipped_bytes:,} B (refused unread)",
-            "a zip bomb, or a genuinely huge workbook: if genuine, raise [labels] max_unzipped_bytes",
-        )
     for i in infos:
         ratio = i.file_size / max(i.compress_size, 1)
         if i.file_size > _RATIO_FLOOR and ratio > limits.max_compression_ratio:
@@ -107,3 +100,10 @@ def _check_members(infos: list[zipfile.ZipInfo], limits: WorkbookLimits) -> None
                 f"(ratio {ratio:,.0f}:1, cap {limits.max_compression_ratio}:1; refused unread)",
                 "a zip bomb, or an unusually repetitive sheet: if genuine, raise [labels] max_compression_ratio",
             )
+    total = sum(i.file_size for i in infos)
+    if total > limits.max_unzipped_bytes:
+        raise WorkbookError(
+            "workbook",
+            f"zip inflates to {total:,} B in {len(infos)} members, cap {limits.max_unzipped_bytes:,} B (refused unread)",
+            "a zip bomb, or a genuinely huge workbook: if genuine, raise [labels] max_unzipped_bytes",
+        )

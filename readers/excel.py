@@ -111,7 +111,13 @@ def read_label_sheet(path: Path, *, sheet: int | str, id_column: ColumnRef, colu
 def _open(path: Path) -> Workbook:
     try:
         return openpyxl.load_workbook(path, read_only=True, data_only=True)
-    except (InvalidFileException, KeyError, ValueError, TypeError, OSError) as exc:
+    except (InvalidFileException, KeyError, ValueError, TypeError, AttributeError, OSError) as exc:
+        # openpyxl raises these for parts that are missing or malformed (e.g. a chart sheet without its drawing),
+        # and wraps XML refused by defusedxml in a ValueError
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, (DefusedXmlException, ParseError)):
+            raise WorkbookError("workbook", f"unsafe or malformed XML inside the xlsx: {type(cause).__name__}: "
+                                f"{cause}", "export the workbook again from Excel or LibreOffice") from exc
         raise WorkbookError("workbook", f"not a readable xlsx: {type(exc).__name__}: {exc}",
                             "open it in Excel or LibreOffice and save a copy as .xlsx") from exc
 
@@ -247,11 +253,13 @@ def _find_header(rows: Iterator[_Row], refs: Mapping[str, ColumnRef], header_row
                  title: str, index: int) -> tuple[_Row, dict[str, int]]:
     where = f"sheet {index} {title!r}"
     seen: list[str] = []
+    first: list[_Row] = []
     for row in rows:
         if header_row != "auto" and row.r < header_row:
             continue
         if row.header_cells() and len(seen) < _SHOWN_ROWS:
             seen.append(_describe(row))
+            first.append(row)
         if header_row != "auto":
             return row, _resolve(row, refs, where, strict=True, seen=seen)
         if any(c.header for c in refs.values()):
@@ -264,12 +272,15 @@ def _find_header(rows: Iterator[_Row], refs: Mapping[str, ColumnRef], header_row
     if header_row != "auto":
         raise WorkbookError("header_row", f"row {header_row} is past the last row of {where} ({found})",
                             'use "auto" or a row number inside the sheet')
-    missing = [k for k, c in refs.items() if c.header]
-    if missing:
-        texts = ", ".join(f"{k} = {refs[k].header!r}" for k in missing)
-        raise WorkbookError(missing[0], f"no row of {where} holds all the headers ({texts}); rows found: {found}",
+    named = [k for k, c in refs.items() if c.header]
+    if named:
+        texts = ", ".join(f"{k} = {refs[k].header!r}" for k in named)
+        absent = [k for k in named if not any(_norm(t) == _norm(refs[k].header) for r in first for _, t in r.header_cells())]
+        raise WorkbookError((absent or named)[0], f"no row of {where} holds all the headers ({texts}); rows found: {found}",
                             "fix the header text (matched ignoring case and extra spaces), use a column letter, "
                             "or set header_row")
+    for row in first:  # a letter that is really a header's text ("ID") explains the miss best
+        _resolve(row, {k: c for k, c in refs.items() if c.letter}, where, strict=True, seen=seen)
     raise WorkbookError("header_row", f"no header row found in {where}: no row below the title rows has an ID in "
                         f"column {refs['id_column'].letter} and a second value; rows found: {found}",
                         "set header_row to the row number of the header")

@@ -11,7 +11,7 @@ import pytest
 import zarr
 
 from labzarr.convert import convert_delivery, read_manifest
-from labzarr.convert.demo import EXPECTED
+from labzarr.convert.demo import EXPECTED, EXPECTED_LABELS
 from labzarr.convert.manifest import BASE_COLUMNS
 from labzarr.loaders import open_store
 
@@ -30,6 +30,23 @@ def test_every_file_has_its_expected_outcome(converted_demo) -> None:
     counts = result.summary["counts"]
     assert counts["ok"] + counts["rejected"] + counts["ignored"] == len(on_disk)
     assert counts["ok"] == sum(1 for s, _ in EXPECTED.values() if s == "ok")
+
+
+def test_demo_labels_from_sheet3_column_f(converted_demo) -> None:
+    d, result = converted_demo
+    rows = read_manifest(result.manifest)
+    ok = {r["item_id"]: r for r in rows if r["status"] == "ok"}
+    assert {i: r["label.cell_type"] for i, r in ok.items()} == EXPECTED_LABELS
+    assert all(r["label_source"].startswith("Annotations v2!F") for r in ok.values())
+    by_source = {r["source"]: r for r in rows}
+    assert by_source["case_020.nii.gz"]["detail"] == ("cell_type: 'neuron' at Annotations v2!F18, "
+                                                      "'astrocyte' at Annotations v2!F19")
+    assert "labels/annotations.xlsx" in by_source and by_source["labels/annotations.xlsx"]["detail"].startswith("label workbook")
+    s = result.summary
+    assert s["unmatched_workbook_ids"] == [{"id": "case_099", "normalized": "case99", "cell": "Annotations v2!A20"}]
+    assert s["labels"]["cell_type"] == {v: list(EXPECTED_LABELS.values()).count(v) for v in set(EXPECTED_LABELS.values())}
+    assert "case19" in s["unlabelled_items"] and "case18" in s["unlabelled_items"]
+    assert {i.item_id: i.labels["cell_type"] for i in open_store(d.store).items} == EXPECTED_LABELS
 
 
 def test_manifest_columns_sorted_and_indexed(converted_demo) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from labzarr.convert import UsageError, load_spec
 from labzarr.convert.cli import main
+from labzarr.readers import ColumnRef
 
 GOOD = """[delivery]
 name = "lab-1"
@@ -16,6 +17,7 @@ store = "out/lab-1.zarr"
 
 def write(tmp: Path, text: str) -> Path:
     (tmp / "raw").mkdir(exist_ok=True)
+    (tmp / "raw" / "w.xlsx").write_bytes(b"")  # [labels] checks only that the workbook exists
     p = tmp / "delivery.toml"
     p.write_text(text)
     return p
@@ -44,6 +46,14 @@ BAD = [
     pytest.param(GOOD + "[items]\nid_normalize = [\"upper\"]\n", r"allowed steps", id="normalize-step"),
     pytest.param(GOOD + "[validate]\nnon_finite = \"ignore\"\n", r"non_finite = 'ignore'", id="non-finite-policy"),
     pytest.param(GOOD + "[labels]\nworkbook = \"nope.xlsx\"\n", r"workbook = '.*nope.xlsx': file not found", id="workbook"),
+    pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\nconflict = \"keep\"\n", r"conflict = 'keep': allowed", id="conflict"),
+    pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\nid_column = 3\n", r"id_column = 3: expected a column", id="column-type"),
+    pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\ncolumns = { x = { name = \"F\" } }\n",
+                 r"columns\.x = \{'name': 'F'\}: expected a column letter", id="column-table"),
+    pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\ncolumns = { \"cell type\" = \"F\" }\n",
+                 r"label name 'cell type' is not an identifier", id="label-name"),
+    pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\nmax_compression_ratio = 0\n", r"max_compression_ratio = 0",
+                 id="ratio"),
     pytest.param(GOOD + "[store\n", r"not valid TOML", id="toml-syntax"),
     pytest.param(GOOD.replace("out/lab-1.zarr", "out/lab-1"), r"must end in \.zarr", id="store-suffix"),
 ]
@@ -72,3 +82,16 @@ def test_cli_bad_spec_prints_one_line_and_exits_2(tmp_path: Path, capsys: pytest
 def test_cli_missing_spec_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["convert", str(tmp_path / "none.toml")]) == 2
     assert "spec file not found" in capsys.readouterr().err
+
+
+def test_labels_section_columns_by_letter_header_or_table(tmp_path: Path) -> None:
+    text = GOOD + ('[labels]\nworkbook = "sub/../w.xlsx"\nsheet = "Annotations v2"\nid_column = { header = "ID" }\n'
+                   'columns = { cell_type = "F", grade = "Grade (1-4)", b = { letter = "B" } }\nconflict = "warn"\n')
+    labels = load_spec(write(tmp_path, text), cwd=tmp_path).labels
+    assert labels is not None
+    assert labels.workbook == tmp_path / "raw" / "w.xlsx"
+    assert labels.id_column == ColumnRef(header="ID")
+    assert dict(labels.columns) == {"cell_type": ColumnRef(letter="F"), "grade": ColumnRef(header="Grade (1-4)"),
+                                    "b": ColumnRef(letter="B")}
+    assert (labels.sheet, labels.header_row, labels.required, labels.conflict) == ("Annotations v2", "auto", True, "warn")
+    assert ColumnRef.parse("XFD").letter and ColumnRef.parse("XFE").header and ColumnRef.parse("f").header
