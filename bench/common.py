@@ -44,7 +44,7 @@ def print_table(title: str, rows: Sequence[Result]) -> None:
     print(f"{'what':<52} {'value':>12} {'unit':<10} {'vs baseline':>12}  note")
     for r in rows:
         ratio = ""
-        if base and base.value and r.value:
+        if base and base.value and r.value and r.unit == base.unit:  # a ratio across units means nothing
             x = r.value / base.value if r.higher_is_better else base.value / r.value
             ratio = f"{x:.2f}x"
         print(f"{r.name:<52} {r.value:>12.3f} {r.unit:<10} {ratio:>12}  {('(baseline) ' if r.baseline else '') + r.note}")

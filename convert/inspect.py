@@ -23,7 +23,7 @@ def describe_store(view: StoreView) -> str:
     lines = [f"store:     {view.path}", f"delivery:  {view.attrs.get('delivery', '?')}",
              f"version:   labzarr {view.attrs.get('tool_version', '?')}, format {view.attrs.get('format_version', '?')}",
              f"items:     {len(view.items)} ok", "",
-             f"{'item_id':<16} {'array':<28} {'shape':<18} {'dtype':<8} {'stored':>10} {'ratio':>6}"]
+             f"{'item_id':<16} {'array':<28} {'shape':<18} {'dtype':<8} {'stored':>10} {'ratio':>6}  labels"]
     total_raw = total_disk = 0
     for item in view.items:
         raw = int(np.prod(item.shape)) * np.dtype(item.dtype).itemsize
@@ -32,7 +32,7 @@ def describe_store(view: StoreView) -> str:
         total_disk += disk
         ratio = f"{raw / disk:.2f}" if disk else "-"
         lines.append(f"{item.item_id:<16} {item.array:<28} {'x'.join(map(str, item.shape)):<18} {item.dtype:<8} "
-                     f"{disk:>10,} {ratio:>6}")
+                     f"{disk:>10,} {ratio:>6}  {', '.join(f'{k}={v}' for k, v in item.labels.items())}".rstrip())
     whole = _disk_bytes(view.path)
     lines += ["", f"decoded {total_raw:,} B, arrays on disk {total_disk:,} B"
               + (f" (ratio {total_raw / total_disk:.2f})" if total_disk else "") + f", store total {whole:,} B"]
