@@ -98,7 +98,7 @@ def set_array_labels(store: str, items: Sequence[tuple[str, Mapping[str, str]]])
     changed = 0
     for path, labels in items:
         arr = zarr.open_array(zarr.storage.LocalStore(Path(store)), path=path, mode="r+", zarr_format=3)
-        if dict(arr.attrs.get("labels") or {}) != dict(labels):
+        if arr.attrs.get("labels") != dict(labels):
             arr.attrs["labels"] = dict(labels)
             changed += 1
     return changed
