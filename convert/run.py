@@ -116,7 +116,7 @@ def _client(workers: int, scheduler: str | None) -> Iterator[Client]:
         with client:
             yield client
         return
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",  # None still binds 8787; concurrent runs would clash
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
         yield client
 
