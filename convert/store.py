@@ -18,17 +18,18 @@ import zarr
 import zarr.codecs
 from zarr.abc.codec import BytesBytesCodec
 
-from labzarr.readers import Volume
+from labzarr.readers import MemorySource, Volume
 
+from .chunks import plan_chunks
 from .manifest import Row
 from .spec import StoreSpec
+from .writer import AXES, VolumeWriter
 
-__all__ = ["FORMAT_VERSION", "INDEX_KEY", "array_paths", "chunk_shape", "codecs", "open_root", "remove_array",
+__all__ = ["FORMAT_VERSION", "INDEX_KEY", "array_paths", "codecs", "open_root", "remove_array",
            "set_array_labels", "write_index", "write_volume"]
 
 FORMAT_VERSION = 1
 INDEX_KEY = "labzarr"
-AXES = ("c", "x", "y", "z")
 
 
 def codecs(spec: StoreSpec) -> tuple[BytesBytesCodec, ...]:
@@ -44,11 +45,6 @@ def codecs(spec: StoreSpec) -> tuple[BytesBytesCodec, ...]:
     return tuple(out)
 
 
-def chunk_shape(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
-    """One channel per chunk, spatial chunks from the spec clipped to the array's extent."""
-    return (1, *(min(c, n) for c, n in zip(chunks, shape[1:])))
-
-
 def open_root(store: Path, *, mode: str = "a") -> zarr.Group:
     """Open (or create) the store's root group."""
     return zarr.open_group(zarr.storage.LocalStore(store), mode=mode, zarr_format=3)  # type: ignore[arg-type]
@@ -56,22 +52,16 @@ def open_root(store: Path, *, mode: str = "a") -> zarr.Group:
 
 def write_volume(store: Path, name: str, volume: Volume, *, spec: StoreSpec, attrs: Mapping[str, Any],
                  complete: str) -> None:
-    """Write `volume` as array `name`, replacing any earlier one; `complete` is set last."""
-    data = volume.data
-    arr = zarr.create_array(
-        zarr.storage.LocalStore(store),
-        name=name,
-        shape=data.shape,
-        dtype=data.dtype,
-        chunks=chunk_shape(data.shape, spec.chunks),
-        compressors=codecs(spec),
-        fill_value=np.zeros((), dtype=data.dtype).item(),
-        dimension_names=AXES[: data.ndim] if data.ndim == 4 else None,
-        attributes=dict(attrs),
-        overwrite=True,
-    )
-    arr[...] = data
-    arr.attrs["complete"] = complete
+    """Write an in-memory `volume` as array `name`, replacing any earlier one; `complete` is set last."""
+    source = MemorySource(volume)
+    chunks = plan_chunks(volume.data.shape, spec.chunks, voxel_bytes=volume.data.dtype.itemsize, stream_axis=None)
+    writer = VolumeWriter(store, name, source.header, chunks=chunks, codecs=codecs(spec), attrs=attrs)
+    try:
+        for slab in source.slabs(chunks):
+            writer.write(slab)
+        writer.finish(complete=complete)
+    finally:
+        writer.close()
 
 
 def array_paths(store: Path, group: str) -> list[str]:

@@ -1,4 +1,7 @@
-"""The per-item task run on dask workers: read, validate, write, return a row. Total and idempotent.
+"""The per-item task run on dask workers: stream, validate, write, return a row. Total and idempotent.
+
+Memory: a volume is read and written slab by slab (readers/slabs.py), so a
+worker holds one slab, never the whole volume.
 
 A bad item returns a rejected row; only a bug in our own code or a decoder
 escapes as an exception other than `Rejected`, and that too becomes a
@@ -7,21 +10,20 @@ escapes as an exception other than `Rejected`, and that too becomes a
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
+from labzarr.readers import READERS, Limits, Reason, Rejected, VolumeHeader, VolumeSource, open_source, read_head
 
-from labzarr.readers import READERS, Limits, Reason, Rejected, Volume, read_head
-
+from .chunks import SLAB_BYTES, plan_chunks
 from .manifest import Row
 from .plan import Task
 from .spec import StoreSpec
-from .store import AXES, write_volume
-from .validate import check_finite
+from .store import codecs
+from .validate import FiniteCheck
+from .writer import AXES, VolumeWriter
 
 __all__ = ["TaskSettings", "convert_item"]
 
@@ -36,16 +38,29 @@ class TaskSettings:
     store_spec: StoreSpec
     limits: Limits
     non_finite: Literal["reject", "warn"]
+    slab_bytes: int = SLAB_BYTES  # memory for one slab of a streamed volume (see convert/chunks.py)
 
 
 def convert_item(task: Task, settings: TaskSettings) -> Row:
-    """Convert one item; returns its manifest row for every outcome."""
+    """Convert one item, slab by slab; returns its manifest row for every outcome."""
     base = Row(item_id=task.item_id, status="ok", source=task.source, kind=task.kind, sha256=task.sha256)
+    writer: VolumeWriter | None = None
     try:
-        volume = _read(task, settings.limits)
-        warnings = volume.warnings + check_finite(volume, settings.non_finite)
-        write_volume(Path(settings.store), task.array, volume, spec=settings.store_spec,
-                     attrs=_attrs(task, volume), complete=task.sha256)
+        source = _open(task, settings.limits)
+        h = source.header
+        chunks = plan_chunks(h.shape, settings.store_spec.chunks, voxel_bytes=h.voxel_bytes,
+                             stream_axis=h.stream_axis, budget=settings.slab_bytes)
+        finite = FiniteCheck(h, settings.non_finite)
+        writer = VolumeWriter(Path(settings.store), task.array, h, chunks=chunks,
+                              codecs=codecs(settings.store_spec), attrs=_attrs(task, h))
+        for slab in source.slabs(chunks):
+            finite.update(slab)
+            # A rejected item's voxels are not worth writing, but its stream is read to the end:
+            # truncation and corruption keep precedence over non_finite, as when read whole.
+            if not finite.rejecting:
+                writer.write(slab)
+        warnings = h.warnings + finite.outcome()
+        writer.finish(complete=task.sha256)
     except Rejected as exc:
         return base.rejected(exc.reason, exc.detail)
     except MemoryError as exc:
@@ -53,37 +68,32 @@ def convert_item(task: Task, settings: TaskSettings) -> Row:
     except Exception as exc:  # the task boundary: a decoder bug must cost one item, not the run
         log.exception("decoder crashed on %s", task.source)
         return base.rejected(Reason.DECODER_CRASH, f"{type(exc).__name__}: {exc}")
+    finally:
+        if writer is not None:
+            writer.close()
     return Row(
-        item_id=task.item_id, status="ok", source=task.source, kind=volume.kind, sha256=task.sha256,
-        shape=tuple(volume.data.shape), dtype=str(volume.data.dtype), spacing=volume.spacing,
-        orientation=volume.orientation, array=task.array, warnings=warnings,
+        item_id=task.item_id, status="ok", source=task.source, kind=h.kind, sha256=task.sha256,
+        shape=tuple(h.shape), dtype=str(h.dtype), spacing=h.spacing,
+        orientation=h.orientation, array=task.array, warnings=warnings,
     )
 
 
-def _read(task: Task, limits: Limits) -> Volume:
+def _open(task: Task, limits: Limits) -> VolumeSource:
     reader = next(r for r in READERS if r.kind == task.kind)
     path = Path(task.path)
-    return reader.read(path, limits, read_head(path))
+    return open_source(reader, path, limits, read_head(path))
 
 
-def _attrs(task: Task, volume: Volume) -> dict[str, object]:
+def _attrs(task: Task, header: VolumeHeader) -> dict[str, object]:
     return {
         "item_id": task.item_id,
         "source": task.source,
         "sha256": task.sha256,
-        "kind": volume.kind,
-        "spacing": list(volume.spacing),
-        "affine": [list(row) for row in volume.affine],
+        "kind": header.kind,
+        "spacing": list(header.spacing),
+        "affine": [list(row) for row in header.affine],
         "orientation": "RAS",
-        "source_orientation": volume.orientation,
-        "axes": list(AXES[: volume.data.ndim]),
+        "source_orientation": header.orientation,
+        "axes": list(AXES[: len(header.shape)]),
         "labels": {},
-        "content_sha256": _content_hash(volume),
     }
-
-
-def _content_hash(volume: Volume) -> str:
-    h = hashlib.sha256()
-    h.update(str(volume.data.dtype).encode() + str(volume.data.shape).encode())
-    h.update(np.ascontiguousarray(volume.data).data)
-    return h.hexdigest()

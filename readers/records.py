@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Limits", "Volume"]
+__all__ = ["Limits", "Slab", "Volume", "VolumeHeader"]
 
 GiB = 1 << 30
 
@@ -35,3 +36,37 @@ class Volume:
     affine: tuple[tuple[float, ...], ...]
     orientation: str
     warnings: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeHeader:
+    """What a volume is, known before any voxel is decoded: canonical shape, dtype and geometry.
+
+    `shape` is (C, X, Y, Z) in canonical RAS order, `dtype` the stored dtype
+    (native byte order). `stream_axis` is the canonical axis (1, 2 or 3) along
+    which the source delivers slabs in file order, or None when the source holds
+    the whole volume in memory; `voxel_bytes` is what the source keeps in memory
+    per voxel of one slab, so a planner can bound a slab's memory.
+    """
+
+    kind: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    spacing: tuple[float, ...]
+    affine: tuple[tuple[float, ...], ...]
+    orientation: str
+    stream_axis: int | None = None
+    voxel_bytes: int = 0
+    warnings: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Slab:
+    """A block of canonical voxels: `data[...]` belongs at `region` of the (C, X, Y, Z) array.
+
+    `data` may be a view of a buffer the source reuses: it is valid until the
+    next slab is requested.
+    """
+
+    region: tuple[slice, ...]
+    data: npt.NDArray[Any]

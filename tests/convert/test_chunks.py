@@ -1,0 +1,63 @@
+"""The chunk planner (pure) and the slab writer: chunk-aligned writes, the content hash, the memory bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from labzarr.convert.chunks import plan_chunks, slab_bytes
+from labzarr.convert.content import array_content_sha256
+from labzarr.convert.spec import StoreSpec
+from labzarr.convert.store import codecs
+from labzarr.convert.writer import VolumeWriter, c_order_copy
+from labzarr.readers import Limits, NiftiReader, read_head
+
+from ..readers.test_slabs import AFFINES, _canonical, _write
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(("shape", "voxel_bytes", "axis", "budget", "want"), [
+    pytest.param((1, 512, 512, 300), 2, 3, 128 * MiB, (1, 64, 64, 64), id="ct-fits"),
+    pytest.param((1, 30, 20, 10), 2, 3, 128 * MiB, (1, 30, 20, 10), id="clipped-to-extent"),
+    pytest.param((2, 1024, 1024, 1000), 2, 3, 64 * MiB, (1, 64, 64, 32), id="big-plane-thinned"),
+    pytest.param((1, 4096, 4096, 100), 12, 3, 128 * MiB, (1, 64, 64, 1), id="huge-plane-one-per-chunk"),
+    pytest.param((1, 300, 512, 512), 2, 1, 16 * MiB, (1, 32, 64, 64), id="sagittal-stream-axis-x"),
+    pytest.param((3, 100, 100, 100), 1, None, 1, (1, 64, 64, 64), id="in-memory-not-thinned"),
+])
+def test_plan_chunks(shape, voxel_bytes, axis, budget, want) -> None:
+    got = plan_chunks(shape, (64, 64, 64), voxel_bytes=voxel_bytes, stream_axis=axis, budget=budget)
+    assert got == want
+    if axis is not None and got[axis] > 1:
+        assert slab_bytes(shape, got, voxel_bytes=voxel_bytes, stream_axis=axis) <= budget
+
+
+def test_c_order_copy_of_any_view() -> None:
+    a = np.asfortranarray(np.arange(70 * 130 * 90, dtype=np.int16).reshape(70, 130, 90))
+    for view in (a, a[::-1, :, ::-1], a.transpose(2, 0, 1), a[5:60, ::-1, 3:80].transpose(1, 2, 0)):
+        out = c_order_copy(view[np.newaxis], np.dtype(np.float32))
+        assert out.flags.c_contiguous and out.dtype == np.float32
+        np.testing.assert_array_equal(out, view[np.newaxis])
+
+
+@pytest.mark.parametrize("name", ["lps", "sagittal"])
+def test_streamed_array_equals_canonical_and_content_hash_recomputes(tmp_path: Path, name: str) -> None:
+    rng = np.random.default_rng(3)
+    path = _write(tmp_path, rng.integers(-1000, 1000, (70, 45, 33, 2)).astype(np.int16), AFFINES[name])
+    source = NiftiReader().open(path, Limits(), read_head(path))
+    h = source.header
+    chunks = plan_chunks(h.shape, (16, 16, 16), voxel_bytes=h.voxel_bytes, stream_axis=h.stream_axis,
+                         budget=40 * 45 * 8 * 2)  # forces thinned chunks along the stream axis
+    assert chunks[h.stream_axis] < 16
+    writer = VolumeWriter(tmp_path / "s.zarr", "v", h, chunks=chunks, codecs=codecs(StoreSpec()), attrs={"a": 1})
+    for slab in source.slabs(chunks):
+        writer.write(slab)
+    content = writer.finish(complete="abc")
+    arr = zarr.open_array(tmp_path / "s.zarr", path="v", mode="r")
+    np.testing.assert_array_equal(arr[...], _canonical(path))
+    assert tuple(arr.chunks) == chunks
+    assert arr.attrs["content_sha256"] == content == array_content_sha256(arr)
+    assert arr.attrs["complete"] == "abc" and arr.attrs["a"] == 1
