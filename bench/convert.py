@@ -1,0 +1,205 @@
+"""Conversion throughput and memory: labzarr (1 and 2 workers) against the straightforward path, on the same files.
+
+Inputs (generated once, cached under WORKDIR/convert/): four 512x512x300 int16
+CT-like `.nii.gz` (629 MB uncompressed) and one 1024x1024x1000 int16 volume
+(2.1 GB uncompressed). Store: 64^3 chunks, blosc-zstd level 5 + crc32c.
+
+Rows (uncompressed MB per wall second, one run, compare ratios):
+- straightforward: one process, `nibabel.load` + `as_closest_canonical` + a
+  zarr-python write of the whole array with the same codecs (the baseline);
+- labzarr with 1 and 2 workers (a ready LocalCluster: `execute`, which also
+  hashes every file and writes the manifest);
+- gunzip only (python zlib, ISA-L), codec encode only (one thread);
+- the 2 GB volume: labzarr's MB/s and the peak RSS of its largest process
+  above that process's baseline (a worker right after its imports), next to
+  the straightforward path's peak RSS.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import numcodecs
+from distributed import Client, LocalCluster
+from isal import isal_zlib
+
+from common import Result
+
+from labzarr.convert.demo import write_spec
+from labzarr.convert.run import execute
+from labzarr.convert.spec import StoreSpec, load_spec
+from labzarr.convert.store import codecs
+
+NAME = "conversion: uncompressed MB/s, 4 x 512x512x300 int16 .nii.gz (629 MB), 64^3 blosc-zstd-5 + crc32c"
+SPEC = StoreSpec(chunks=(64, 64, 64), compressor="blosc-zstd", level=5, checksum=True)
+SMALL = (512, 512, 300)
+BIG = (1024, 1024, 1000)
+MB = 1e6
+
+
+def _ct_planes(shape: tuple[int, int, int], seed: int, z0: int, z1: int) -> np.ndarray:
+    """CT-like planes z0..z1: air outside an ellipsoid body, soft tissue inside, noise sd 20 HU."""
+    X, Y, Z = shape
+    x, y, z = np.ogrid[:X, :Y, z0:z1]
+    body = ((x - X / 2) / (0.4 * X)) ** 2 + ((y - Y / 2) / (0.3 * Y)) ** 2 + ((z - Z / 2) / (0.47 * Z)) ** 2 < 1
+    rng = np.random.default_rng([seed, z0])
+    return (np.where(body, 40, -1000) + rng.normal(0, 20, body.shape)).astype(np.int16)
+
+
+def _write_ct(path: Path, shape: tuple[int, int, int], seed: int) -> Path:
+    """A gzip level-1 .nii.gz (nibabel's default level), written plane block by plane block."""
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img = nib.Nifti1Image(np.zeros((1, 1, 1), np.int16), np.diag([-0.7, -0.7, 1.25, 1.0]))
+    hdr = img.header.copy()
+    hdr.set_data_shape(shape)
+    hdr.set_data_dtype(np.int16)
+    hdr["vox_offset"] = 352
+    tmp = path.with_suffix(".tmp")
+    comp = zlib.compressobj(1, zlib.DEFLATED, 31)
+    with tmp.open("wb") as f:
+        f.write(comp.compress(bytes(hdr.binaryblock) + b"\x00" * 4))
+        for z0 in range(0, shape[2], 32):
+            f.write(comp.compress(_ct_planes(shape, seed, z0, min(shape[2], z0 + 32)).tobytes(order="F")))
+        f.write(comp.flush())
+    tmp.replace(path)
+    return path
+
+
+def _inputs(workdir: Path) -> tuple[list[Path], Path]:
+    root = workdir / "convert"
+    small = [_write_ct(root / "raw4" / f"case_{i:03d}.nii.gz", SMALL, i) for i in range(4)]
+    big = _write_ct(root / "raw1" / "case_100.nii.gz", BIG, 100)
+    return small, big
+
+
+def _nbytes(shape: tuple[int, ...]) -> float:
+    return float(np.prod(shape)) * 2
+
+
+def _straightforward(paths: list[Path], store: Path) -> float:
+    """nibabel full load, canonical, zarr-python write of the whole array: wall seconds."""
+    import zarr
+
+    shutil.rmtree(store, ignore_errors=True)
+    t = time.perf_counter()
+    for i, p in enumerate(paths):
+        img = nib.as_closest_canonical(nib.load(p))
+        data = np.asanyarray(img.dataobj)[np.newaxis]
+        arr = zarr.create_array(zarr.storage.LocalStore(store), name=f"v{i}", shape=data.shape, dtype=data.dtype,
+                                chunks=(1, 64, 64, 64), compressors=codecs(SPEC), fill_value=0, overwrite=True)
+        arr[...] = data
+    return time.perf_counter() - t
+
+
+def _straightforward_peak_rss(path: Path, store: Path) -> float:
+    """Peak RSS (B) of a fresh process running the straightforward path on `path`, minus its baseline."""
+    code = (
+        "import resource, sys; sys.path.insert(0, 'bench'); import convert as c; from pathlib import Path;"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
+        f"c._straightforward([Path({str(path)!r})], Path({str(store)!r}));"
+        "print(base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    base, peak = map(int, out.stdout.split()[-2:])
+    return (peak - base) * 1024.0
+
+
+def _worker_rss(kind: str) -> int:
+    """VmRSS or VmHWM (peak since the last reset) of this process, in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(kind + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{kind} missing from /proc/self/status")
+
+
+def _reset_peak() -> int:
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    return _worker_rss("VmRSS")
+
+
+def _labzarr(raw: Path, root: Path, workers: int) -> tuple[float, int, int]:
+    """Convert `raw` on a ready LocalCluster: (wall s of execute, largest peak RSS above baseline, that baseline)."""
+    store = root / f"store-{workers}w.zarr"
+    shutil.rmtree(store, ignore_errors=True)
+    spec_path = write_spec(root / f"manifests-{workers}w" / raw.name / "delivery.toml", raw=raw, store=store,
+                           name=raw.name, extra="")
+    text = spec_path.read_text().replace('compressor = "zstd"\nlevel = 5', 'compressor = "blosc-zstd"\nlevel = 5')
+    spec_path.write_text(text)
+    spec = load_spec(spec_path, cwd=Path.cwd())
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      memory_limit=0) as cluster, Client(cluster) as client:
+        client.run(lambda: __import__("labzarr.convert.task"))  # imports are the baseline, not the conversion
+        base = client.run(_reset_peak)
+        t = time.perf_counter()
+        result = execute(spec, client)
+        wall = time.perf_counter() - t
+        peaks = client.run(_worker_rss, "VmHWM")
+    assert result.summary["counts"]["ok"] == len(result.rows), result.rows
+    worst = max(peaks, key=lambda w: peaks[w] - base[w])
+    return wall, peaks[worst] - base[worst], base[worst]
+
+
+def _gunzip(paths: list[Path], module: object) -> float:
+    t = time.perf_counter()
+    for p in paths:
+        d = module.decompressobj(wbits=31)  # type: ignore[attr-defined]
+        with p.open("rb") as f:
+            while block := f.read(1 << 20):
+                while block:
+                    d.decompress(block, 4 << 20)
+                    block = d.unconsumed_tail
+    return time.perf_counter() - t
+
+
+def _encode_one_thread(planes: np.ndarray) -> float:
+    """numcodecs blosc-zstd-5 (1 thread) + crc32c on 64^3 chunks: wall seconds."""
+    import crc32c
+
+    numcodecs.blosc.set_nthreads(1)
+    codec = numcodecs.Blosc(cname="zstd", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    chunks = [np.ascontiguousarray(planes[i:i + 64, j:j + 64, :]) for i in range(0, planes.shape[0], 64)
+              for j in range(0, planes.shape[1], 64)]
+    t = time.perf_counter()
+    for c in chunks:
+        crc32c.crc32c(codec.encode(c))
+    return time.perf_counter() - t
+
+
+def run(workdir: Path) -> list[Result]:
+    small, big = _inputs(workdir)
+    root = workdir / "convert" / "out"
+    root.mkdir(parents=True, exist_ok=True)
+    total = 4 * _nbytes(SMALL) / MB
+    out: list[Result] = []
+    t = _straightforward(small, root / "straight.zarr")
+    out.append(Result("straightforward: nibabel load + zarr write, 1 process", total / t, "MB/s", baseline=True))
+    for workers in (1, 2):
+        wall, _, _ = _labzarr(small[0].parent, root, workers)
+        out.append(Result(f"labzarr, {workers} worker{'s' if workers > 1 else ''} (incl. sha256 + manifest)",
+                          total / wall, "MB/s"))
+    out.append(Result("gunzip only, python zlib", total / _gunzip(small, zlib), "MB/s"))
+    out.append(Result("gunzip only, ISA-L (isal_zlib)", total / _gunzip(small, isal_zlib), "MB/s"))
+    planes = _ct_planes(SMALL, 0, 0, 64)
+    out.append(Result("encode only, blosc-zstd-5 + crc32c, 1 thread", planes.nbytes / MB / _encode_one_thread(planes),
+                      "MB/s"))
+    big_mb = _nbytes(BIG) / MB
+    wall, peak, base = _labzarr(big.parent, root, 2)
+    out.append(Result("2.1 GB volume: labzarr, 2 workers", big_mb / wall, "MB/s"))
+    out.append(Result("2.1 GB volume: labzarr peak RSS above baseline", peak / MB, "MB", higher_is_better=False,
+                      note=f"largest process; its baseline {base / MB:.0f} MB; target <= 256"))
+    sf_peak = _straightforward_peak_rss(big, root / "straight-big.zarr")
+    out.append(Result("2.1 GB volume: straightforward peak RSS above baseline", sf_peak / MB, "MB",
+                      higher_is_better=False))
+    shutil.rmtree(root, ignore_errors=True)
+    return out
