@@ -10,31 +10,43 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 # libturbojpeg0: PyTurboJPEG's libjpeg-turbo (Debian 12 ships 2.1, hence pyturbojpeg<2 in pyproject.toml).
 APT_PACKAGES ?= libturbojpeg0
+# chromium: the report test loads the QC page in headless Chromium. Only `make test`/`make stress` install it.
+APT_TEST_PACKAGES ?= chromium
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP  := $(VENV)/.stamp-install
 DELIVERY ?=
 SPECS  := $(if $(DELIVERY),manifests/$(DELIVERY)/delivery.toml,$(wildcard manifests/*/delivery.toml))
 PYTEST_ARGS ?=
 
-.PHONY: help install demo test stress convert verify inspect bench clean
+.PHONY: help install test-deps demo test stress convert report diff verify inspect bench clean
 
 help:
 	@echo "make demo     install everything, build a messy sample delivery, convert it, print the summary"
 	@echo "make test     install everything, run the test suite"
 	@echo "make convert  convert every manifests/*/delivery.toml (or DELIVERY=name)"
 	@echo "make inspect  describe every converted store (or DELIVERY=name)"
+	@echo "make report   write the QC page data/reports/<delivery>/index.html (or DELIVERY=name)"
+	@echo "make diff     what changed in manifests/<delivery>/manifest.csv since its last commit (or DELIVERY=name)"
 	@echo "make stress   the long trials (tests marked slow)"
 	@echo "make bench    run the benchmarks (one table per section, ratios vs baselines)"
 	@echo "make clean    remove data/, the venv and caches"
 
-install: $(STAMP)
-
-$(STAMP): pyproject.toml Makefile
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# $(call apt_install,PACKAGES): install the Debian packages that are missing (dpkg -s is the check).
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+endef
+
+install: $(STAMP)
+
+test-deps:
+	$(call apt_install,$(APT_TEST_PACKAGES))
+
+$(STAMP): pyproject.toml Makefile
+	$(call apt_install,$(APT_PACKAGES))
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
@@ -46,17 +58,25 @@ demo: $(STAMP)
 	$(BIN)/labzarr convert manifests/demo/delivery.toml
 	$(BIN)/labzarr inspect data/stores/demo.zarr
 
-test: $(STAMP)
+test: $(STAMP) test-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 convert: $(STAMP)
 	@for spec in $(SPECS); do echo "== $$spec"; $(BIN)/labzarr convert $$spec || exit $$?; done
 
+report: $(STAMP)
+	@for spec in $(SPECS); do echo "== $$spec"; $(BIN)/labzarr report $$spec || exit $$?; done
+
+# The working manifest against the committed one: review before `git commit manifests/`.
+diff: $(STAMP)
+	@for spec in $(SPECS); do m=$$(dirname $$spec)/manifest.csv; \
+		$(BIN)/labzarr diff git:HEAD:$$m $$m || exit $$?; done
+
 inspect: $(STAMP)
 	@for spec in $(SPECS); do d=$$(basename $$(dirname $$spec)); \
 		echo "== $$d"; $(BIN)/labzarr inspect data/stores/$$d.zarr || exit $$?; done
 
-stress: $(STAMP)
+stress: $(STAMP) test-deps
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -5,6 +5,7 @@ from .errors import UsageError
 from .ids import normalize_id
 from .manifest import Row, read_manifest
 from .plan import Plan, Task, plan
+from .progress import Progress, ProgressEvent
 from .run import RunResult, convert_delivery, dry_run, execute
 from .spec import Spec, load_spec
 
@@ -12,6 +13,8 @@ __all__ = [
     "Candidate",
     "FileEntry",
     "Plan",
+    "Progress",
+    "ProgressEvent",
     "Row",
     "RunResult",
     "Spec",

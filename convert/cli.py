@@ -1,53 +1,146 @@
-"""The `labzarr` command: argument parsing, output, progress and log configuration live here only."""
+"""The `labzarr` command: argument parsing, output, progress and log configuration live here only.
+
+Every mistake a user can fix (bad spec, missing folder, bad option) ends as one
+line saying what and where, a hint line saying what to do, and exit code 2.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 from .errors import UsageError
 
 __all__ = ["build_parser", "main"]
 
 _EPILOG = """examples:
-  labzarr convert manifests/lab-2026-11/delivery.toml --workers 2
-  labzarr inspect data/stores/lab-2026-11.zarr
-  labzarr demo data/raw/demo
+  labzarr demo data/raw/demo                          # write the messy sample delivery
+  labzarr convert manifests/demo/delivery.toml        # -> data/stores/demo.zarr + manifests/demo/manifest.csv
+  labzarr report manifests/demo/delivery.toml         # -> data/reports/demo/index.html
+  labzarr diff git:HEAD:manifests/demo/manifest.csv manifests/demo/manifest.csv
+  labzarr inspect data/stores/demo.zarr
+
+Run `labzarr COMMAND --help` for each command's options and a worked example.
 """
+
+_CONVERT_EPILOG = """worked example:
+  $ labzarr convert manifests/demo/delivery.toml --workers 2
+  probing: 100%|██████████| 20/20 [00:00<00:00, 41.5file/s, 751kB/751kB, 1.6MB/s]
+  converting: 100%|██████████| 16/16 [00:00<00:00, 61.1item/s, 746kB/746kB, 2.9MB/s]
+  demo: 21 items from 21 files
+
+    status        items
+    ok               10
+    rejected          9
+    ignored           2
+
+    reason                          items
+    corrupt_data                        1
+    ...
+    truncated                           2
+
+    time 4.7 s (start 4.4 s, discover 0.0 s, probe 0.0 s, convert 0.2 s)
+    read 0.8 MB in 4.7 s (0.16 MB/s overall), decoded 0.7 MB in 0.2 s (3.34 MB/s)
+
+  manifest: manifests/demo/manifest.csv
+  store:    data/stores/demo.zarr
+
+Writes the store named in the spec, and manifest.csv + summary.json beside the spec.
+Progress goes to stderr: a bar on a terminal; when stderr is not a terminal (a CI log)
+a line like `labzarr: converting 8/16 items (50%), 583kB/746kB, 2.6MB/s, ETA 00:01`
+every --progress-every seconds; nothing with --quiet.
+"""
+
+_REPORT_EPILOG = """worked example:
+  $ labzarr report manifests/demo/delivery.toml
+  report: data/reports/demo/index.html (10 ok items, 10 thumbnails, 9 rejected)
+
+Open index.html in a browser (it needs no server and no network): counts per status and
+reason, label value charts, a contact sheet (three mid-slices per volume, read from the
+store), rejected items with reason and detail, ignored files, unmatched workbook IDs.
+Run it after `labzarr convert`; it refuses a store or manifest from another run.
+"""
+
+_DIFF_EPILOG = """worked example (after case_001 was re-delivered cut in half):
+  $ labzarr diff git:HEAD:manifests/demo/manifest.csv manifests/demo/manifest.csv
+  manifest diff: git:HEAD:manifests/demo/manifest.csv -> manifests/demo/manifest.csv
+  items 21 -> 21: ok 10 -> 9, rejected 9 -> 10, ignored 2 -> 2
+
+  status or reason changed (1)
+    ~ case_001/anatomical.nii [case1]: ok -> rejected truncated; content changed
+        34,001 B of content, header implies 68,002 B (vox_offset 352 + 33x41x25 x 2 B)
+
+OLD and NEW are manifest.csv paths or git:REV:PATH (PATH as `git show` takes it: from
+the repository root). Items are matched by source path; sections: added, removed,
+status or reason changed, label changed, content changed.
+`make diff DELIVERY=name` compares the working manifest with the committed one.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line and a hint (argparse prints the whole usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n  hint: see `{self.prog} --help` for the options and an example\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand's `run` is set as a default."""
-    p = argparse.ArgumentParser(prog="labzarr", description="Convert messy imaging deliveries into validated zarr v3 stores.",
-                                epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    p = _Parser(prog="labzarr", description="Convert messy imaging deliveries into validated zarr v3 stores.",
+                epilog=_EPILOG, formatter_class=raw)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    c = sub.add_parser("convert", help="convert one delivery (spec -> store + manifest)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="example:\n  labzarr convert manifests/demo/delivery.toml --workers 2\n\n"
-                              "Writes the store named in the spec, and manifest.csv + summary.json beside the spec.")
+    c = sub.add_parser("convert", help="convert one delivery (spec -> store + manifest)", formatter_class=raw,
+                       description="Convert one delivery into its zarr store, manifest.csv and summary.json.",
+                       epilog=_CONVERT_EPILOG)
     c.add_argument("spec", type=Path, help="the delivery's delivery.toml")
     c.add_argument("--workers", type=int, default=None, help="worker processes (default: ~0.75 x physical cores)")
     c.add_argument("--scheduler", default=None, metavar="ADDR",
                    help="run on an existing dask.distributed scheduler, e.g. tcp://127.0.0.1:8786")
-    c.add_argument("--quiet", action="store_true", help="no progress, only errors")
+    c.add_argument("--quiet", action="store_true", help="no progress and no summary, only errors")
+    c.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+                   help="when stderr is not a terminal: seconds between progress lines (default 10)")
     c.add_argument("--dry-run", action="store_true", help="print the plan (discovery + probes) and stop")
     c.set_defaults(run=_convert)
 
-    i = sub.add_parser("inspect", help="summarise a converted store",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="example:\n  labzarr inspect data/stores/demo.zarr")
+    r = sub.add_parser("report", help="write the QC page of a converted delivery", formatter_class=raw,
+                       description="Write a static QC page (index.html + PNGs) for a converted delivery.",
+                       epilog=_REPORT_EPILOG)
+    r.add_argument("spec", type=Path, help="the delivery's delivery.toml (converted already)")
+    r.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="folder to (re)write (default: data/reports/<delivery>)")
+    r.add_argument("--max-thumbs", type=int, default=200, metavar="N",
+                   help="contact sheet size; larger deliveries show N items evenly spread (default 200)")
+    r.set_defaults(run=_report)
+
+    f = sub.add_parser("diff", help="compare two manifests (paths or git:REV:PATH)", formatter_class=raw,
+                       description="Print what changed between two manifests: items added, removed, changed "
+                                   "status or reason, changed labels, changed content.",
+                       epilog=_DIFF_EPILOG)
+    f.add_argument("old", help="the earlier manifest.csv, or git:REV:PATH")
+    f.add_argument("new", help="the later manifest.csv, or git:REV:PATH")
+    f.add_argument("--limit", type=int, default=50, metavar="N", help="lines per section, 0 for all (default 50)")
+    f.add_argument("--exit-code", action="store_true", help="exit 1 when the manifests differ (like git diff)")
+    f.set_defaults(run=_diff)
+
+    i = sub.add_parser("inspect", help="summarise a converted store", formatter_class=raw,
+                       description="List a store's ok items with shapes, bytes on disk and compression ratios.",
+                       epilog="worked example:\n  $ labzarr inspect data/stores/demo.zarr\n"
+                              "  store:     data/stores/demo.zarr\n  delivery:  demo\n  items:     10 ok\n"
+                              "  item_id          array                        shape              dtype    ...")
     i.add_argument("store", type=Path, help="a store folder or .zip")
     i.set_defaults(run=_inspect)
 
-    d = sub.add_parser("demo", help="write the messy sample delivery used by `make demo`",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="example:\n  labzarr demo data/raw/demo")
+    d = sub.add_parser("demo", help="write the messy sample delivery used by `make demo`", formatter_class=raw,
+                       description="Write a messy sample delivery (good volumes, corruptions, notes) to a folder.",
+                       epilog="worked example:\n  $ labzarr demo data/raw/demo\n"
+                              "  wrote sample delivery to data/raw/demo (21 files)\n"
+                              "  $ labzarr convert manifests/demo/delivery.toml")
     d.add_argument("raw", type=Path, help="folder to (re)create")
     d.set_defaults(run=_demo)
     return p
@@ -67,53 +160,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _convert(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+def _shown(path: Path) -> Path:
+    """`path` relative to the working directory when it lies below it: what the user typed, not /abs/olute."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
 
+
+def _positive(name: str, value: float | int, hint: str) -> None:
+    if value <= 0:
+        raise UsageError(f"{name} {value}: must be greater than 0", hint)
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from .console import progress_display, summary_table
     from .run import convert_delivery, dry_run
 
     if args.dry_run:
         print(dry_run(args.spec, cwd=Path.cwd()).describe())
         return 0
-    bar = None
-
-    def progress(done: int, total: int, row: object) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = tqdm(total=total, unit="item", desc="converting", file=sys.stderr)
-        bar.update(1)
-
-    try:
-        result = convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler,
-                                  progress=None if args.quiet else progress)
-    finally:
-        if bar is not None:
-            bar.close()
+    _positive("--progress-every", args.progress_every, "drop the option to print a line every 10 s")
+    with progress_display(sys.stderr, quiet=args.quiet, interval=args.progress_every) as progress:
+        result = convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler, progress=progress)
     if not args.quiet:
-        s = result.summary
-        c = s["counts"]
-        print(f"{s['delivery']}: {c['ok']} ok, {c['rejected']} rejected, {c['ignored']} ignored "
-              f"({c['files']} files) in {s['timings']['total_s']:.1f} s")
-        for reason, n in s["reasons"].items():
-            print(f"  {reason:<30} {n}")
-        if s["label_workbook"]:
-            _print_labels(s)
-        print(f"manifest: {result.manifest}\nstore:    {result.spec.delivery.store}")
+        print(summary_table(result.summary))
+        print(f"\nmanifest: {_shown(result.manifest)}\nstore:    {_shown(result.spec.delivery.store)}")
     return 0
 
 
-def _print_labels(s: dict[str, Any]) -> None:
-    book = s["label_workbook"]
-    print(f"labels from {book['path']} sheet {book['sheet_index']} {book['sheet']!r} (header row {book['header_row']}):")
-    for name, counts in s["labels"].items():
-        values = ", ".join(f"{v} {n}" for v, n in counts.items()) or "none"
-        print(f"  {name:<30} {values}")
-    if s["unmatched_workbook_ids"]:
-        ids = ", ".join(f"{u['id'].strip()!r} ({u['cell']})" for u in s["unmatched_workbook_ids"][:5])
-        more = len(s["unmatched_workbook_ids"]) - 5
-        print(f"  workbook IDs matching no item: {ids}" + (f" and {more} more" if more > 0 else ""))
-    if s["unlabelled_items"]:
-        print(f"  items without a label: {len(s['unlabelled_items'])} (see manifest.csv)")
+def _report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    _positive("--max-thumbs", args.max_thumbs, "drop the option to show up to 200 items")
+    result = write_report(args.spec, cwd=Path.cwd(), out=args.out, max_thumbs=args.max_thumbs)
+    failed = f", {result.failed} thumbnails unreadable (run `labzarr verify`)" if result.failed else ""
+    print(f"report: {_shown(result.index)} ({result.ok} ok items, {result.thumbnails} thumbnails, "
+          f"{result.rejected} rejected{failed})")
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from .diff import diff_manifests, load_manifest_rows
+
+    if args.limit < 0:
+        raise UsageError(f"--limit {args.limit}: must be 0 (all) or more", "drop the option to show 50 lines per section")
+    cwd = Path.cwd()
+    result = diff_manifests(load_manifest_rows(args.old, cwd=cwd), load_manifest_rows(args.new, cwd=cwd),
+                            old_name=args.old, new_name=args.new)
+    print(result.describe(limit=args.limit))
+    return 1 if args.exit_code and not result.empty else 0
 
 
 def _inspect(args: argparse.Namespace) -> int:

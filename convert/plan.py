@@ -40,6 +40,7 @@ class Task:
     kind: str
     sha256: str
     array: str
+    size: int = 0  # bytes of the source file(s): progress and throughput, never a decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     return Plan(
         tasks=tuple(
             Task(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path), kind=p.kind or "",
-                 sha256=p.sha256, array=f"{VOLUMES}/{name}")
+                 sha256=p.sha256, array=f"{VOLUMES}/{name}", size=p.size)
             for (c, p), name in zip(tasks, names)
         ),
         rows=tuple(rows),

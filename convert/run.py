@@ -10,7 +10,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -28,17 +28,15 @@ from .labels import join_labels, load_labels, workbook_rel
 from .manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
 from .plan import VOLUMES, Plan, Task, plan
 from .probe import Probe, probe_files
+from .progress import Progress, ProgressEvent
 from .spec import Spec, load_spec
 from .store import array_paths, open_root, remove_array, set_array_labels, write_index
 from .task import TaskSettings, convert_item
 
-__all__ = ["Progress", "RunResult", "convert_delivery", "default_workers", "dry_run", "execute"]
+__all__ = ["Progress", "ProgressEvent", "RunResult", "convert_delivery", "default_workers", "dry_run", "execute"]
 
 log = logging.getLogger(__name__)
 _PROBE_BATCH = 64
-
-Progress = Callable[[int, int, Row], None]
-"""Called as each item finishes: (done, total, row). The CLI turns it into a progress bar."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +86,7 @@ def convert_delivery(
     cwd:
         Base for relative paths in the spec (default: the current directory).
     progress:
-        Called once per finished item with ``(done, total, row)``.
+        Called with a ``ProgressEvent`` after each probed batch of files and each finished item.
 
     Raises
     ------
@@ -110,14 +108,20 @@ def _client(workers: int, scheduler: str | None) -> Iterator[Client]:
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")
+        except ValueError as exc:  # distributed's address parser: unknown scheme, missing port
+            raise UsageError(f"--scheduler {scheduler}: not a scheduler address ({exc})",
+                             "write it as tcp://HOST:PORT, e.g. --scheduler tcp://127.0.0.1:8786") from exc
         except (OSError, TimeoutError) as exc:
             raise UsageError(f"--scheduler {scheduler}: cannot connect ({exc})",
                              "start one with `dask scheduler` and `dask worker`, or drop --scheduler") from exc
         with client:
             yield client
         return
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",  # None still binds 8787; concurrent runs would clash
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    # The scheduler serves HTTP even without a dashboard, on 8787 unless told otherwise; a second run on the
+    # same machine would then warn "Port 8787 is already in use". Port 0: any free port, no dashboard, no noise.
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
         yield client
 
 
@@ -127,12 +131,13 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
 
     `labels` is the spec's workbook as `load_labels` read it; it is read here when not given.
     """
-    t0 = started if started is not None else time.perf_counter()
+    t_start = time.perf_counter()
+    t0 = started if started is not None else t_start  # spec parsing and cluster start-up count as `start_s`
     if spec.labels is not None and labels is None:
         labels = load_labels(spec)
     candidates = discover(walk(spec.delivery.raw), spec.items)
     t_discover = time.perf_counter()
-    probes = _probe(client, candidates)
+    probes = _probe(client, candidates, progress)
     the_plan = plan(spec, candidates, probes)
     t_probe = time.perf_counter()
     store = spec.delivery.store
@@ -156,8 +161,8 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
         "tool_version": tool_version(),
     })
     t_end = time.perf_counter()
-    summary = _summary(spec, rows, manifest_sha, {
-        "discover_s": t_discover - t0, "probe_s": t_probe - t_discover, "convert_s": t_convert - t_probe,
+    summary = _summary(spec, rows, manifest_sha, candidates, the_plan, {
+        "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover, "convert_s": t_convert - t_probe,
         "total_s": t_end - t0,
     }) | label_summary
     manifest_path = spec.manifest_dir / "manifest.csv"
@@ -180,11 +185,22 @@ def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
     return [(c.rel, str(c.entry.path)) for c in candidates if not c.excluded_by and not c.entry.outside]
 
 
-def _probe(client: Client, candidates: Sequence[Candidate]) -> dict[str, Probe]:
+def _probe(client: Client, candidates: Sequence[Candidate], progress: Progress | None) -> dict[str, Probe]:
     todo = _to_probe(candidates)
     batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
     futures = client.map(probe_files, batches, pure=False)
-    return {p.rel: p for batch in client.gather(futures) for p in batch}
+    out: dict[str, Probe] = {}
+    bytes_total = sum(c.entry.size for c in candidates if not c.excluded_by and not c.entry.outside)
+    bytes_done = 0
+    if progress:
+        progress(ProgressEvent("probe", 0, len(todo), 0, bytes_total))
+    for future in as_completed(futures):
+        for p in future.result():
+            out[p.rel] = p
+            bytes_done += p.size
+        if progress:
+            progress(ProgressEvent("probe", len(out), len(todo), bytes_done, bytes_total))
+    return out
 
 
 def _convert(client: Client, the_plan: Plan, spec: Spec, progress: Progress | None) -> list[Row]:
@@ -196,6 +212,10 @@ def _convert(client: Client, the_plan: Plan, spec: Spec, progress: Progress | No
     futures = client.map(convert_item, tasks, settings=settings, pure=False)
     by_key = {f.key: t for f, t in zip(futures, tasks)}
     rows: list[Row] = []
+    bytes_total = sum(t.size for t in tasks)
+    bytes_done = 0
+    if progress:
+        progress(ProgressEvent("convert", 0, len(tasks), 0, bytes_total))
     for future in as_completed(futures):
         task = by_key[future.key]
         if future.status == "error":
@@ -204,8 +224,9 @@ def _convert(client: Client, the_plan: Plan, spec: Spec, progress: Progress | No
             row = future.result()
         future.release()
         rows.append(row)
+        bytes_done += task.size
         if progress:
-            progress(len(rows), len(tasks), row)
+            progress(ProgressEvent("convert", len(rows), len(tasks), bytes_done, bytes_total, row))
     return rows
 
 
@@ -244,7 +265,8 @@ def _write_array_labels(client: Client, store: Path, rows: Sequence[Row]) -> Non
     client.gather(client.map(set_array_labels, [str(store)] * len(batches), batches, pure=False))
 
 
-def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, timings: dict[str, float]) -> dict[str, Any]:
+def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Sequence[Candidate], the_plan: Plan,
+             timings: dict[str, float]) -> dict[str, Any]:
     status = Counter(r.status for r in rows)
     reasons = Counter(r.reason.value for r in rows if r.reason)
     return {
@@ -252,6 +274,8 @@ def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, timings: dict[s
         "counts": {"items": len(rows), "files": sum(r.n_files for r in rows),
                    **{s: status.get(s, 0) for s in ("ok", "rejected", "ignored")}},
         "reasons": dict(sorted(reasons.items())),
+        # `files`: every file under raw; `converted`: the sources decoded by this run (throughput = converted / convert_s).
+        "bytes": {"files": sum(c.entry.size for c in candidates), "converted": sum(t.size for t in the_plan.tasks)},
         "labels": {},
         "unmatched_workbook_ids": [],
         "unlabelled_items": [],

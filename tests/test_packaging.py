@@ -27,5 +27,6 @@ def test_wheel_holds_every_module(tmp_path: Path) -> None:
                             ("loaders", "labzarr/loaders")]:
         for src in (ROOT / folder).glob("*.py"):
             assert f"{package}/{src.name}" in names, f"{src} missing from the wheel"
+    assert "labzarr/convert/templates/report.html.j2" in names  # package data: `labzarr report` needs it
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "labzarr = labzarr.convert.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()

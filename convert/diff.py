@@ -1,0 +1,183 @@
+"""`labzarr diff`: what changed between two manifests, short enough for a commit message.
+
+Rows are matched by `source` (the file or series folder relative to raw): an
+item's ID, status, labels and content hash can all change between deliveries,
+its path is what a person recognises. Each changed item is listed once, in the
+first section that applies (status or reason, then label, then content), with
+its other changes named on the same line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import subprocess
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import UsageError
+
+__all__ = ["Change", "ManifestDiff", "diff_manifests", "load_manifest_rows"]
+
+_REQUIRED = ("item_id", "status", "reason", "detail", "source", "sha256")
+_STATUSES = ("ok", "rejected", "ignored")
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One item's change: `old`/`new` are display strings; `also` names its other changes."""
+
+    source: str
+    item_id: str
+    old: str
+    new: str
+    also: tuple[str, ...] = ()
+    detail: str = ""  # the new row's detail, for a newly rejected item
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestDiff:
+    """The differences between two manifests, each section sorted by source."""
+
+    old_name: str
+    new_name: str
+    old_counts: Mapping[str, int]
+    new_counts: Mapping[str, int]
+    added: tuple[Change, ...]
+    removed: tuple[Change, ...]
+    status: tuple[Change, ...]
+    labels: tuple[Change, ...]
+    content: tuple[Change, ...]
+
+    @property
+    def empty(self) -> bool:
+        """True when no item was added, removed or changed."""
+        return not (self.added or self.removed or self.status or self.labels or self.content)
+
+    def describe(self, *, limit: int = 50) -> str:
+        """The readable report; each section shows at most `limit` items (0: all)."""
+        o, n = self.old_counts, self.new_counts
+        lines = [f"manifest diff: {self.old_name} -> {self.new_name}",
+                 f"items {sum(o.values()):,} -> {sum(n.values()):,}: "
+                 + ", ".join(f"{s} {o.get(s, 0):,} -> {n.get(s, 0):,}" for s in _STATUSES)]
+        if self.empty:
+            return "\n".join([*lines, "", "no differences"])
+        sections = [("added", "+", self.added), ("removed", "-", self.removed),
+                    ("status or reason changed", "~", self.status), ("label changed", "~", self.labels),
+                    ("content changed", "~", self.content)]
+        for title, mark, changes in sections:
+            if not changes:
+                continue
+            lines += ["", f"{title} ({len(changes):,})"]
+            shown = changes if limit == 0 else changes[:limit]
+            for ch in shown:
+                what = ch.new if mark == "+" else ch.old if mark == "-" else f"{ch.old} -> {ch.new}"
+                also = f"; {', '.join(ch.also)}" if ch.also else ""
+                lines.append(f"  {mark} {ch.source} [{ch.item_id or '-'}]: {what}{also}")
+                if ch.detail:
+                    lines.append(f"      {ch.detail}")
+            if len(shown) < len(changes):
+                lines.append(f"  ... and {len(changes) - len(shown):,} more (--limit 0 shows all)")
+        return "\n".join(lines)
+
+
+def _state(row: Mapping[str, str]) -> str:
+    return f"{row['status']} {row['reason']}".strip()
+
+
+def _labels(row: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in row.items() if k.startswith("label.") and v}
+
+
+def _label_changes(old: Mapping[str, str], new: Mapping[str, str]) -> tuple[str, str]:
+    a, b = _labels(old), _labels(new)
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    return (", ".join(f"{k}={a.get(k, '')!r}" for k in keys), ", ".join(f"{k}={b.get(k, '')!r}" for k in keys))
+
+
+def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, str]], *,
+                   old_name: str = "old", new_name: str = "new") -> ManifestDiff:
+    """Compare two manifests given as rows of cells (as `read_manifest` returns them); no I/O."""
+    a = {r["source"]: r for r in old}
+    b = {r["source"]: r for r in new}
+    status, labels, content = [], [], []
+    for src in sorted(a.keys() & b.keys()):
+        r0, r1 = a[src], b[src]
+        changed_labels = _label_changes(r0, r1)
+        notes = {
+            "content changed": r0["sha256"] != r1["sha256"],
+            f"labels {changed_labels[0] or '-'} -> {changed_labels[1] or '-'}": bool(changed_labels[0] or changed_labels[1]),
+            f"id {r0['item_id'] or '-'} -> {r1['item_id'] or '-'}": r0["item_id"] != r1["item_id"],
+        }
+        item_id = r1["item_id"] or r0["item_id"]
+        if _state(r0) != _state(r1):
+            detail = r1["detail"] if r1["status"] == "rejected" else ""
+            status.append(Change(src, item_id, _state(r0), _state(r1), tuple(k for k, v in notes.items() if v), detail))
+        elif changed_labels[0] or changed_labels[1]:
+            also = tuple(k for k, v in notes.items() if v and not k.startswith("labels"))
+            labels.append(Change(src, item_id, changed_labels[0] or "-", changed_labels[1] or "-", also))
+        elif r0["sha256"] != r1["sha256"]:
+            also = tuple(k for k, v in notes.items() if v and k.startswith("id"))
+            content.append(Change(src, item_id, f"sha256 {r0['sha256'][:12] or '-'}", f"{r1['sha256'][:12] or '-'}", also))
+    return ManifestDiff(
+        old_name=old_name, new_name=new_name,
+        old_counts=dict(Counter(r["status"] for r in old)), new_counts=dict(Counter(r["status"] for r in new)),
+        added=tuple(Change(s, b[s]["item_id"], "", _state(b[s])) for s in sorted(b.keys() - a.keys())),
+        removed=tuple(Change(s, a[s]["item_id"], _state(a[s]), "") for s in sorted(a.keys() - b.keys())),
+        status=tuple(status), labels=tuple(labels), content=tuple(content),
+    )
+
+
+def load_manifest_rows(ref: str, *, cwd: Path) -> list[dict[str, str]]:
+    """Read a manifest from a path (relative to `cwd`) or from git as `git:REV:PATH`; raises UsageError."""
+    if ref.startswith("git:"):
+        rev, sep, path = ref[4:].partition(":")
+        if not sep or not rev or not path:
+            raise UsageError(f"{ref}: expected git:REV:PATH", "e.g. git:HEAD:manifests/demo/manifest.csv")
+        text = _git_show(rev, path, cwd=cwd, ref=ref)
+    else:
+        p = Path(ref) if Path(ref).is_absolute() else cwd / ref
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise UsageError(f"{ref}: no such manifest", "run `labzarr convert SPEC` first, or fix the path") from exc
+        except IsADirectoryError as exc:
+            raise UsageError(f"{ref}: is a folder", f"pass {Path(ref) / 'manifest.csv'}") from exc
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{ref}: not a text file ({exc.reason})", "pass a manifest.csv written by labzarr") from exc
+    return _parse(text, ref)
+
+
+def _git_show(rev: str, path: str, *, cwd: Path, ref: str) -> str:
+    try:
+        out = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=cwd, capture_output=True, timeout=60)
+    except FileNotFoundError as exc:
+        raise UsageError(f"{ref}: git is not installed", "install git, or pass two manifest paths") from exc
+    if out.returncode != 0:
+        why = (out.stderr.decode("utf-8", "replace").strip().splitlines() or ["git show failed"])[0]
+        raise UsageError(f"{ref}: {why.removeprefix('fatal: ')}",
+                         "commit the manifest first (a new delivery has no committed one), or pass a path; "
+                         "PATH is from the repository root")
+    try:
+        return out.stdout.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{ref}: not a text file ({exc.reason})", "pass a manifest.csv written by labzarr") from exc
+
+
+def _parse(text: str, ref: str) -> list[dict[str, str]]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    missing = [c for c in _REQUIRED if c not in (reader.fieldnames or ())]
+    if missing:
+        raise UsageError(f"{ref}: not a labzarr manifest (no column {missing[0]!r})",
+                         "pass the manifest.csv that `labzarr convert` wrote beside the spec")
+    rows = [dict(r) for r in reader]
+    # Several series in one DICOM folder share their folder as source: number them in manifest order.
+    total = Counter(r["source"] for r in rows)
+    seen: Counter[str] = Counter()
+    for r in rows:
+        if total[r["source"]] > 1:
+            seen[r["source"]] += 1
+            r["source"] = f"{r['source']} #{seen[r['source']]}"
+    return rows

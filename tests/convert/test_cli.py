@@ -1,0 +1,190 @@
+"""What a person sees from `labzarr`: progress on a terminal, lines in a log, one-line errors with a hint, examples."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import io
+import os
+import pty
+import re
+import select
+import socket
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from labzarr.convert.cli import build_parser, main
+from labzarr.convert.console import LineProgress
+from labzarr.convert.demo import write_spec
+from labzarr.convert.progress import ProgressEvent
+
+from ..conftest import make_delivery
+
+_ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+
+def _convert_argv(spec: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "labzarr", "convert", str(spec), "--workers", "1", *extra]
+
+
+def _run_on_pty(argv: list[str], timeout: float = 240) -> tuple[int, str]:
+    """Run `argv` with stdin, stdout and stderr on a fresh pseudo-terminal; return its exit code and output."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # 40 rows, 120 columns
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=_ENV, close_fds=True)
+    os.close(slave)
+    out = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: every process holding the terminal has exited
+                    break
+                if not data:
+                    break
+                out += data
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    return proc.wait(timeout=30), out.decode("utf-8", "replace")
+
+
+def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    d = make_delivery(tmp_path)
+    code, out = _run_on_pty(_convert_argv(d.spec))
+    assert code == 0, out
+    assert "\r" in out  # a bar redrawn in place, not lines
+    assert "probing: 100%" in out and "converting: 100%" in out and "16/16" in out and "item/s" in out
+    assert "labzarr: converting" not in out  # no plain log lines on a terminal
+    assert "status" in out and "truncated" in out and "MB/s" in out and "manifest:" in out
+
+
+def test_progress_lines_without_a_terminal(tmp_path: Path) -> None:
+    d = make_delivery(tmp_path)
+    out = subprocess.run(_convert_argv(d.spec), capture_output=True, text=True, env=_ENV, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert "\r" not in out.stderr and "\x1b" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert lines and all(line.startswith("labzarr: ") for line in lines), lines
+    assert any(line.startswith("labzarr: probing 20/20 files (100%)") for line in lines), lines
+    assert any(line.startswith("labzarr: converting 16/16 items (100%)") and "done in" in line for line in lines), lines
+    table = out.stdout.splitlines()
+    assert table[0] == "demo: 21 items from 21 files"
+    cells = [line.split() for line in table]
+    assert ["ok", "10"] in cells and ["rejected", "9"] in cells and ["truncated", "2"] in cells
+    assert any(line.startswith("  time ") for line in table)
+    assert any(line.startswith("  read ") and line.endswith(" MB/s)") for line in table)
+
+
+def test_quiet_prints_nothing(tmp_path: Path) -> None:
+    d = make_delivery(tmp_path)
+    with socket.socket() as busy:
+        # dask's default HTTP port taken (another run on this machine) must not make a --quiet run talk
+        with contextlib.suppress(OSError):  # already taken by someone else: the same situation
+            busy.bind(("127.0.0.1", 8787))
+            busy.listen()
+        out = subprocess.run(_convert_argv(d.spec, "--quiet"), capture_output=True, text=True, env=_ENV, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert (out.stdout, out.stderr) == ("", "")
+    assert (d.spec.parent / "manifest.csv").is_file()
+
+
+def test_line_progress_is_periodic() -> None:
+    now = [0.0]
+    stream = io.StringIO()
+    show = LineProgress(stream, interval=10.0, clock=lambda: now[0])
+    mb = 1_000_000
+    for i in range(0, 101):
+        now[0] = i * 0.5  # an item every 0.5 s: 50 s in all
+        show(ProgressEvent("convert", i, 100, i * mb, 100 * mb))
+    lines = stream.getvalue().splitlines()
+    # the phase's start, one line per 10 s, and its end
+    assert [line.split(" items")[0] for line in lines] == [f"labzarr: converting {n}/100" for n in (0, 20, 40, 60, 80, 100)]
+    assert lines[2] == "labzarr: converting 40/100 items (40%), 40.0MB/100MB, 2.00MB/s, ETA 00:30"
+    assert lines[-1].endswith("done in 00:50")
+
+
+def _spec(tmp_path: Path, name: str, body: str) -> Path:
+    p = tmp_path / "manifests" / name / "delivery.toml"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(body)
+    return p
+
+
+def _usage_cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    d = make_delivery(tmp_path)
+    raw = tmp_path / "raw" / "demo"
+    spec = str(d.spec)
+    return {
+        "no-command": ([], r"^labzarr: error: the following arguments are required: COMMAND$"),
+        "unknown-command": (["frobnicate"], r"^labzarr: error: argument COMMAND: invalid choice: 'frobnicate'"),
+        "workers-not-a-number": (["convert", spec, "--workers", "two"], r"^labzarr convert: error: argument --workers: invalid int value"),
+        "spec-missing": (["convert", "nope/delivery.toml"], r"^labzarr: error: nope/delivery.toml: spec file not found$"),
+        "spec-is-a-folder": (["convert", str(d.spec.parent)], r"is a folder, not a spec file$"),
+        "spec-not-toml": (["convert", str(_spec(tmp_path, "a", "[delivery\n"))], r"delivery.toml: not valid TOML"),
+        "spec-bad-value": (["convert", str(_spec(tmp_path, "b", d.spec.read_text().replace("level = 5", "level = 40")))],
+                           r"delivery.toml: \[store\] level = 40: zstd levels are 1..22$"),
+        "raw-missing": (["convert", str(_spec(tmp_path, "c", f'[delivery]\nname = "x"\nraw = "{tmp_path}/gone"\nstore = "s.zarr"\n'))],
+                        r"\[delivery\] raw = '.*/gone': folder not found$"),
+        "workbook-missing": (["convert", str(write_spec(tmp_path / "m2" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr",
+                                                        extra='\n[labels]\nworkbook = "labels.xlsx"\n'))],
+                             r"\[labels\] workbook = '.*labels.xlsx': file not found$"),
+        "scheduler-scheme": (["convert", spec, "--scheduler", "foo://x"], r"--scheduler foo://x: not a scheduler address"),
+        "scheduler-no-port": (["convert", spec, "--scheduler", "localhost"], r"--scheduler localhost: not a scheduler address"),
+        "workers-zero": (["convert", spec, "--workers", "0"], r"--workers 0: must be at least 1$"),
+        "progress-every-zero": (["convert", spec, "--progress-every", "0"], r"--progress-every 0.0: must be greater than 0$"),
+        "report-before-convert": (["report", spec], r"summary.json: not found; delivery 'demo' is not converted yet$"),
+        "report-max-thumbs": (["report", spec, "--max-thumbs", "0"], r"--max-thumbs 0: must be greater than 0$"),
+        "inspect-missing-store": (["inspect", str(tmp_path / "none.zarr")], r"none.zarr: no such store"),
+        "diff-missing": (["diff", "a.csv", "b.csv"], r"a.csv: no such manifest$"),
+        "diff-bad-limit": (["diff", "a.csv", "b.csv", "--limit", "-1"], r"--limit -1: must be 0 \(all\) or more$"),
+    }
+
+
+_CASES = ["no-command", "unknown-command", "workers-not-a-number", "spec-missing", "spec-is-a-folder", "spec-not-toml",
+          "spec-bad-value", "raw-missing", "workbook-missing", "scheduler-scheme", "scheduler-no-port", "workers-zero",
+          "progress-every-zero", "report-before-convert", "report-max-thumbs", "inspect-missing-store", "diff-missing",
+          "diff-bad-limit"]
+
+
+@pytest.mark.parametrize("case", _CASES)
+def test_usage_error_is_one_line_and_a_hint(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    argv, match = _usage_cases(tmp_path)[case]
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors exit from parse_args
+        code = exc.code  # type: ignore[assignment]
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith("labzarr") and ": error: " in lines[0]
+    assert lines[1].startswith("  hint: ") and len(lines[1]) > len("  hint: ") + 10
+    assert re.search(match, lines[0]), lines[0]
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+@pytest.mark.parametrize("command", sorted(_commands()))
+def test_every_command_help_has_a_worked_example(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "example" in text and f"$ labzarr {command} " in text, text

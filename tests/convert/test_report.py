@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from PIL import Image
+
+from labzarr.convert import UsageError, read_manifest
+from labzarr.convert.demo import write_spec
+from labzarr.convert.report import sample_evenly, write_report
+
+from .._chromium import Chromium
+from ..conftest import make_delivery
+
+
+def _copy_converted(converted_demo, root: Path) -> Path:
+    """A private copy of the converted demo (spec, manifest, summary, store) that a test may damage."""
+    d, _ = converted_demo
+    store = shutil.copytree(d.store, root / "demo.zarr")
+    spec = write_spec(root / "manifests" / "demo" / "delivery.toml", raw=d.raw, store=store)
+    for name in ("manifest.csv", "summary.json"):
+        shutil.copyfile(d.spec.parent / name, spec.parent / name)
+    return spec
+
+
+def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> None:
+    d, result = converted_demo
+    summary = json.loads(result.summary_path.read_text())
+    out = write_report(d.spec, cwd=tmp_path, out=tmp_path / "report")
+    assert out.index == tmp_path / "report" / "index.html"
+    assert (out.ok, out.thumbnails, out.failed) == (summary["counts"]["ok"], summary["counts"]["ok"], 0)
+
+    with Chromium() as page:
+        page.open(out.index.as_uri())
+        images = page.eval("Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
+        counts = page.eval("Object.fromEntries(Array.from(document.querySelectorAll('[data-count]'))"
+                           ".map(e => [e.dataset.count, Number(e.innerText)]))")
+        reasons = page.eval("Array.from(document.querySelectorAll('#reasons tbody tr'))"
+                            ".map(tr => [tr.cells[0].innerText, Number(tr.cells[1].innerText)])")
+        rejected = page.eval("Array.from(document.querySelectorAll('#rejected tbody tr'))"
+                             ".map(tr => [tr.cells[2].innerText, tr.cells[4].innerText])")
+        sheet = page.eval("document.querySelectorAll('#contact-sheet img').length")
+        text = page.eval("document.body.innerText")
+        shot = page.screenshot(tmp_path / "report.png")
+        assert page.errors == []
+
+    assert images and all(ok and width > 0 for _, ok, width in images), images
+    assert {src for src, _, _ in images} == {"reasons.png", *(f"thumbs/{p.name}" for p in (out.index.parent / "thumbs").iterdir())}
+    assert counts == {k: summary["counts"][k] for k in ("items", "ok", "rejected", "ignored")}
+    assert dict(reasons) == summary["reasons"]
+    rows = read_manifest(result.manifest)
+    assert sorted(map(tuple, rejected)) == sorted((r["reason"], r["source"]) for r in rows if r["status"] == "rejected")
+    assert sheet == summary["counts"]["ok"]
+    assert f"Rejected items ({summary['counts']['rejected']})" in text
+    assert "demo: QC report" in text and "notes.txt" in text
+
+    img = np.asarray(Image.open(shot).convert("L"))
+    assert img.shape[1] == 1280 and img.shape[0] > 1500  # the whole page, not the viewport
+    assert img.std() > 20 and len(np.unique(img)) > 50  # text, tables and thumbnails, not a blank page
+
+
+def test_report_cli_writes_under_data_reports(converted_demo, tmp_path: Path) -> None:
+    d, _ = converted_demo
+    out = subprocess.run([sys.executable, "-m", "labzarr", "report", str(d.spec), "--max-thumbs", "4"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert out.returncode == 0, out.stderr
+    index = tmp_path / "data" / "reports" / "demo" / "index.html"
+    assert out.stdout.strip() == "report: data/reports/demo/index.html (10 ok items, 4 thumbnails, 9 rejected)"
+    html = index.read_text()
+    assert "Showing 4 of 10 ok items" in html
+    assert len(list(index.parent.glob("thumbs/*.png"))) == 4
+    # a rerun replaces the folder: no thumbnail of the earlier run is left behind
+    write_report(d.spec, cwd=tmp_path, max_thumbs=2)
+    assert len(list(index.parent.glob("thumbs/*.png"))) == 2
+    assert not [p for p in index.parent.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_report_shows_labels_and_unmatched_workbook_ids(converted_demo, tmp_path: Path) -> None:
+    spec = _copy_converted(converted_demo, tmp_path)
+    summary_path = spec.parent / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["labels"] = {"cell_type": {"T": 6, "B": 3, "": 1}, "grade": {str(g): 1 for g in range(40)}}
+    summary["unmatched_workbook_ids"] = [{"id": "case_099", "cell": "Sheet3!A17"}, "case-100"]
+    summary_path.write_text(json.dumps(summary))
+    out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
+    html = out.index.read_text()
+    assert (tmp_path / "r" / "label_0.png").is_file() and (tmp_path / "r" / "label_1.png").is_file()
+    assert '<table class="label-counts" data-label="cell_type">' in html
+    assert "<tr><td>T</td><td class=\"num\">6</td></tr>" in html and "(empty)" in html
+    assert "id: case_099, cell: Sheet3!A17" in html and "case-100" in html
+    chart = Image.open(tmp_path / "r" / "label_1.png")
+    assert chart.height < 1200  # 40 values: the top 25 and one "other" bar
+
+
+def test_report_survives_a_damaged_chunk(converted_demo, tmp_path: Path) -> None:
+    spec = _copy_converted(converted_demo, tmp_path)
+    chunk = next(p for p in sorted((tmp_path / "demo.zarr" / "volumes" / "case1" / "c").rglob("*")) if p.is_file())
+    blob = bytearray(chunk.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(blob))
+    out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
+    assert (out.thumbnails, out.failed) == (9, 1)
+    assert "cannot read from the store" in out.index.read_text()
+
+
+def _edit_manifest(spec: Path) -> None:
+    p = spec.parent / "manifest.csv"
+    p.write_text(p.read_text().replace("case_011.nii.gz", "case_011_renamed.nii.gz"))
+
+
+def _other_store(spec: Path) -> None:
+    root = zarr.open_group(spec.parent.parent.parent / "demo.zarr", mode="a")
+    root.attrs["labzarr"] = {**root.attrs["labzarr"], "manifest_sha256": "0" * 64}
+
+
+def _no_store(spec: Path) -> None:
+    shutil.rmtree(spec.parent.parent.parent / "demo.zarr")
+
+
+@pytest.mark.parametrize("damage, match", [
+    pytest.param(_edit_manifest, r"manifest.csv: its sha256 differs from the one summary.json records", id="edited-manifest"),
+    pytest.param(_other_store, r"demo.zarr: written by another run than", id="store-from-another-run"),
+    pytest.param(_no_store, r"demo.zarr: no such store", id="store-missing"),
+])
+def test_report_refuses_a_record_out_of_step(converted_demo, tmp_path: Path, damage, match: str) -> None:
+    spec = _copy_converted(converted_demo, tmp_path)
+    damage(spec)
+    with pytest.raises(UsageError, match=match) as err:
+        write_report(spec, cwd=tmp_path, out=tmp_path / "r")
+    assert "labzarr convert" in err.value.hint
+    assert not (tmp_path / "r").exists()
+
+
+def test_report_before_convert_says_what_to_do(tmp_path: Path) -> None:
+    d = make_delivery(tmp_path)
+    with pytest.raises(UsageError, match=r"summary.json: not found; delivery 'demo' is not converted yet") as err:
+        write_report(d.spec, cwd=tmp_path)
+    assert err.value.hint == f"run `labzarr convert {d.spec}` first"
+
+
+@pytest.mark.parametrize("n, k, want", [
+    (5, 200, [0, 1, 2, 3, 4]), (10, 1, [0]), (10, 2, [0, 9]), (10, 4, [0, 3, 6, 9]), (1000, 3, [0, 500, 999]), (0, 5, []),
+])
+def test_sample_evenly(n: int, k: int, want: list[int]) -> None:
+    assert sample_evenly(n, k) == want
