@@ -149,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failed items where relevant, 2 bad usage)."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="labzarr: %(levelname)s: %(message)s")
+    # --quiet: errors only; warnings (hidden sheets, uncached formulas) are in summary.json and on the report page.
+    level = logging.ERROR if getattr(args, "quiet", False) else logging.WARNING
+    logging.basicConfig(level=level, format="labzarr: %(levelname)s: %(message)s")
     try:
         return int(args.run(args))
     except UsageError as e:

@@ -133,7 +133,9 @@ def _unmatched(summary: Mapping[str, Any]) -> list[str]:
     # Entries are IDs, or records naming the ID and its cell; shown as text either way.
     out = []
     for entry in summary.get("unmatched_workbook_ids") or []:
-        if isinstance(entry, Mapping):
+        if isinstance(entry, Mapping) and "id" in entry:
+            out.append(f"{str(entry['id']).strip()} ({entry.get('cell', '?')})")
+        elif isinstance(entry, Mapping):
             out.append(", ".join(f"{k}: {v}" for k, v in entry.items()))
         else:
             out.append(str(entry))
@@ -218,7 +220,8 @@ def write_report(spec: Path | str, *, cwd: Path, out: Path | None = None, max_th
             rejected=[r for r in rows if r["status"] == "rejected"],
             ignored=[r for r in rows if r["status"] == "ignored"],
             warned=[r for r in ok_rows if r["warnings"]],
-            unmatched=_unmatched(summary), manifest_short=summary["manifest_sha256"][:12],
+            unmatched=_unmatched(summary), workbook=summary.get("label_workbook"),
+            unlabelled=[str(i) for i in summary.get("unlabelled_items") or []], manifest_short=summary["manifest_sha256"][:12],
         )
         (tmp / "index.html").write_text(html, encoding="utf-8")
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a report is meant to be shared

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 import shutil
 import subprocess
 import sys
@@ -92,11 +93,12 @@ def _git(cwd: Path, *args: str) -> None:
 
 def test_diff_against_the_committed_manifest(tmp_path: Path) -> None:
     d = make_delivery(tmp_path)
-    convert_delivery(d.spec, workers=1)
+    before = Counter(r["status"] for r in read_manifest(convert_delivery(d.spec, workers=1).manifest))
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "manifests")
     _git(tmp_path, "commit", "-q", "-m", "demo delivery")
-    nib.save(nib.Nifti1Image(np.arange(6 * 7 * 8, dtype=np.int16).reshape(6, 7, 8), np.eye(4)), d.raw / "case_019.nii")  # added
+    # added: the workbook's row for case_099 had no file so far
+    nib.save(nib.Nifti1Image(np.arange(6 * 7 * 8, dtype=np.int16).reshape(6, 7, 8), np.eye(4)), d.raw / "case_099.nii")
     shutil.rmtree(d.raw / "case_006")  # removed
     blob = (d.raw / "case-008.nii").read_bytes()
     (d.raw / "case-008.nii").write_bytes(blob[: len(blob) // 2])  # newly rejected
@@ -106,10 +108,11 @@ def test_diff_against_the_committed_manifest(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
+    n, ok, rej, ign = sum(before.values()), before["ok"], before["rejected"], before["ignored"]
     assert lines[:2] == [f"manifest diff: git:HEAD:{rel} -> {rel}",
-                         "items 21 -> 21: ok 10 -> 9, rejected 9 -> 10, ignored 2 -> 2"]
+                         f"items {n} -> {n}: ok {ok} -> {ok - 1}, rejected {rej} -> {rej + 1}, ignored {ign} -> {ign}"]
     changes = [line for line in lines if line.startswith("  ")]
-    assert changes[0] == "  + case_019.nii [case19]: ok"
+    assert changes[0] == "  + case_099.nii [case99]: ok"
     assert changes[1] == "  - case_006/reoriented_anat_moved.nii [case6]: ok"
     assert changes[2] == "  ~ case-008.nii [case8]: ok -> rejected truncated; content changed"
     assert len(changes) == 3 + 1  # the detail line under the rejection

@@ -47,19 +47,28 @@ def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> No
         rejected = page.eval("Array.from(document.querySelectorAll('#rejected tbody tr'))"
                              ".map(tr => [tr.cells[2].innerText, tr.cells[4].innerText])")
         sheet = page.eval("document.querySelectorAll('#contact-sheet img').length")
+        labels = page.eval("Object.fromEntries(Array.from(document.querySelectorAll('table.label-counts')).map(t => "
+                           "[t.dataset.label, Object.fromEntries(Array.from(t.tBodies[0].rows)"
+                           ".map(tr => [tr.cells[0].innerText, Number(tr.cells[1].innerText)]))]))")
+        unmatched = page.eval("Array.from(document.querySelectorAll('#unmatched li')).map(li => li.innerText)")
         text = page.eval("document.body.innerText")
         shot = page.screenshot(tmp_path / "report.png")
         assert page.errors == []
 
     assert images and all(ok and width > 0 for _, ok, width in images), images
-    assert {src for src, _, _ in images} == {"reasons.png", *(f"thumbs/{p.name}" for p in (out.index.parent / "thumbs").iterdir())}
+    charts = {f"label_{i}.png" for i in range(len(summary["labels"]))}
+    thumbs = {f"thumbs/{p.name}" for p in (out.index.parent / "thumbs").iterdir()}
+    assert {src for src, _, _ in images} == {"reasons.png", *charts, *thumbs}
     assert counts == {k: summary["counts"][k] for k in ("items", "ok", "rejected", "ignored")}
     assert dict(reasons) == summary["reasons"]
     rows = read_manifest(result.manifest)
     assert sorted(map(tuple, rejected)) == sorted((r["reason"], r["source"]) for r in rows if r["status"] == "rejected")
     assert sheet == summary["counts"]["ok"]
+    assert labels == summary["labels"] and summary["labels"]  # the demo carries a workbook
+    assert unmatched == [f"{u['id'].strip()} ({u['cell']})" for u in summary["unmatched_workbook_ids"]]
     assert f"Rejected items ({summary['counts']['rejected']})" in text
     assert "demo: QC report" in text and "notes.txt" in text
+    assert f"Items without a label ({len(summary['unlabelled_items'])})" in text
 
     img = np.asarray(Image.open(shot).convert("L"))
     assert img.shape[1] == 1280 and img.shape[0] > 1500  # the whole page, not the viewport
@@ -67,14 +76,15 @@ def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> No
 
 
 def test_report_cli_writes_under_data_reports(converted_demo, tmp_path: Path) -> None:
-    d, _ = converted_demo
+    d, result = converted_demo
+    c = result.summary["counts"]
     out = subprocess.run([sys.executable, "-m", "labzarr", "report", str(d.spec), "--max-thumbs", "4"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, out.stderr
     index = tmp_path / "data" / "reports" / "demo" / "index.html"
-    assert out.stdout.strip() == "report: data/reports/demo/index.html (10 ok items, 4 thumbnails, 9 rejected)"
+    assert out.stdout.strip() == f"report: data/reports/demo/index.html ({c['ok']} ok items, 4 thumbnails, {c['rejected']} rejected)"
     html = index.read_text()
-    assert "Showing 4 of 10 ok items" in html
+    assert f"Showing 4 of {c['ok']} ok items" in html
     assert len(list(index.parent.glob("thumbs/*.png"))) == 4
     # a rerun replaces the folder: no thumbnail of the earlier run is left behind
     write_report(d.spec, cwd=tmp_path, max_thumbs=2)
@@ -87,14 +97,14 @@ def test_report_shows_labels_and_unmatched_workbook_ids(converted_demo, tmp_path
     summary_path = spec.parent / "summary.json"
     summary = json.loads(summary_path.read_text())
     summary["labels"] = {"cell_type": {"T": 6, "B": 3, "": 1}, "grade": {str(g): 1 for g in range(40)}}
-    summary["unmatched_workbook_ids"] = [{"id": "case_099", "cell": "Sheet3!A17"}, "case-100"]
+    summary["unmatched_workbook_ids"] = [{"id": " case_099", "cell": "Sheet3!A17", "normalized": "case99"}, "case-100"]
     summary_path.write_text(json.dumps(summary))
     out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
     html = out.index.read_text()
     assert (tmp_path / "r" / "label_0.png").is_file() and (tmp_path / "r" / "label_1.png").is_file()
     assert '<table class="label-counts" data-label="cell_type">' in html
     assert "<tr><td>T</td><td class=\"num\">6</td></tr>" in html and "(empty)" in html
-    assert "id: case_099, cell: Sheet3!A17" in html and "case-100" in html
+    assert "<li><code>case_099 (Sheet3!A17)</code></li>" in html and "<li><code>case-100</code></li>" in html
     chart = Image.open(tmp_path / "r" / "label_1.png")
     assert chart.height < 1200  # 40 values: the top 25 and one "other" bar
 
@@ -106,7 +116,7 @@ def test_report_survives_a_damaged_chunk(converted_demo, tmp_path: Path) -> None
     blob[len(blob) // 2] ^= 0xFF
     chunk.write_bytes(bytes(blob))
     out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
-    assert (out.thumbnails, out.failed) == (9, 1)
+    assert (out.thumbnails, out.failed) == (converted_demo[1].summary["counts"]["ok"] - 1, 1)
     assert "cannot read from the store" in out.index.read_text()
 
 
