@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -24,15 +25,26 @@ def describe_store(view: StoreView) -> str:
              f"version:   labzarr {view.attrs.get('tool_version', '?')}, format {view.attrs.get('format_version', '?')}",
              f"items:     {len(view.items)} ok", "",
              f"{'item_id':<16} {'array':<28} {'shape':<18} {'dtype':<8} {'stored':>10} {'ratio':>6}  labels"]
-    total_raw = total_disk = 0
+    on_disk = {a: _disk_bytes(view.path / a) if view.path.is_dir() else 0 for a in {i.array for i in view.items}}
+    total_raw = 0
+    total_disk = sum(on_disk.values())
     for item in view.items:
         raw = int(np.prod(item.shape)) * np.dtype(item.dtype).itemsize
-        disk = _disk_bytes(view.path / item.array) if view.path.is_dir() else 0
         total_raw += raw
-        total_disk += disk
+        # A stack's images share shard files: a 2D item shows its slot; the stack's bytes are listed below.
+        disk = on_disk[item.array] if item.slot is None else 0
         ratio = f"{raw / disk:.2f}" if disk else "-"
-        lines.append(f"{item.item_id:<16} {item.array:<28} {'x'.join(map(str, item.shape)):<18} {item.dtype:<8} "
-                     f"{disk:>10,} {ratio:>6}  {', '.join(f'{k}={v}' for k, v in item.labels.items())}".rstrip())
+        where = item.array if item.slot is None else f"{item.array}[{item.slot}]"
+        stored = f"{disk:,}" if disk else "-"
+        lines.append(f"{item.item_id:<16} {where:<28} {'x'.join(map(str, item.shape)):<18} {item.dtype:<8} "
+                     f"{stored:>10} {ratio:>6}  {', '.join(f'{k}={v}' for k, v in item.labels.items())}".rstrip())
+    images = Counter(i.array for i in view.items if i.slot is not None)
+    if images:
+        lines += ["", f"{'stack':<36} {'images':>8} {'shard files':>12} {'stored':>12}"]
+        for name, n in sorted(images.items()):
+            shard_dir = view.path / name / "c"
+            files = sum(1 for f in shard_dir.rglob("*") if f.is_file()) if shard_dir.is_dir() else 0
+            lines.append(f"{name:<36} {n:>8} {files:>12} {on_disk[name]:>12,}")
     whole = _disk_bytes(view.path)
     lines += ["", f"decoded {total_raw:,} B, arrays on disk {total_disk:,} B"
               + (f" (ratio {total_raw / total_disk:.2f})" if total_disk else "") + f", store total {whole:,} B"]

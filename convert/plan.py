@@ -1,8 +1,9 @@
 """The conversion plan: pure data decided from discovery and probes, before any decoding.
 
-Invariant: every candidate ends in exactly one place, a `Task` (to decode) or a
-decided `Row` (ignored, or rejected without decoding); array names are unique
-and depend only on the sorted file list, never on worker count or timing.
+Invariant: every candidate ends in exactly one place, a `Task` (a volume to
+decode), a slot of a `ShardTask` (a 2D image to decode into its stack) or a
+decided `Row` (ignored, or rejected without decoding); array names and slots
+depend only on the sorted file list, never on worker count or timing.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from labzarr.readers import Reason
+from labzarr.readers import Reason, Rejected, check_plane
 
 from .discover import Candidate
 from .manifest import Row
 from .probe import Probe
 from .spec import Spec
+from .stacks import ShardTask, Stack, StackEntry, plan_stacks
 
 __all__ = ["IMAGE_SUFFIXES", "Plan", "Task", "plan"]
 
@@ -28,6 +30,11 @@ IMAGE_SUFFIXES: tuple[str, ...] = (
     ".tif", ".tiff", ".mgz", ".mnc", ".nrrd", ".gz",
 )
 VOLUMES = "volumes"
+# The names each kind is expected under; another image suffix on it earns a warning (a PNG named .jpg).
+_KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "nifti": (".nii", ".nii.gz", ".gz", ".hdr", ".img"), "dicom": (".dcm", ".dicom", ".ima"),
+    "jpeg": (".jpg", ".jpeg", ".jpe"), "png": (".png",), "tiff": (".tif", ".tiff"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,19 +48,31 @@ class Task:
     sha256: str
     array: str
     size: int = 0  # bytes of the source file(s): progress and throughput, never a decision
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What a run will do: `tasks` to decode, `rows` already decided."""
+    """What a run will do: volume `tasks` and 2D `shards` to decode into `stacks`, `rows` already decided."""
 
     tasks: tuple[Task, ...]
     rows: tuple[Row, ...]
+    stacks: tuple[Stack, ...] = ()
+    shards: tuple[ShardTask, ...] = ()
+
+    @property
+    def n_items(self) -> int:
+        """Items to decode: one per volume task, one per 2D slot."""
+        return len(self.tasks) + sum(len(s.items) for s in self.shards)
 
     def describe(self) -> str:
         """A human-readable listing for `--dry-run`."""
-        lines = [f"{len(self.tasks)} to convert, {len(self.rows)} decided without decoding"]
+        lines = [f"{self.n_items} to convert, {len(self.rows)} decided without decoding"]
         lines += [f"  convert  {t.kind:<6} {t.item_id:<16} {t.source} -> {t.array}" for t in self.tasks]
+        for st in self.stacks:
+            lines.append(f"  stack    {st.array}: {st.n} images, {st.per_shard} per shard, {st.n_shards} shards")
+        lines += [f"  convert  {i.kind:<6} {i.item_id:<16} {i.source} -> {s.stack.array}[{i.slot}] (shard {s.shard})"
+                  for s in self.shards for i in s.items]
         for r in self.rows:
             why = f"{r.reason.value}: " if r.reason else ""
             lines.append(f"  {r.status:<8} {r.item_id or '-':<23} {r.source}  ({why}{r.detail})")
@@ -63,21 +82,37 @@ class Plan:
 def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe]) -> Plan:
     """Decide each candidate's fate from its probe; no I/O."""
     tasks: list[tuple[Candidate, Probe]] = []
+    planar: list[StackEntry] = []
     rows: list[Row] = []
+    limits = spec.validate.limits()
     for c in candidates:
         decided = _decide(spec, c, probes.get(c.rel))
         if isinstance(decided, Row):
             rows.append(decided)
-        else:
+        elif decided.plane is None:
             tasks.append((c, decided))
+        else:
+            try:
+                check_plane(decided.plane, limits)  # the header-first cap: a bomb is refused before any decoding
+            except Rejected as exc:
+                rows.append(Row(item_id=c.item_id or "", status="rejected", source=c.rel, kind=decided.kind or "",
+                                sha256=decided.sha256, reason=exc.reason, detail=exc.detail))
+                continue
+            planar.append(StackEntry(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path),
+                                     kind=decided.kind or "", sha256=decided.sha256, plane=decided.plane,
+                                     warnings=_name_warning(c.rel, decided.kind or ""), size=decided.size))
     names = _array_names([c.item_id or "" for c, _ in tasks])
+    stacks, shards = plan_stacks(planar)
     return Plan(
         tasks=tuple(
             Task(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path), kind=p.kind or "",
-                 sha256=p.sha256, array=f"{VOLUMES}/{name}", size=p.size)
+                 sha256=p.sha256, array=f"{VOLUMES}/{name}", size=p.size,
+                 warnings=_name_warning(c.rel, p.kind or ""))
             for (c, p), name in zip(tasks, names)
         ),
         rows=tuple(rows),
+        stacks=stacks,
+        shards=shards,
     )
 
 
@@ -107,7 +142,18 @@ def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
     if not c.item_id:
         return Row(status="rejected", reason=Reason.ID_UNMATCHED, kind=p.kind,
                    detail=f"no match for [items] id_pattern {spec.items.id_pattern!r} in {c.rel!r}", **common)
+    if p.header_rejected:
+        reason, detail = p.header_rejected
+        return Row(status="rejected", reason=reason, kind=p.kind, detail=detail, **common)
     return p
+
+
+def _name_warning(rel: str, kind: str) -> tuple[str, ...]:
+    """A warning when the file's name claims another image format than its content (a PNG named .jpg)."""
+    suffix = _image_suffix(rel)
+    if suffix is None or kind not in _KIND_SUFFIXES or suffix in _KIND_SUFFIXES[kind]:
+        return ()
+    return (f"named {suffix} but the content is {kind}; read as {kind}",)
 
 
 def _image_suffix(rel: str) -> str | None:

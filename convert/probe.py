@@ -1,4 +1,8 @@
-"""Probing: the per-file facts planning needs (content hash, sniffed kind), read on dask workers."""
+"""Probing: the per-file facts planning needs (content hash, sniffed kind, a 2D image's header), read on dask workers.
+
+No pixel is decoded here: a 2D reader's `plane` reads only the header, so
+planning can give every 2D image its stack and slot before any decoding.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from labzarr.readers import looks_like_text, read_head, reader_for
+from labzarr.readers import Head, Plane, Reader, Reason, Rejected, as_planar, looks_like_text, read_head, reader_for
 
 __all__ = ["Probe", "probe_files"]
 
@@ -27,6 +31,8 @@ class Probe:
     gzipped: bool
     gzip_error: str | None  # the head of a gzip stream did not inflate
     magic: bytes  # first 16 content bytes, for details
+    plane: Plane | None = None  # a 2D image's decoded (C, H, W) and dtype, from its header
+    header_rejected: tuple[Reason, str] | None = None  # a 2D header already refused: (reason, detail)
 
 
 def probe_files(files: Sequence[tuple[str, str]]) -> list[Probe]:
@@ -44,6 +50,7 @@ def _probe(rel: str, path: Path) -> Probe:
         except zlib.error as exc:
             gzip_error = f"gzip stream broken at its start: {exc}"
     reader = reader_for(head.data) if head.data else None
+    plane, header_rejected = _plane(reader, path, head)
     return Probe(
         rel=rel,
         size=head.size,
@@ -53,7 +60,19 @@ def _probe(rel: str, path: Path) -> Probe:
         gzipped=head.gzipped,
         gzip_error=gzip_error,
         magic=head.data[:16],
+        plane=plane,
+        header_rejected=header_rejected,
     )
+
+
+def _plane(reader: Reader | None, path: Path, head: Head) -> tuple[Plane | None, tuple[Reason, str] | None]:
+    planar = as_planar(reader)
+    if planar is None:
+        return None, None
+    try:
+        return planar.plane(path, head), None
+    except Rejected as exc:
+        return None, (exc.reason, exc.detail)
 
 
 def _sha256(path: Path) -> str:

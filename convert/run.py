@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from distributed import Client, LocalCluster, as_completed
+from dask.typing import Key
+from distributed import Client, Future, KilledWorker, LocalCluster, as_completed
 
 from labzarr.readers import LabelSheet, Reason
 
@@ -30,7 +31,10 @@ from .plan import VOLUMES, Plan, Task, plan
 from .probe import Probe, probe_files
 from .progress import Progress, ProgressEvent
 from .spec import Spec, load_spec
-from .store import array_paths, open_root, remove_array, set_array_labels, write_index
+from .stack_task import convert_shard
+from .stacks import STACKS, ShardTask, Stack
+from .store import (array_paths, clear_slot, create_stack, finish_stack, open_root, remove_array, set_array_labels,
+                    write_index)
 from .task import TaskSettings, convert_item
 
 __all__ = ["Progress", "ProgressEvent", "RunResult", "convert_delivery", "default_workers", "dry_run", "execute"]
@@ -142,17 +146,23 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     t_probe = time.perf_counter()
     store = spec.delivery.store
     root = open_root(store)
-    if VOLUMES not in root:
-        root.create_group(VOLUMES)
+    for group in (VOLUMES, STACKS):
+        if group not in root:
+            root.create_group(group)
+    for stack in the_plan.stacks:  # created here, once, so tasks only ever write chunks of their own shards
+        create_stack(store, stack, spec=spec.store)
     rows = _convert(client, the_plan, spec, progress)
     t_convert = time.perf_counter()
+    written = {(r.array, r.slot) for r in rows if r.status == "ok" and r.slot is not None}  # set[tuple[str, int]]
     rows = _drop_duplicates(sort_rows([*rows, *the_plan.rows]), store)
     label_names: tuple[str, ...] = ()
     label_summary: dict[str, Any] = {}
     if spec.labels is not None and labels is not None:
         joined = join_labels(rows, labels, spec.labels, spec.items.id_normalize, workbook=workbook_rel(spec))
         rows, label_names, label_summary = list(joined.rows), joined.names, joined.summary
+    _clear_slots(store, written, rows)  # 2D images rejected after decoding (duplicates, labels)
     _remove_stale(store, rows)  # also drops arrays of items just rejected for their labels
+    _finish_stacks(store, the_plan.stacks, rows)
     _write_array_labels(client, store, rows)
     manifest = manifest_bytes(rows, label_names)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
@@ -206,34 +216,68 @@ def _probe(client: Client, candidates: Sequence[Candidate], progress: Progress |
 def _convert(client: Client, the_plan: Plan, spec: Spec, progress: Progress | None) -> list[Row]:
     settings = TaskSettings(store=str(spec.delivery.store), store_spec=spec.store,
                             limits=spec.validate.limits(), non_finite=spec.validate.non_finite)
-    tasks = the_plan.tasks
-    if not tasks:
+    total = the_plan.n_items
+    if not total:
         return []
-    futures = client.map(convert_item, tasks, settings=settings, pure=False)
-    by_key = {f.key: t for f, t in zip(futures, tasks)}
+    work: list[Task | ShardTask] = [*the_plan.tasks, *the_plan.shards]
+    futures: list[Future[Any]] = [*client.map(convert_item, the_plan.tasks, settings=settings, pure=False),
+                                  *client.map(convert_shard, the_plan.shards, settings=settings, pure=False)]
+    jobs: dict[Key, Task | ShardTask] = {f.key: t for f, t in zip(futures, work)}
+    then: dict[Key, list[ShardTask]] = {}  # a lost shard's images, redone one at a time (see below)
     rows: list[Row] = []
-    bytes_total = sum(t.size for t in tasks)
+    sizes = {t.source: t.size for t in the_plan.tasks} | {i.source: i.size for s in the_plan.shards for i in s.items}
+    bytes_total = sum(sizes.values())
     bytes_done = 0
     if progress:
-        progress(ProgressEvent("convert", 0, len(tasks), 0, bytes_total))
-    for future in as_completed(futures):
-        task = by_key[future.key]
-        if future.status == "error":
-            row = _crashed(task, future.exception())
-        else:
-            row = future.result()
+        progress(ProgressEvent("convert", 0, total, 0, bytes_total))
+    pending = as_completed(futures)
+    for future in pending:
+        job = jobs.pop(future.key)
+        if future.status == "error" and isinstance(job, ShardTask) and len(job.items) > 1:
+            # A worker died in this shard (a decoder segfault, the memory limit) or its write failed.
+            # Redo its images one task at a time, each after the previous, so only the culprit is lost
+            # and the shard is still written by one task at a time.
+            singles = [ShardTask(stack=job.stack, shard=job.shard, items=(item,)) for item in job.items]
+            log.warning("shard %d of %s failed (%s); retrying its %d images one by one",
+                        job.shard, job.stack.array, future.exception(), len(singles))
+            _chain(client, singles, settings, jobs, then, pending)
+            future.release()
+            continue
+        done = _crashed(job, future.exception()) if future.status == "error" else _as_rows(future.result())
         future.release()
-        rows.append(row)
-        bytes_done += task.size
-        if progress:
-            progress(ProgressEvent("convert", len(rows), len(tasks), bytes_done, bytes_total, row))
+        if future.key in then:
+            _chain(client, then.pop(future.key), settings, jobs, then, pending)
+        for row in done:
+            rows.append(row)
+            bytes_done += sizes.get(row.source, 0)
+            if progress:
+                progress(ProgressEvent("convert", len(rows), total, bytes_done, bytes_total, row))
     return rows
 
 
-def _crashed(task: Task, exc: BaseException | None) -> Row:
-    # A worker died (segfault, memory limit) on this item more often than dask allows.
-    return Row(item_id=task.item_id, status="rejected", source=task.source, kind=task.kind, sha256=task.sha256,
-               reason=Reason.DECODER_CRASH, detail=f"worker lost while converting: {type(exc).__name__}: {exc}")
+def _chain(client: Client, singles: list[ShardTask], settings: TaskSettings, jobs: dict[Key, Task | ShardTask],
+           then: dict[Key, list[ShardTask]], pending: as_completed) -> None:
+    if not singles:
+        return
+    future = client.submit(convert_shard, singles[0], settings=settings, pure=False)
+    jobs[future.key] = singles[0]
+    then[future.key] = singles[1:]
+    pending.add(future)
+
+
+def _as_rows(result: Row | list[Row]) -> list[Row]:
+    return [result] if isinstance(result, Row) else list(result)
+
+
+def _crashed(job: Task | ShardTask, exc: BaseException | None) -> list[Row]:
+    # A worker died (segfault, memory limit) on this item more often than dask allows, or the task failed.
+    what = "worker lost while converting" if isinstance(exc, KilledWorker) else "task failed"
+    detail = f"{what}: {type(exc).__name__}: {exc}"
+    if isinstance(job, Task):
+        return [Row(item_id=job.item_id, status="rejected", source=job.source, kind=job.kind, sha256=job.sha256,
+                    reason=Reason.DECODER_CRASH, detail=detail)]
+    return [Row(item_id=i.item_id, status="rejected", source=i.source, kind=i.kind, sha256=i.sha256,
+                reason=Reason.DECODER_CRASH, detail=detail) for i in job.items]
 
 
 def _drop_duplicates(rows: list[Row], store: Path) -> list[Row]:
@@ -243,7 +287,8 @@ def _drop_duplicates(rows: list[Row], store: Path) -> list[Row]:
     for row in sorted(rows, key=lambda r: r.source):
         if row.status == "ok":
             if row.sha256 in first:
-                remove_array(store, row.array)
+                if row.slot is None:  # a stack slot is emptied with the others, in _clear_slots
+                    remove_array(store, row.array)
                 row = row.rejected(Reason.DUPLICATE_CONTENT, f"same sha256 as {first[row.sha256]}")
             else:
                 first[row.sha256] = row.source
@@ -253,9 +298,26 @@ def _drop_duplicates(rows: list[Row], store: Path) -> list[Row]:
 
 def _remove_stale(store: Path, rows: Sequence[Row]) -> None:
     keep = {r.array for r in rows if r.status == "ok"}
-    for path in array_paths(store, VOLUMES):
+    for path in [*array_paths(store, VOLUMES), *array_paths(store, STACKS)]:
         if path not in keep:
             remove_array(store, path)
+
+
+def _clear_slots(store: Path, written: set[tuple[str, int]], rows: Sequence[Row]) -> None:
+    """Empty the slots written by a task whose item was rejected afterwards; the driver alone writes them now."""
+    ok = {(r.array, r.slot) for r in rows if r.status == "ok" and r.slot is not None}
+    for array, slot in sorted(written - ok):
+        clear_slot(store, array, slot)
+
+
+def _finish_stacks(store: Path, stacks: Sequence[Stack], rows: Sequence[Row]) -> None:
+    """Set each kept stack's `complete` last: a digest of which source (by hash) fills which slot."""
+    ok = sorted((r.array, r.slot or 0, r.sha256) for r in rows if r.status == "ok" and r.slot is not None)
+    for stack in stacks:
+        mine = [f"{slot}:{sha}" for array, slot, sha in ok if array == stack.array]
+        if mine:
+            digest = hashlib.sha256("\n".join(mine).encode()).hexdigest()
+            finish_stack(store, stack.array, complete=digest, ok=len(mine))
 
 
 def _write_array_labels(client: Client, store: Path, rows: Sequence[Row]) -> None:

@@ -4,6 +4,8 @@ Invariant: an array whose `complete` attr equals its source sha256 holds the
 whole converted item; any other array is unfinished and is redone or removed.
 The root's `labzarr` attr is the store's own index of ok items, written once
 the run's rows are final, so a Dataset needs nothing but the store's path.
+A stack array (2D images, see `stacks`) is created by the driver before any
+task runs; tasks then write only whole slot ranges of the shards they own.
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ from labzarr.readers import MemorySource, Volume
 from .chunks import plan_chunks
 from .manifest import Row
 from .spec import StoreSpec
-from .writer import AXES, VolumeWriter
+from .stacks import Stack
+from .writer import VolumeWriter
 
-__all__ = ["FORMAT_VERSION", "INDEX_KEY", "array_paths", "codecs", "open_root", "remove_array",
-           "set_array_labels", "write_index", "write_volume"]
+__all__ = ["FORMAT_VERSION", "INDEX_KEY", "STACK_AXES", "array_paths", "clear_slot", "codecs", "create_stack",
+           "finish_stack", "open_root", "remove_array", "set_array_labels", "write_index", "write_slots",
+           "write_volume"]
 
 FORMAT_VERSION = 1
 INDEX_KEY = "labzarr"
+STACK_AXES = ("n", "c", "y", "x")
 
 
 def codecs(spec: StoreSpec) -> tuple[BytesBytesCodec, ...]:
@@ -62,6 +67,50 @@ def write_volume(store: Path, name: str, volume: Volume, *, spec: StoreSpec, att
         writer.finish(complete=complete)
     finally:
         writer.close()
+
+
+def create_stack(store: Path, stack: Stack, *, spec: StoreSpec) -> None:
+    """Create (replacing any earlier one) the empty stack array; done once, by the driver, before any task."""
+    zarr.create_array(
+        zarr.storage.LocalStore(store),
+        name=stack.array,
+        shape=stack.shape,
+        dtype=stack.plane.dtype,
+        chunks=stack.chunks,
+        shards=stack.shards,
+        compressors=codecs(spec),
+        fill_value=np.zeros((), dtype=stack.plane.dtype).item(),
+        dimension_names=STACK_AXES,
+        attributes={"kind": "stack", "axes": list(STACK_AXES), "per_shard": stack.per_shard},
+        overwrite=True,
+    )
+
+
+def _open_stack(store: Path, name: str, *, write_empty_chunks: bool) -> zarr.Array:
+    arr = zarr.open_array(zarr.storage.LocalStore(store), path=name, mode="r+", zarr_format=3,
+                          config={"write_empty_chunks": write_empty_chunks})
+    assert isinstance(arr, zarr.Array)
+    return arr
+
+
+def write_slots(store: Path, name: str, first: int, images: np.ndarray) -> None:
+    """Write `images` (n, C, H, W) into slots first..first+n-1 in one call: a whole shard is written, not patched.
+
+    Every chunk is stored, even an all-zero one, so an ok image is never a missing chunk.
+    """
+    _open_stack(store, name, write_empty_chunks=True)[first : first + len(images)] = images
+
+
+def clear_slot(store: Path, name: str, slot: int) -> None:
+    """Empty one slot of a stack (its chunk is dropped from the shard); the driver does this after all tasks."""
+    arr = _open_stack(store, name, write_empty_chunks=False)
+    arr[slot : slot + 1] = arr.fill_value
+
+
+def finish_stack(store: Path, name: str, *, complete: str, ok: int) -> None:
+    """Mark a stack written: `complete` is a digest of its ok slots' sources, set last, by the driver."""
+    arr = _open_stack(store, name, write_empty_chunks=False)
+    arr.attrs.update({"ok": ok, "complete": complete})
 
 
 def array_paths(store: Path, group: str) -> list[str]:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from labzarr.readers import READERS, Limits, Reason, Rejected, VolumeHeader, VolumeSource, open_source, read_head
+from labzarr.readers import (READERS, Limits, Reason, Rejected, Volume, VolumeHeader, VolumeSource, open_source,
+                             read_head)
 
 from .chunks import SLAB_BYTES, plan_chunks
 from .manifest import Row
@@ -25,7 +26,7 @@ from .store import codecs
 from .validate import FiniteCheck
 from .writer import AXES, VolumeWriter
 
-__all__ = ["TaskSettings", "convert_item"]
+__all__ = ["TaskSettings", "convert_item", "read_file"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def convert_item(task: Task, settings: TaskSettings) -> Row:
             # truncation and corruption keep precedence over non_finite, as when read whole.
             if not finite.rejecting:
                 writer.write(slab)
-        warnings = h.warnings + finite.outcome()
+        warnings = task.warnings + h.warnings + finite.outcome()
         writer.finish(complete=task.sha256)
     except Rejected as exc:
         return base.rejected(exc.reason, exc.detail)
@@ -82,6 +83,12 @@ def _open(task: Task, limits: Limits) -> VolumeSource:
     reader = next(r for r in READERS if r.kind == task.kind)
     path = Path(task.path)
     return open_source(reader, path, limits, read_head(path))
+
+
+def read_file(kind: str, path: Path, limits: Limits) -> Volume:
+    """Decode one whole file with the reader of `kind` (the kind its probe sniffed): how 2D images are read."""
+    reader = next(r for r in READERS if r.kind == kind)
+    return reader.read(path, limits, read_head(path))
 
 
 def _attrs(task: Task, header: VolumeHeader) -> dict[str, object]:

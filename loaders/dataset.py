@@ -1,4 +1,4 @@
-"""PatchDataset: random sub-volumes sliced straight from a labzarr store at training time.
+"""PatchDataset: random sub-volumes (or 2D patches, or whole images) sliced straight from a labzarr store.
 
 Invariant: `ds[i]` is a pure function of `(seed, epoch, i)`; nothing depends on
 global RNG state, worker id or call order. Array handles are per process and
@@ -26,12 +26,16 @@ __all__ = ["PatchDataset"]
 class PatchDataset(Dataset[dict[str, Any]]):
     """Random patches of every ok item of a store, `patches_per_item` per item per epoch.
 
+    Volumes are (C, X, Y, Z) arrays; 2D images are slots of a stack array
+    (N, C, H, W) and give (C, h, w) patches, or whole images with ``patch_size=None``.
+
     Parameters
     ----------
     store:
         Path of a converted store (folder or ``.zip``).
     patch_size:
-        Spatial patch shape, e.g. ``(64, 64, 64)``; must have one entry per spatial axis.
+        Spatial patch shape, e.g. ``(64, 64, 64)`` or ``(256, 256)`` for 2D images; one entry per spatial
+        axis. ``None`` returns whole items (origin all zeros); batching then needs items of one shape.
     patches_per_item:
         Samples drawn from each item per epoch; ``len(ds) = n_items * patches_per_item``.
     seed:
@@ -45,21 +49,22 @@ class PatchDataset(Dataset[dict[str, Any]]):
         ``store`` is missing or not a labzarr store.
     """
 
-    def __init__(self, store: Path | str, patch_size: Sequence[int], patches_per_item: int = 1, seed: int = 0,
-                 *, pad_value: float = 0) -> None:
+    def __init__(self, store: Path | str, patch_size: Sequence[int] | None, patches_per_item: int = 1,
+                 seed: int = 0, *, pad_value: float = 0) -> None:
         if patches_per_item < 1:
             raise ValueError(f"patches_per_item = {patches_per_item}; expected >= 1")
-        if not patch_size or any(int(p) < 1 for p in patch_size):
-            raise ValueError(f"patch_size = {tuple(patch_size)}; expected positive extents, e.g. (64, 64, 64)")
+        if patch_size is not None and (not patch_size or any(int(p) < 1 for p in patch_size)):
+            raise ValueError(f"patch_size = {tuple(patch_size)}; expected positive extents, e.g. (64, 64, 64), "
+                             "or None for whole items")
         self.store = Path(store)
-        self.patch_size = tuple(int(p) for p in patch_size)
+        self.patch_size = None if patch_size is None else tuple(int(p) for p in patch_size)
         self.patches_per_item = patches_per_item
         self.seed = seed
         self.pad_value = pad_value
         self.epoch = 0
         self.attrs, self.items = read_index(self.store)
         for item in self.items:
-            if len(item.shape) - 1 != len(self.patch_size):
+            if self.patch_size is not None and len(item.shape) - 1 != len(self.patch_size):
                 raise ValueError(f"{self.store}: item {item.item_id!r} has {len(item.shape) - 1} spatial axes, "
                                  f"patch_size has {len(self.patch_size)}")
         self._arrays: dict[str, zarr.Array] = {}
@@ -89,6 +94,8 @@ class PatchDataset(Dataset[dict[str, Any]]):
     def origin(self, i: int) -> tuple[int, ...]:
         """The patch origin of sample `i` in this epoch (may be negative only when padding is needed)."""
         item = self.items[self._check(i) // self.patches_per_item]
+        if self.patch_size is None:
+            return (0,) * (len(item.shape) - 1)
         rng = np.random.default_rng([self.seed, self.epoch, i])
         return tuple(int(rng.integers(0, max(n - p, 0) + 1)) for n, p in zip(item.shape[1:], self.patch_size))
 
@@ -105,12 +112,13 @@ class PatchDataset(Dataset[dict[str, Any]]):
 
     def _read(self, item: IndexItem, origin: tuple[int, ...]) -> npt.NDArray[Any]:
         arr = self._array(item.array)
+        slot = () if item.slot is None else (item.slot,)  # a 2D image is one row of its stack
         spatial = item.shape[1:]
-        stops = [min(o + p, n) for o, p, n in zip(origin, self.patch_size, spatial)]
-        region = arr[(slice(None), *(slice(o, s) for o, s in zip(origin, stops)))]
-        region = np.asarray(region)
-        if region.shape[1:] == self.patch_size:
+        size = spatial if self.patch_size is None else self.patch_size
+        stops = [min(o + p, n) for o, p, n in zip(origin, size, spatial)]
+        region = np.asarray(arr[(*slot, slice(None), *(slice(o, s) for o, s in zip(origin, stops)))])
+        if region.shape[1:] == size:
             return region
-        out = np.full((region.shape[0], *self.patch_size), self.pad_value, dtype=region.dtype)
+        out = np.full((region.shape[0], *size), self.pad_value, dtype=region.dtype)
         out[(slice(None), *(slice(0, s - o) for o, s in zip(origin, stops)))] = region
         return out

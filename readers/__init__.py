@@ -4,16 +4,21 @@
 """
 
 from ._head import Head, looks_like_text, read_head
+from ._planar import check_plane
 from .excel import ColumnRef, LabelCell, LabelRow, LabelSheet, WorkbookError, WorkbookLimits, read_label_sheet
+from .jpeg import JpegReader
 from .nifti import NiftiReader, NiftiSource
+from .png import PngReader
 from .reasons import Reason, Rejected
-from .records import Limits, Slab, Volume, VolumeHeader
-from .registry import READERS, Reader, reader_for
+from .records import Limits, Plane, Slab, Volume, VolumeHeader
+from .registry import READERS, PlanarReader, Reader, as_planar, reader_for
 from .slabs import MemorySource, StreamingReader, VolumeSource, assemble, open_source
+from .tiff import TiffReader
 
 __all__ = [
     "ColumnRef",
     "Head",
+    "JpegReader",
     "LabelCell",
     "LabelRow",
     "LabelSheet",
@@ -21,18 +26,24 @@ __all__ = [
     "MemorySource",
     "NiftiReader",
     "NiftiSource",
+    "Plane",
+    "PlanarReader",
+    "PngReader",
     "READERS",
     "Reader",
     "Reason",
     "Rejected",
     "Slab",
     "StreamingReader",
+    "TiffReader",
     "Volume",
     "VolumeHeader",
     "VolumeSource",
     "WorkbookError",
     "WorkbookLimits",
+    "as_planar",
     "assemble",
+    "check_plane",
     "looks_like_text",
     "open_source",
     "read_head",

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Limits", "Slab", "Volume", "VolumeHeader"]
+__all__ = ["Limits", "Plane", "Slab", "Volume", "VolumeHeader"]
 
 GiB = 1 << 30
 
@@ -19,6 +19,35 @@ class Limits:
 
     max_bytes: int = 4 * GiB  # decoded size of one item (voxels x itemsize)
     max_pixels: int = 178_956_970  # per 2D image; Pillow's DecompressionBombError default x 2
+
+
+@dataclass(frozen=True, slots=True)
+class Plane:
+    """What a 2D image decodes to, known from its header alone: shape (C, H, W) and dtype.
+
+    Planning groups 2D items into stacks by this, before any pixel is decoded;
+    `height` and `width` are after any orientation the reader applies (EXIF).
+    """
+
+    channels: int
+    height: int
+    width: int
+    dtype: str  # numpy dtype name, native byte order: "uint8", "uint16", "int32", "float32"
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(C, H, W), the shape of the decoded `Volume.data`."""
+        return (self.channels, self.height, self.width)
+
+    @property
+    def pixels(self) -> int:
+        """H x W, what `Limits.max_pixels` caps."""
+        return self.height * self.width
+
+    @property
+    def nbytes(self) -> int:
+        """Decoded size in bytes, what `Limits.max_bytes` caps."""
+        return self.channels * self.pixels * int(np.dtype(self.dtype).itemsize)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import ClassVar, Final, Protocol
+from typing import ClassVar, Final, Protocol, runtime_checkable
 
 from ._head import Head
+from .jpeg import JpegReader
 from .nifti import NiftiReader
-from .records import Limits, Volume
+from .png import PngReader
+from .records import Limits, Plane, Volume
+from .tiff import TiffReader
 
-__all__ = ["Reader", "READERS", "reader_for"]
+__all__ = ["PlanarReader", "Reader", "READERS", "as_planar", "reader_for"]
 
 
 class Reader(Protocol):
@@ -26,7 +30,28 @@ class Reader(Protocol):
         ...
 
 
-READERS: Final[tuple[Reader, ...]] = (NiftiReader(),)
+@runtime_checkable
+class PlanarReader(Reader, Protocol):
+    """A 2D format: its header tells the decoded (C, H, W) and dtype, so planning can stack it before decoding."""
+
+    def plane(self, path: Path, head: Head) -> Plane:
+        """The image's Plane from its header alone (no pixel decoded); raise `Rejected` on a broken header."""
+        ...
+
+
+# Order is priority. A DICOM reader goes before TiffReader: dual-personality DICOM-TIFF files carry a TIFF
+# header in their 128-byte preamble.
+READERS: Final[tuple[Reader, ...]] = (NiftiReader(), JpegReader(), PngReader(), TiffReader())
+
+
+def as_planar(reader: Reader | None) -> PlanarReader | None:
+    """`reader` as a PlanarReader when it reads 2D images, else None (cheaper than a Protocol isinstance per file)."""
+    return reader if reader is not None and _has_plane(type(reader)) else None  # type: ignore[return-value]
+
+
+@functools.cache
+def _has_plane(cls: type) -> bool:
+    return callable(getattr(cls, "plane", None))
 
 
 def reader_for(head: bytes) -> Reader | None:

@@ -33,6 +33,20 @@ def converted_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[D
     yield d, convert_delivery(d.spec, workers=2)
 
 
+@pytest.fixture(scope="session")
+def converted_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Delivery, RunResult, dict[str, tuple[str, str]]]]:
+    """A messy 2D delivery (tests/imaging.py) converted once with 2 workers, and each file's expected outcome."""
+    from .imaging import write_image_delivery
+
+    root = tmp_path_factory.mktemp("images")
+    expected = write_image_delivery(root / "raw" / "images")
+    store = root / "stores" / "images.zarr"
+    spec = write_spec(root / "manifests" / "images" / "delivery.toml", raw=root / "raw" / "images", store=store,
+                      name="images", labels=False)
+    d = Delivery(raw=root / "raw" / "images", spec=spec, store=store)
+    yield d, convert_delivery(d.spec, workers=2), expected
+
+
 def nib_load(path: Path):
     """nibabel's image for `path`, even where nibabel's extension check refuses it (gzipped `.nii`)."""
     import gzip

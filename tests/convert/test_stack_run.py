@@ -1,0 +1,148 @@
+"""2D deliveries end to end: documented outcomes, pixels equal to the decoders', sharded stacks, stable slots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pydicom
+import pytest
+import zarr
+from distributed import Client, LocalCluster
+from turbojpeg import TJPF_RGB, TurboJPEG
+
+from labzarr.convert import convert_delivery, load_spec, read_manifest
+from labzarr.convert.demo import write_spec
+from labzarr.convert.plan import Plan
+from labzarr.convert.run import _convert
+from labzarr.convert.stacks import StackEntry, plan_stacks
+from labzarr.convert.store import create_stack, open_root
+from labzarr.loaders import open_store
+from labzarr.readers import Plane
+
+from ..imaging import PYDICOM_DATA, pillow_decode, turbo_decode
+
+
+def test_every_file_has_its_documented_outcome(converted_images) -> None:
+    d, result, expected = converted_images
+    rows = {r["source"]: r for r in read_manifest(result.manifest)}
+    assert set(rows) == set(expected)
+    for source, (status, reason) in expected.items():
+        assert (rows[source]["status"], rows[source]["reason"]) == (status, reason), (source, rows[source]["detail"])
+        if status == "rejected":
+            assert rows[source]["detail"] and not rows[source]["slot"] and not rows[source]["array"]
+    assert rows["tiles/tile_025.jpg"]["kind"] == "png"
+    assert "named .jpg but the content is png" in rows["tiles/tile_025.jpg"]["warnings"]
+    assert rows["tiles/tile_026.jpg"]["kind"] == "tiff"
+    assert "CMYK converted to RGB" in rows["tiles/tile_015.jpg"]["warnings"]
+    assert "EXIF orientation 6 applied" in rows["tiles/tile_016.jpg"]["warnings"]
+    assert "Premature end" in rows["tiles/tile_023.jpg"]["detail"] or "no EOI" in rows["tiles/tile_023.jpg"]["detail"]
+    assert "60,000x60,000" in rows["tiles/tile_029.jpg"]["detail"]
+
+
+def test_store_pixels_equal_the_decoders(converted_images) -> None:
+    d, result, _ = converted_images
+    view = open_store(d.store)
+    items = {i.source: i for i in view.items}
+    assert all(i.slot is not None and i.array.startswith("stacks/") for i in view.items)
+    got = {src: np.asarray(view.array(i)[i.slot]) for src, i in items.items()}
+    for n in (*range(1, 15), 17):  # baseline 4:2:0 and 4:4:4, progressive, grey, arithmetic
+        src = f"tiles/tile_{n:03d}.jpg"
+        np.testing.assert_array_equal(got[src], turbo_decode((d.raw / src).read_bytes()), err_msg=src)
+        diff = np.abs(got[src].astype(np.int16) - pillow_decode((d.raw / src).read_bytes()).astype(np.int16))
+        assert diff.max() <= 2, src
+    for n in (15, 16):  # CMYK and EXIF-rotated: as Pillow shows them, within 2 levels
+        src = f"tiles/tile_{n:03d}.jpg"
+        want = pillow_decode((d.raw / src).read_bytes(), transpose_exif=True)
+        assert got[src].shape == want.shape == (3, 32, 40)
+        assert np.abs(got[src].astype(np.int16) - want.astype(np.int16)).max() <= 2, src
+    twelve = pydicom.dcmread(PYDICOM_DATA / "JPGExtended.dcm").pixel_array
+    np.testing.assert_array_equal(got["tiles/tile_018.jpg"], twelve[np.newaxis])
+    for n in (25, 26, 30):  # PNG and TIFF named .jpg, lossless JPEG: exact
+        src = f"tiles/tile_{n:03d}.jpg"
+        np.testing.assert_array_equal(got[src], pillow_decode((d.raw / src).read_bytes()), err_msg=src)
+    assert items["tiles/tile_018.jpg"].array == "stacks/1x1024x256_uint16"
+    assert items["tiles/tile_014.jpg"].array == "stacks/1x32x40_uint8"
+
+
+def test_rejected_slots_hold_nothing_and_stacks_are_sharded(converted_images) -> None:
+    d, result, _ = converted_images
+    view = open_store(d.store)
+    arr = view.array("stacks/3x32x40_uint8")
+    ok = {i.slot for i in view.items if i.array == "stacks/3x32x40_uint8"}
+    # The 50/90/99 % cuts got slots (their headers were whole) and the duplicate got one: all stay empty.
+    assert arr.shape[0] == len(ok) + 4
+    for slot in set(range(arr.shape[0])) - ok:
+        assert not np.asarray(arr[slot]).any()
+    assert arr.shards == (arr.shape[0], 3, 32, 40) and arr.chunks == (1, 3, 32, 40)
+    assert [type(c).__name__ for c in arr.compressors] == ["ZstdCodec", "Crc32cCodec"]
+    assert arr.attrs["complete"] and arr.attrs["ok"] == len(ok)
+    stacks = {i.array for i in view.items}
+    assert len(stacks) == 4  # RGB 32x40 (JPEG, PNG, TIFF alike), grey 32x40, 12-bit 1024x256, RGB 100x100
+    files = [p for p in (d.store / "stacks").rglob("*") if p.is_file()]
+    assert len(files) == 2 * len(stacks) + 1  # per stack a zarr.json and one shard file; the group's zarr.json
+
+
+def _tiles(raw: Path, n: int) -> None:
+    tj = TurboJPEG()
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        (raw / f"d{i // 1000}").mkdir(parents=True, exist_ok=True)
+        shape = (16, 16, 3) if i % 3 else (16, 24, 3)  # two sizes: two stacks
+        data = tj.encode(rng.integers(0, 256, shape, dtype=np.uint8), quality=90, pixel_format=TJPF_RGB)
+        (raw / f"d{i // 1000}" / f"tile_{i:05d}.jpg").write_bytes(data)
+
+
+def test_ten_thousand_jpegs_make_few_files_and_the_same_slots_on_1_and_2_workers(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    _tiles(raw, 10_000)
+    runs = []
+    for workers in (1, 2):
+        store = tmp_path / f"w{workers}.zarr"
+        spec = write_spec(tmp_path / f"m{workers}" / "delivery.toml", raw=raw, store=store, name="tiles", labels=False)
+        runs.append((store, convert_delivery(spec, workers=workers)))
+    (store1, one), (store2, two) = runs
+    assert one.manifest.read_bytes() == two.manifest.read_bytes()
+    rows = read_manifest(one.manifest)
+    assert len(rows) == 10_000 and all(r["status"] == "ok" for r in rows)
+    assert {r["array"] for r in rows} == {"stacks/3x16x16_uint8", "stacks/3x16x24_uint8"}
+    for store in (store1, store2):
+        files = [p for p in store.rglob("*") if p.is_file()]
+        assert len(files) <= 20, len(files)  # 7 + 4 shard files, a handful of zarr.json: not 10 000
+    a, b = open_store(store1), open_store(store2)
+    assert [(i.source, i.array, i.slot) for i in a.items] == [(i.source, i.array, i.slot) for i in b.items]
+    tj = TurboJPEG()
+    for i in a.items[:: 997]:
+        want = np.moveaxis(tj.decode((raw / i.source).read_bytes(), pixel_format=TJPF_RGB), 2, 0)
+        np.testing.assert_array_equal(a.array(i)[i.slot], want)
+        np.testing.assert_array_equal(b.array(i)[i.slot], want)
+
+
+def test_a_lost_shard_costs_only_its_own_images(tmp_path: Path) -> None:
+    """A shard task that fails (here: its shard file cannot be written) is redone image by image, one at a time."""
+    raw = tmp_path / "raw"
+    _tiles(raw, 9)  # 6 of 16x16 (slots 0..5), 3 of 16x24
+    spec = load_spec(write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr", name="t",
+                                labels=False),
+                     cwd=tmp_path)
+    rgb = Plane(3, 16, 16, "uint8")
+    entries = [StackEntry(item_id=f"tile{i}", source=f"d0/tile_{i:05d}.jpg", path=str(raw / f"d0/tile_{i:05d}.jpg"),
+                          kind="jpeg", sha256=f"{i:064x}", plane=rgb) for i in range(9) if i % 3]
+    stacks, shards = plan_stacks(entries)
+    (stack,) = stacks
+    stack = type(stack)(array=stack.array, plane=rgb, n=stack.n, per_shard=3)  # two shards of three
+    shards = tuple(type(s)(stack=stack, shard=k, items=s.items[k * 3 : k * 3 + 3]) for s in shards for k in (0, 1))
+    open_root(spec.delivery.store).create_group("stacks")
+    create_stack(spec.delivery.store, stack, spec=spec.store)
+    (spec.delivery.store / stack.array / "c" / "1" / "0" / "0" / "0").mkdir(parents=True)  # shard 1: unwritable
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        rows = _convert(client, Plan(tasks=(), rows=(), stacks=(stack,), shards=shards), spec, None)
+    by_slot = {r.source: r for r in rows}
+    assert len(rows) == 6
+    lost = [r for r in rows if r.status == "rejected"]
+    assert sorted(r.source for r in lost) == [i.source for i in shards[1].items]
+    assert all(r.reason == "decoder_crash" and "IsADirectoryError" in r.detail for r in lost)
+    kept = zarr.open_array(zarr.storage.LocalStore(spec.delivery.store), path=stack.array, mode="r")
+    for item in shards[0].items:
+        assert by_slot[item.source].status == "ok" and np.asarray(kept[item.slot]).any()
