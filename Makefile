@@ -9,10 +9,10 @@ BIN    := $(VENV)/bin
 # Override with e.g. `make demo TORCH=torch==2.5.1`.
 TORCH  ?= torch==2.13.0
 # libturbojpeg0: PyTurboJPEG's libjpeg-turbo (Debian 12 ships 2.1, hence pyturbojpeg<2 in pyproject.toml).
-# libjpeg-turbo-progs: jpegtran, with which the tests transcode JPEGs losslessly to arithmetic coding.
-APT_PACKAGES ?= libturbojpeg0 libjpeg-turbo-progs
-# chromium: the report test loads the QC page in headless Chromium. Only `make test`/`make stress` install it.
-APT_TEST_PACKAGES ?= chromium
+APT_PACKAGES ?= libturbojpeg0
+# Only `make test`/`make stress` install these. chromium: the report test loads the QC page in headless
+# Chromium. libjpeg-turbo-progs: jpegtran, with which the JPEG tests transcode files losslessly to arithmetic coding.
+APT_TEST_PACKAGES ?= chromium libjpeg-turbo-progs
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP  := $(VENV)/.stamp-install
 DELIVERY ?=
