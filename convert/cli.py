@@ -29,35 +29,40 @@ Run `labzarr COMMAND --help` for each command's options and a worked example.
 
 _CONVERT_EPILOG = """worked example:
   $ labzarr convert manifests/demo/delivery.toml --workers 2
-  probing: 100%|██████████| 20/20 [00:00<00:00, 41.5file/s, 751kB/751kB, 1.6MB/s]
-  converting: 100%|██████████| 16/16 [00:00<00:00, 61.1item/s, 746kB/746kB, 2.9MB/s]
-  demo: 21 items from 21 files
+  probing: 100%|██████████| 23/23 [00:00<00:00, 41.5file/s, 775kB/775kB, 1.6MB/s]
+  converting: 100%|██████████| 18/18 [00:00<00:00, 61.1item/s, 771kB/771kB, 2.9MB/s]
+  demo: 24 items from 24 files
 
     status        items
     ok               10
-    rejected          9
-    ignored           2
+    rejected         11
+    ignored           3
 
     reason                          items
     corrupt_data                        1
     ...
     truncated                           2
 
+    labels from labels/annotations.xlsx sheet 3 'Annotations v2' (header row 3):
+      cell_type                    astrocyte 3, microglia 2, neuron 4, oligodendrocyte 1
+      workbook IDs matching no item: 'case_099' (Annotations v2!A20)
+      items without a label: 7 (see manifest.csv)
+
     time 4.7 s (start 4.4 s, discover 0.0 s, probe 0.0 s, convert 0.2 s)
-    read 0.8 MB in 4.7 s (0.16 MB/s overall), decoded 0.7 MB in 0.2 s (3.34 MB/s)
+    read 0.8 MB in 4.7 s (0.16 MB/s overall), decoded 0.8 MB in 0.2 s (3.34 MB/s)
 
   manifest: manifests/demo/manifest.csv
   store:    data/stores/demo.zarr
 
 Writes the store named in the spec, and manifest.csv + summary.json beside the spec.
 Progress goes to stderr: a bar on a terminal; when stderr is not a terminal (a CI log)
-a line like `labzarr: converting 8/16 items (50%), 583kB/746kB, 2.6MB/s, ETA 00:01`
-every --progress-every seconds; nothing with --quiet.
+a line like `labzarr: converting 9/18 items (50%), 583kB/771kB, 2.6MB/s, ETA 00:01`
+every --progress-every seconds; nothing with --quiet (errors only).
 """
 
 _REPORT_EPILOG = """worked example:
   $ labzarr report manifests/demo/delivery.toml
-  report: data/reports/demo/index.html (10 ok items, 10 thumbnails, 9 rejected)
+  report: data/reports/demo/index.html (10 ok items, 10 thumbnails, 11 rejected)
 
 Open index.html in a browser (it needs no server and no network): counts per status and
 reason, label value charts, a contact sheet (three mid-slices per volume, read from the
@@ -68,11 +73,11 @@ Run it after `labzarr convert`; it refuses a store or manifest from another run.
 _DIFF_EPILOG = """worked example (after case_001 was re-delivered cut in half):
   $ labzarr diff git:HEAD:manifests/demo/manifest.csv manifests/demo/manifest.csv
   manifest diff: git:HEAD:manifests/demo/manifest.csv -> manifests/demo/manifest.csv
-  items 21 -> 21: ok 10 -> 9, rejected 9 -> 10, ignored 2 -> 2
+  items 24 -> 24: ok 10 -> 9, rejected 11 -> 12, ignored 3 -> 3
 
   status or reason changed (1)
     ~ case_001/anatomical.nii [case1]: ok -> rejected truncated; content changed
-        34,001 B of content, header implies 68,002 B (vox_offset 352 + 33x41x25 x 2 B)
+        34,001 B of content, header implies 68,002 B (vox_offset 352 + 33x41x25x1 x 2 B)
 
 OLD and NEW are manifest.csv paths or git:REV:PATH (PATH as `git show` takes it: from
 the repository root). Items are matched by source path; sections: added, removed,
@@ -139,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="write the messy sample delivery used by `make demo`", formatter_class=raw,
                        description="Write a messy sample delivery (good volumes, corruptions, notes) to a folder.",
                        epilog="worked example:\n  $ labzarr demo data/raw/demo\n"
-                              "  wrote sample delivery to data/raw/demo (21 files)\n"
+                              "  wrote sample delivery to data/raw/demo (24 files)\n"
                               "  $ labzarr convert manifests/demo/delivery.toml")
     d.add_argument("raw", type=Path, help="folder to (re)create")
     d.set_defaults(run=_demo)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from labzarr.convert.console import LineProgress
 from labzarr.convert.demo import write_spec
 from labzarr.convert.progress import ProgressEvent
 
-from ..conftest import make_delivery
+from ..conftest import Delivery, make_delivery
 
 _ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
 
@@ -120,56 +121,72 @@ def test_line_progress_is_periodic() -> None:
     assert lines[-1].endswith("done in 00:50")
 
 
-def _spec(tmp_path: Path, name: str, body: str) -> Path:
-    p = tmp_path / "manifests" / name / "delivery.toml"
+def _spec(d: Delivery, name: str, body: str) -> str:
+    """A spec file of its own beside the delivery's, holding `body`."""
+    p = d.spec.parent.parent / name / "delivery.toml"
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(body)
-    return p
+    return str(p)
 
 
-def _usage_cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+def _bad_workbook(d: Delivery) -> str:
+    (d.raw / "labels" / "annotations.xlsx").write_text("case_001,neuron\n")  # a CSV saved under the xlsx name
+    return str(d.spec)
+
+
+def _no_workbook(d: Delivery) -> str:
+    return str(write_spec(d.spec.parent.parent / "w" / "delivery.toml", raw=d.raw, store=d.store, labels=False,
+                          extra='\n[labels]\nworkbook = "labels.xlsx"\n'))
+
+
+# (build argv from a fresh demo delivery, what the error line must say)
+_USAGE = [
+    pytest.param(lambda d: [], r"^labzarr: error: the following arguments are required: COMMAND$", id="no-command"),
+    pytest.param(lambda d: ["frobnicate"], r"^labzarr: error: argument COMMAND: invalid choice: 'frobnicate'",
+                 id="unknown-command"),
+    pytest.param(lambda d: ["convert", str(d.spec), "--workers", "two"],
+                 r"^labzarr convert: error: argument --workers: invalid int value", id="workers-not-a-number"),
+    pytest.param(lambda d: ["convert", "nope/delivery.toml"], r"^labzarr: error: nope/delivery.toml: spec file not found$",
+                 id="spec-missing"),
+    pytest.param(lambda d: ["convert", str(d.spec.parent)], r"is a folder, not a spec file$", id="spec-is-a-folder"),
+    pytest.param(lambda d: ["convert", _spec(d, "a", "[delivery\n")], r"delivery.toml: not valid TOML", id="spec-not-toml"),
+    pytest.param(lambda d: ["convert", _spec(d, "b", d.spec.read_text().replace("level = 5", "level = 40"))],
+                 r"delivery.toml: \[store\] level = 40: zstd levels are 1..22$", id="spec-bad-value"),
+    pytest.param(lambda d: ["convert", _spec(d, "c", f'[delivery]\nname = "x"\nraw = "{d.raw}-gone"\nstore = "s.zarr"\n')],
+                 r"\[delivery\] raw = '.*-gone': folder not found$", id="raw-missing"),
+    pytest.param(lambda d: ["convert", _no_workbook(d)], r"\[labels\] workbook = '.*labels.xlsx': file not found$",
+                 id="workbook-missing"),
+    pytest.param(lambda d: ["convert", _bad_workbook(d)],
+                 r"\[labels\] workbook: labels/annotations.xlsx: not an xlsx: not a zip archive but text",
+                 id="workbook-not-xlsx"),
+    pytest.param(lambda d: ["convert", _spec(d, "d", d.spec.read_text().replace("sheet = 3", "sheet = 9"))],
+                 r"\[labels\] sheet: labels/annotations.xlsx: sheet 9 is past the end: .* has 4 sheets",
+                 id="workbook-sheet-past-end"),
+    pytest.param(lambda d: ["convert", str(d.spec), "--scheduler", "foo://x"],
+                 r"--scheduler foo://x: not a scheduler address", id="scheduler-scheme"),
+    pytest.param(lambda d: ["convert", str(d.spec), "--scheduler", "localhost"],
+                 r"--scheduler localhost: not a scheduler address", id="scheduler-no-port"),
+    pytest.param(lambda d: ["convert", str(d.spec), "--workers", "0"], r"--workers 0: must be at least 1$", id="workers-zero"),
+    pytest.param(lambda d: ["convert", str(d.spec), "--progress-every", "0"],
+                 r"--progress-every 0.0: must be greater than 0$", id="progress-every-zero"),
+    pytest.param(lambda d: ["report", str(d.spec)], r"summary.json: not found; delivery 'demo' is not converted yet$",
+                 id="report-before-convert"),
+    pytest.param(lambda d: ["report", str(d.spec), "--max-thumbs", "0"], r"--max-thumbs 0: must be greater than 0$",
+                 id="report-max-thumbs"),
+    pytest.param(lambda d: ["inspect", str(d.store)], r"demo.zarr: no such store", id="inspect-missing-store"),
+    pytest.param(lambda d: ["diff", "a.csv", "b.csv"], r"a.csv: no such manifest$", id="diff-missing"),
+    pytest.param(lambda d: ["diff", "a.csv", "b.csv", "--limit", "-1"], r"--limit -1: must be 0 \(all\) or more$",
+                 id="diff-bad-limit"),
+]
+
+
+@pytest.mark.parametrize("argv, match", _USAGE)
+def test_usage_error_is_one_line_and_a_hint(argv: Callable[[Delivery], list[str]], match: str, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     d = make_delivery(tmp_path)
-    raw = tmp_path / "raw" / "demo"
-    spec = str(d.spec)
-    return {
-        "no-command": ([], r"^labzarr: error: the following arguments are required: COMMAND$"),
-        "unknown-command": (["frobnicate"], r"^labzarr: error: argument COMMAND: invalid choice: 'frobnicate'"),
-        "workers-not-a-number": (["convert", spec, "--workers", "two"], r"^labzarr convert: error: argument --workers: invalid int value"),
-        "spec-missing": (["convert", "nope/delivery.toml"], r"^labzarr: error: nope/delivery.toml: spec file not found$"),
-        "spec-is-a-folder": (["convert", str(d.spec.parent)], r"is a folder, not a spec file$"),
-        "spec-not-toml": (["convert", str(_spec(tmp_path, "a", "[delivery\n"))], r"delivery.toml: not valid TOML"),
-        "spec-bad-value": (["convert", str(_spec(tmp_path, "b", d.spec.read_text().replace("level = 5", "level = 40")))],
-                           r"delivery.toml: \[store\] level = 40: zstd levels are 1..22$"),
-        "raw-missing": (["convert", str(_spec(tmp_path, "c", f'[delivery]\nname = "x"\nraw = "{tmp_path}/gone"\nstore = "s.zarr"\n'))],
-                        r"\[delivery\] raw = '.*/gone': folder not found$"),
-        "workbook-missing": (["convert", str(write_spec(tmp_path / "m2" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr", labels=False,
-                                                        extra='\n[labels]\nworkbook = "labels.xlsx"\n'))],
-                             r"\[labels\] workbook = '.*labels.xlsx': file not found$"),
-        "scheduler-scheme": (["convert", spec, "--scheduler", "foo://x"], r"--scheduler foo://x: not a scheduler address"),
-        "scheduler-no-port": (["convert", spec, "--scheduler", "localhost"], r"--scheduler localhost: not a scheduler address"),
-        "workers-zero": (["convert", spec, "--workers", "0"], r"--workers 0: must be at least 1$"),
-        "progress-every-zero": (["convert", spec, "--progress-every", "0"], r"--progress-every 0.0: must be greater than 0$"),
-        "report-before-convert": (["report", spec], r"summary.json: not found; delivery 'demo' is not converted yet$"),
-        "report-max-thumbs": (["report", spec, "--max-thumbs", "0"], r"--max-thumbs 0: must be greater than 0$"),
-        "inspect-missing-store": (["inspect", str(tmp_path / "none.zarr")], r"none.zarr: no such store"),
-        "diff-missing": (["diff", "a.csv", "b.csv"], r"a.csv: no such manifest$"),
-        "diff-bad-limit": (["diff", "a.csv", "b.csv", "--limit", "-1"], r"--limit -1: must be 0 \(all\) or more$"),
-    }
-
-
-_CASES = ["no-command", "unknown-command", "workers-not-a-number", "spec-missing", "spec-is-a-folder", "spec-not-toml",
-          "spec-bad-value", "raw-missing", "workbook-missing", "scheduler-scheme", "scheduler-no-port", "workers-zero",
-          "progress-every-zero", "report-before-convert", "report-max-thumbs", "inspect-missing-store", "diff-missing",
-          "diff-bad-limit"]
-
-
-@pytest.mark.parametrize("case", _CASES)
-def test_usage_error_is_one_line_and_a_hint(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
-    argv, match = _usage_cases(tmp_path)[case]
     monkeypatch.chdir(tmp_path)
     try:
-        code = main(argv)
+        code = main(argv(d))
     except SystemExit as exc:  # argparse's own errors exit from parse_args
         code = exc.code  # type: ignore[assignment]
     out, err = capsys.readouterr()
