@@ -12,7 +12,7 @@ import pytest
 import zarr
 from PIL import Image
 
-from labzarr.convert import UsageError, read_manifest
+from labzarr.convert import UsageError, convert_delivery, read_manifest
 from labzarr.convert.demo import write_spec
 from labzarr.convert.report import sample_evenly, write_report
 
@@ -160,3 +160,28 @@ def test_report_before_convert_says_what_to_do(tmp_path: Path) -> None:
 ])
 def test_sample_evenly(n: int, k: int, want: list[int]) -> None:
     assert sample_evenly(n, k) == want
+
+
+def test_report_draws_2d_images_from_their_stacks(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):  # RGB photos with a red square in the middle
+        img = (rng.random((300, 400, 3)) * 60).astype(np.uint8)
+        img[100:200, 150:250] = (220, 20, 20)
+        Image.fromarray(img).save(raw / f"case_{i:03d}.jpg", quality=95)
+    Image.fromarray(np.tile(np.linspace(0, 255, 500).astype(np.uint8), (200, 1))).save(raw / "case_003.png")
+    spec = write_spec(tmp_path / "manifests" / "tiles" / "delivery.toml", raw=raw, store=tmp_path / "tiles.zarr",
+                      name="tiles", labels=False)
+    result = convert_delivery(spec, workers=1)
+    rows = {r["source"]: r for r in read_manifest(result.manifest)}
+    assert all(r["status"] == "ok" and r["slot"] for r in rows.values())  # every image sits in a stack slot
+    out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
+    assert (out.thumbnails, out.failed) == (4, 0)
+    for i in range(3):
+        thumb = Image.open(out.index.parent / f"thumbs/{int(rows[f'case_{i:03d}.jpg']['index']):06d}.png")
+        assert thumb.mode == "RGB" and thumb.size == (256, 192)  # downscaled, aspect kept
+        r, g, b = thumb.getpixel((128, 96))
+        assert r > 180 and g < 60 and b < 60  # the red square, where it was
+    gray = Image.open(out.index.parent / f"thumbs/{int(rows['case_003.png']['index']):06d}.png")
+    assert gray.mode == "L" and gray.getpixel((0, 50)) < 10 and gray.getpixel((gray.width - 1, 50)) > 245
