@@ -133,7 +133,7 @@ def _labzarr(raw: Path, root: Path, workers: int) -> tuple[float, int, int]:
     store = root / f"store-{workers}w.zarr"
     shutil.rmtree(store, ignore_errors=True)
     spec_path = write_spec(root / f"manifests-{workers}w" / raw.name / "delivery.toml", raw=raw, store=store,
-                           name=raw.name, extra="")
+                           name=raw.name, labels=False)
     text = spec_path.read_text().replace('compressor = "zstd"\nlevel = 5', 'compressor = "blosc-zstd"\nlevel = 5')
     spec_path.write_text(text)
     spec = load_spec(spec_path, cwd=Path.cwd())

@@ -1,0 +1,140 @@
+"""An existing dask.distributed cluster (`dask scheduler` + two `dask worker`) gives the local run's result.
+
+The test starts every process itself on 127.0.0.1 free ports and stops each one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import zarr
+from distributed import Client
+
+from labzarr.convert import convert_delivery
+
+from ..conftest import make_delivery
+
+DASK = Path(sys.executable).parent / "dask"
+
+
+@dataclass
+class Cluster:
+    address: str
+    scheduler: subprocess.Popen[bytes]
+    workers: dict[str, subprocess.Popen[bytes]]  # name -> process
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, *args: str) -> subprocess.Popen[bytes]:
+        with (logs / f"{name}.log").open("wb") as log:
+            p = subprocess.Popen([str(DASK), *args], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                 env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        procs.append(p)
+        return p
+
+    try:
+        scheduler = start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")
+        # No nanny: killing a worker process kills the worker, not a child a nanny would restart.
+        workers = {name: start(name, "worker", address, "--name", name, "--nthreads", "1", "--no-nanny",
+                               "--no-dashboard", "--host", "127.0.0.1", "--memory-limit", "0")
+                   for name in ("w0", "w1")}
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(2, timeout=120)
+        yield Cluster(address=address, scheduler=scheduler, workers=workers)
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        assert all(p.poll() is not None for p in procs)
+
+
+def _assert_same_store(a: Path, b: Path) -> None:
+    ga, gb = zarr.open_group(a / "volumes", mode="r"), zarr.open_group(b / "volumes", mode="r")
+    names = sorted(n for n, _ in ga.arrays())
+    assert names and names == sorted(n for n, _ in gb.arrays())
+    for name in names:
+        x, y = ga[name], gb[name]
+        assert isinstance(x, zarr.Array) and isinstance(y, zarr.Array)
+        assert dict(x.attrs) == dict(y.attrs), name
+        assert x.dtype == y.dtype and x.chunks == y.chunks
+        np.testing.assert_array_equal(x[...], y[...], err_msg=name)
+
+
+def test_cli_on_an_existing_cluster_equals_local_run(converted_demo, cluster: Cluster, tmp_path: Path) -> None:
+    local, local_result = converted_demo
+    d = make_delivery(tmp_path / "remote")
+    out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(d.spec), "--scheduler", cluster.address,
+                          "--quiet"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert out.returncode == 0, out.stderr
+    assert (d.spec.parent / "manifest.csv").read_bytes() == local_result.manifest.read_bytes()
+    _assert_same_store(local.store, d.store)
+    with Client(cluster.address) as client:  # the run used the cluster's workers, and left them running
+        assert len(client.scheduler_info()["workers"]) == 2
+
+
+def _add_ct_volumes(raw: Path, n: int) -> None:
+    """Volumes big enough (5 MB each) that both workers are busy when the first item finishes."""
+    rng = np.random.default_rng(5)
+    for i in range(n):
+        data = (rng.normal(0, 200, (160, 160, 96))).astype(np.int16)
+        nib.save(nib.Nifti1Image(data, np.diag([-0.9, -0.9, 2.0, 1.0])), raw / f"big_{i:03d}.nii.gz")
+
+
+def test_killing_a_worker_mid_run_gives_the_same_result(cluster: Cluster, tmp_path: Path) -> None:
+    local = make_delivery(tmp_path / "local")
+    _add_ct_volumes(local.raw, 4)
+    want = convert_delivery(local.spec, workers=2)
+    d = make_delivery(tmp_path / "remote")
+    _add_ct_volumes(d.raw, 4)
+    killed: list[str] = []
+
+    def kill_busy_worker(done: int, total: int, row: object) -> None:
+        if killed:
+            return
+        with Client(cluster.address) as client:
+            processing = client.processing()
+            names = {addr: w["name"] for addr, w in client.scheduler_info()["workers"].items()}
+        addr = max(processing, key=lambda a: len(processing[a]))
+        assert processing[addr], f"no worker busy after {done}/{total} items: too late to kill one mid-run"
+        name = names[addr]
+        cluster.workers[name].send_signal(signal.SIGKILL)
+        cluster.workers[name].wait(timeout=30)
+        killed.append(name)
+
+    got = convert_delivery(d.spec, scheduler=cluster.address, progress=kill_busy_worker)
+    assert killed and cluster.workers[killed[0]].returncode == -signal.SIGKILL
+    assert got.manifest.read_bytes() == want.manifest.read_bytes()
+    _assert_same_store(local.store, d.store)
+    assert all(r.status != "rejected" or r.reason != "decoder_crash" for r in got.rows)
+    with Client(cluster.address) as client:
+        assert len(client.scheduler_info()["workers"]) == 1

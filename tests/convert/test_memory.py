@@ -1,0 +1,78 @@
+"""A volume larger than a worker's memory bound converts in bounded memory and equals its source voxel for voxel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import zarr
+from distributed import Client, LocalCluster
+from isal import isal_zlib
+
+from labzarr.convert.demo import write_spec
+from labzarr.convert.run import execute
+from labzarr.convert.spec import load_spec
+
+SHAPE = (600, 520, 1000)  # int16: 624 MB uncompressed, far more than the bound below
+BOUND = 256 << 20  # a worker's peak RSS above its baseline (after imports), whatever the volume's size
+AFFINE = np.diag([-0.8, -0.8, -1.0, 1.0])  # every axis flipped: canonical z runs against the file's z
+
+
+def _voxels(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """The volume in on-disk coordinates: closed form (int16 arithmetic wraps), so any block can be checked."""
+    return x.astype(np.int16) * 7 + y.astype(np.int16) * 13 + z.astype(np.int16) * 29
+
+
+def _write(path: Path) -> None:
+    X, Y, Z = SHAPE
+    hdr = nib.Nifti1Image(np.zeros((1, 1, 1), np.int16), AFFINE).header.copy()
+    hdr.set_data_shape(SHAPE)
+    hdr["vox_offset"] = 352
+    comp = isal_zlib.compressobj(1, isal_zlib.DEFLATED, 31)  # ISA-L: writes the 624 MB in a few seconds
+    x, y, z = np.ogrid[:X, :Y, :50]
+    with path.open("wb") as f:
+        f.write(comp.compress(bytes(hdr.binaryblock) + b"\x00" * 4))
+        for z0 in range(0, Z, 50):
+            f.write(comp.compress(_voxels(x, y, z + z0).tobytes(order="F")))
+        f.write(comp.flush())
+
+
+def _rss(kind: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(kind + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"{kind} missing from /proc/self/status")
+
+
+def _reset_peak() -> int:
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS (Linux >= 4.0)
+    return _rss("VmRSS")
+
+
+def test_large_volume_converts_in_bounded_worker_memory(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _write(raw / "case_001.nii.gz")
+    store = tmp_path / "big.zarr"
+    spec = load_spec(write_spec(tmp_path / "manifests" / "big" / "delivery.toml", raw=raw, store=store, name="big",
+                                labels=False), cwd=tmp_path)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      memory_limit=0) as cluster, Client(cluster) as client:
+        client.run(lambda: __import__("labzarr.convert.task"))  # the baseline includes the imports
+        (baseline,) = client.run(_reset_peak).values()
+        result = execute(spec, client)
+        (peak,) = client.run(_rss, "VmHWM").values()
+    (row,) = result.rows
+    assert row.status == "ok", row.detail
+    nbytes = int(np.prod(SHAPE)) * 2
+    assert peak - baseline < BOUND < nbytes, f"worker peak {peak:,} B, baseline {baseline:,} B"
+    arr = zarr.open_array(store, path=row.array, mode="r")
+    assert arr.shape == (1, *SHAPE) and arr.dtype == np.int16 and arr.attrs["complete"] == row.sha256
+    X, Y, Z = SHAPE
+    x, y = np.ogrid[:X, :Y]
+    for z0 in range(0, Z, 100):  # canonical (x, y, z) = on-disk (X-1-x, Y-1-y, Z-1-z)
+        z = np.arange(z0, min(Z, z0 + 100))
+        want = _voxels(X - 1 - x[..., None], Y - 1 - y[..., None], (Z - 1 - z)[None, None, :])
+        np.testing.assert_array_equal(arr[0, :, :, z0 : z0 + 100], want, err_msg=f"z {z0}")
