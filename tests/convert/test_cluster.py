@@ -21,6 +21,7 @@ import zarr
 from distributed import Client
 
 from labzarr.convert import convert_delivery
+from labzarr.convert.progress import ProgressEvent
 
 from ..conftest import make_delivery
 
@@ -112,15 +113,16 @@ def _add_ct_volumes(raw: Path, n: int) -> None:
 
 def test_killing_a_worker_mid_run_gives_the_same_result(cluster: Cluster, tmp_path: Path) -> None:
     local = make_delivery(tmp_path / "local")
-    _add_ct_volumes(local.raw, 4)
+    _add_ct_volumes(local.raw, 3)
     want = convert_delivery(local.spec, workers=2)
     d = make_delivery(tmp_path / "remote")
-    _add_ct_volumes(d.raw, 4)
+    _add_ct_volumes(d.raw, 3)
     killed: list[str] = []
 
-    def kill_busy_worker(done: int, total: int, row: object) -> None:
-        if killed:
+    def kill_busy_worker(event: ProgressEvent) -> None:
+        if killed or event.phase != "convert" or event.done < 1:  # after the first converted item
             return
+        done, total = event.done, event.total
         with Client(cluster.address) as client:
             processing = client.processing()
             names = {addr: w["name"] for addr, w in client.scheduler_info()["workers"].items()}
