@@ -12,13 +12,14 @@ import os
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from labzarr.readers import Reason, Rejected, check_plane
+from labzarr.readers import DicomReader, Plane, Reason, Rejected, SeriesStack, check_plane
 
 from .discover import Candidate
 from .manifest import Row
 from .probe import Probe
+from .series import group_series
 from .spec import Spec
 from .stacks import ShardTask, Stack, StackEntry, plan_stacks
 
@@ -39,7 +40,11 @@ _KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """Decode one file into one array; `array` is its path in the store."""
+    """Decode one item into one array; `array` is its path in the store.
+
+    A single-file item is read from `path`; a DICOM item from its `stack` (the
+    laid-out series), its files listed in `members` (relative paths).
+    """
 
     item_id: str
     source: str
@@ -49,6 +54,8 @@ class Task:
     array: str
     size: int = 0  # bytes of the source file(s): progress and throughput, never a decision
     warnings: tuple[str, ...] = ()
+    members: tuple[str, ...] = ()
+    stack: SeriesStack | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +75,9 @@ class Plan:
     def describe(self) -> str:
         """A human-readable listing for `--dry-run`."""
         lines = [f"{self.n_items} to convert, {len(self.rows)} decided without decoding"]
-        lines += [f"  convert  {t.kind:<6} {t.item_id:<16} {t.source} -> {t.array}" for t in self.tasks]
+        lines += [f"  convert  {t.kind:<6} {t.item_id:<16} {t.source}"
+                  + (f" [{len(t.members)} files]" if len(t.members) > 1 else "") + f" -> {t.array}"
+                  for t in self.tasks]
         for st in self.stacks:
             lines.append(f"  stack    {st.array}: {st.n} images, {st.per_shard} per shard, {st.n_shards} shards")
         lines += [f"  convert  {i.kind:<6} {i.item_id:<16} {i.source} -> {s.stack.array}[{i.slot}] (shard {s.shard})"
@@ -80,8 +89,9 @@ class Plan:
 
 
 def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe]) -> Plan:
-    """Decide each candidate's fate from its probe; no I/O."""
-    tasks: list[tuple[Candidate, Probe]] = []
+    """Decide each candidate's fate from its probe, DICOM files grouped into series, 2D images into stacks; no I/O."""
+    singles: list[tuple[Candidate, Probe]] = []
+    dicom: list[tuple[Candidate, Probe]] = []
     planar: list[StackEntry] = []
     rows: list[Row] = []
     limits = spec.validate.limits()
@@ -89,8 +99,10 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
         decided = _decide(spec, c, probes.get(c.rel))
         if isinstance(decided, Row):
             rows.append(decided)
+        elif decided.kind == DicomReader.kind:
+            dicom.append((c, decided))
         elif decided.plane is None:
-            tasks.append((c, decided))
+            singles.append((c, decided))
         else:
             try:
                 check_plane(decided.plane, limits)  # the header-first cap: a bomb is refused before any decoding
@@ -101,19 +113,31 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
             planar.append(StackEntry(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path),
                                      kind=decided.kind or "", sha256=decided.sha256, plane=decided.plane,
                                      warnings=_name_warning(c.rel, decided.kind or ""), size=decided.size))
-    names = _array_names([c.item_id or "" for c, _ in tasks])
+    series, series_rows = group_series(dicom, spec.dicom.rules(), id_pattern=spec.items.id_pattern)
+    rows += series_rows
+    todo = [Task(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path), kind=p.kind or "", sha256=p.sha256,
+                 array="", size=p.size, warnings=_name_warning(c.rel, p.kind or "")) for c, p in singles]
+    for s in series:
+        size = sum(probes[m].size for m in s.members)
+        if s.stack.layout == "image":  # a radiograph or photograph: a 2D item, stacked like a JPEG
+            plane = Plane(s.stack.samples, s.stack.rows, s.stack.columns, s.stack.dtype)
+            try:
+                check_plane(plane, limits)
+            except Rejected as exc:
+                rows.append(Row(item_id=s.item_id, status="rejected", source=s.source, kind=DicomReader.kind,
+                                sha256=s.sha256, reason=exc.reason, detail=exc.detail))
+                continue
+            planar.append(StackEntry(item_id=s.item_id, source=s.source, path=str(spec.delivery.raw / s.members[0]),
+                                     kind=DicomReader.kind, sha256=s.sha256, plane=plane,
+                                     warnings=_name_warning(s.source, DicomReader.kind), size=size))
+            continue
+        todo.append(Task(item_id=s.item_id, source=s.source, path=str(spec.delivery.raw / s.members[0]),
+                         kind=DicomReader.kind, sha256=s.sha256, array="", size=size, members=s.members, stack=s.stack))
+    todo.sort(key=lambda t: (t.item_id, t.source))
+    names = _array_names([t.item_id for t in todo])
     stacks, shards = plan_stacks(planar)
-    return Plan(
-        tasks=tuple(
-            Task(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path), kind=p.kind or "",
-                 sha256=p.sha256, array=f"{VOLUMES}/{name}", size=p.size,
-                 warnings=_name_warning(c.rel, p.kind or ""))
-            for (c, p), name in zip(tasks, names)
-        ),
-        rows=tuple(rows),
-        stacks=stacks,
-        shards=shards,
-    )
+    return Plan(tasks=tuple(replace(t, array=f"{VOLUMES}/{name}") for t, name in zip(todo, names)), rows=tuple(rows),
+                stacks=stacks, shards=shards)
 
 
 def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
@@ -132,6 +156,15 @@ def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
         return Row(status="rejected", reason=Reason.EMPTY_FILE, detail="0 B; expected an image", **common)
     if p.gzip_error:
         return Row(status="rejected", reason=Reason.CORRUPT_DATA, detail=p.gzip_error, **common)
+    if p.kind == DicomReader.kind:
+        if p.header_rejected:  # a DICOM header that does not parse: the file's own row, before any grouping
+            reason, detail = p.header_rejected
+            return Row(status="rejected", reason=reason, detail=detail, kind=p.kind, **common)
+        if p.dicom is None or not p.dicom.has_pixels:
+            sop = p.dicom.sop_class_name if p.dicom else "?"
+            uid = f" ({p.dicom.sop_class})" if p.dicom and p.dicom.sop_class else ""
+            return Row(status="ignored", kind=p.kind, detail=f"not an image: {sop}{uid} has no Pixel Data", **common)
+        return p  # grouped into series, item IDs checked per series
     if p.kind is None:
         what = ("gzip-compressed " if p.gzipped else "") + ("text" if p.text else f"unrecognised content {p.magic!r}")
         suffix = _image_suffix(c.rel)

@@ -1,20 +1,28 @@
-"""Probing: the per-file facts planning needs (content hash, sniffed kind, a 2D image's header), read on dask workers.
+"""Probing: the per-file facts planning needs (content hash, sniffed kind, a 2D image's or a DICOM file's header),
+read on dask workers.
 
 No pixel is decoded here: a 2D reader's `plane` reads only the header, so
-planning can give every 2D image its stack and slot before any decoding.
+planning can give every 2D image its stack and slot before any decoding; a
+DICOM file's header is read here too, in the batch that hashes it, so the
+driver receives one small frozen record per file and plans series from those
+alone -- no dataset and no pixel ever reaches the driver.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from labzarr.readers import Head, Plane, Reader, Reason, Rejected, as_planar, looks_like_text, read_head, reader_for
+from labzarr.readers import (DicomHeader, DicomReader, Head, Plane, Reader, Reason, Rejected, as_planar, looks_like_text,
+                             read_dicom_header, read_head, reader_for)
 
 __all__ = ["Probe", "probe_files"]
+
+log = logging.getLogger(__name__)
 
 _HASH_BLOCK = 1 << 20
 
@@ -32,7 +40,8 @@ class Probe:
     gzip_error: str | None  # the head of a gzip stream did not inflate
     magic: bytes  # first 16 content bytes, for details
     plane: Plane | None = None  # a 2D image's decoded (C, H, W) and dtype, from its header
-    header_rejected: tuple[Reason, str] | None = None  # a 2D header already refused: (reason, detail)
+    header_rejected: tuple[Reason, str] | None = None  # a 2D or DICOM header already refused: (reason, detail)
+    dicom: DicomHeader | None = None  # kind "dicom": the header, read with stop_before_pixels
 
 
 def probe_files(files: Sequence[tuple[str, str]]) -> list[Probe]:
@@ -51,6 +60,15 @@ def _probe(rel: str, path: Path) -> Probe:
             gzip_error = f"gzip stream broken at its start: {exc}"
     reader = reader_for(head.data) if head.data else None
     plane, header_rejected = _plane(reader, path, head)
+    dicom = None
+    if reader is not None and reader.kind == DicomReader.kind:
+        try:
+            dicom = read_dicom_header(path, head)
+        except Rejected as exc:
+            header_rejected = (exc.reason, exc.detail)
+        except Exception as exc:  # a per-file boundary: a parser bug costs this file, not the probe batch
+            log.exception("reading the DICOM header of %s crashed", rel)
+            header_rejected = (Reason.DECODER_CRASH, f"header reader crashed: {type(exc).__name__}: {exc}")
     return Probe(
         rel=rel,
         size=head.size,
@@ -62,6 +80,7 @@ def _probe(rel: str, path: Path) -> Probe:
         magic=head.data[:16],
         plane=plane,
         header_rejected=header_rejected,
+        dicom=dicom,
     )
 
 

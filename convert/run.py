@@ -275,7 +275,8 @@ def _crashed(job: Task | ShardTask, exc: BaseException | None) -> list[Row]:
     detail = f"{what}: {type(exc).__name__}: {exc}"
     if isinstance(job, Task):
         return [Row(item_id=job.item_id, status="rejected", source=job.source, kind=job.kind, sha256=job.sha256,
-                    reason=Reason.DECODER_CRASH, detail=detail)]
+                    reason=Reason.DECODER_CRASH, detail=detail, n_files=max(1, len(job.members)),
+                    members=job.members)]
     return [Row(item_id=i.item_id, status="rejected", source=i.source, kind=i.kind, sha256=i.sha256,
                 reason=Reason.DECODER_CRASH, detail=detail) for i in job.items]
 

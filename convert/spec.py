@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar, cast
 
-from labzarr.readers import ColumnRef, Limits, WorkbookLimits
+from labzarr.readers import ColumnRef, Limits, SeriesRules, WorkbookLimits
 
 from .errors import UsageError
 
 __all__ = [
     "Compressor",
     "DeliverySpec",
+    "DicomSpec",
     "ItemsSpec",
     "LabelsSpec",
     "NORMALIZERS",
@@ -88,6 +89,32 @@ class ValidateSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class DicomSpec:
+    """How strict series assembly is. Defaults and where they come from:
+
+    - min_slices 4: dicom2nifti's validate_slicecount refuses <= 3 slices as "TOO_FEW_SLICES/LOCALIZER".
+    - spacing_tolerance_mm 0.1, spacing_tolerance_rel 0.05: dicom2nifti's validate_slice_increment
+      (numpy.allclose(atol=0.1, rtol=0.05) between consecutive slice steps); capped at half a step.
+    - orientation_tolerance 0.001: dicom2nifti's validate_orientation (allclose(atol=rtol=0.001) on the
+      direction cosines); dcm2niix splits at 1e-4 but real scanners round IOP coarser than that.
+    - gantry_tilt "reject": dicom2nifti's validate_orthogonal refuses tilted stacks (NON_CUBICAL_IMAGE/GANTRY_TILT)
+      unless told to resample; "shear" keeps them with an exact, sheared affine (dcm2niix writes a resampled copy).
+    """
+
+    min_slices: int = SeriesRules().min_slices
+    spacing_tolerance_mm: float = SeriesRules().spacing_tolerance_mm
+    spacing_tolerance_rel: float = SeriesRules().spacing_tolerance_rel
+    orientation_tolerance: float = SeriesRules().orientation_tolerance
+    gantry_tilt: Literal["shear", "reject"] = SeriesRules().gantry_tilt
+
+    def rules(self) -> SeriesRules:
+        """The tolerances the DICOM series layout checks."""
+        return SeriesRules(min_slices=self.min_slices, spacing_tolerance_mm=self.spacing_tolerance_mm,
+                           spacing_tolerance_rel=self.spacing_tolerance_rel,
+                           orientation_tolerance=self.orientation_tolerance, gantry_tilt=self.gantry_tilt)
+
+
+@dataclass(frozen=True, slots=True)
 class Spec:
     """A validated delivery spec; `path` is the TOML file, `sha256` its bytes' hash."""
 
@@ -98,6 +125,7 @@ class Spec:
     store: StoreSpec
     validate: ValidateSpec
     labels: LabelsSpec | None = None
+    dicom: DicomSpec = DicomSpec()
 
     @property
     def manifest_dir(self) -> Path:
@@ -171,7 +199,7 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{where}: not valid TOML: {exc}", "fix the syntax; see README.md for a complete example") from exc
 
-    sections = {"delivery", "items", "labels", "store", "validate"}
+    sections = {"delivery", "dicom", "items", "labels", "store", "validate"}
     for name, value in doc.items():
         if name not in sections:
             raise UsageError(f"{where}: unknown section [{name}]", f"allowed sections: {', '.join(sorted(sections))}")
@@ -188,6 +216,7 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
         store=_store(_Table(where, "store", doc.get("store", {}))),
         validate=_validate(_Table(where, "validate", doc.get("validate", {}))),
         labels=labels,
+        dicom=_dicom(_Table(where, "dicom", doc.get("dicom", {}))),
     )
 
 
@@ -269,6 +298,30 @@ def _column(t: _Table, key: str, value: object) -> ColumnRef:
         if kind == "letter" and isinstance(text, str) and ColumnRef.parse(text).letter:
             return ColumnRef(letter=text)
     raise t.fail(key, value, "expected a column letter (A..XFD) or a header text", f"write e.g. {example}")
+
+
+def _dicom(t: _Table) -> DicomSpec:
+    d = DicomSpec()
+    min_slices = t.take("min_slices", int, d.min_slices, what="an integer >= 1")
+    t.check("min_slices", min_slices, lambda v: v >= 1, "must be >= 1",
+            f"e.g. min_slices = {d.min_slices} (dicom2nifti refuses 3 or fewer as localizers)")
+    mm = float(t.take("spacing_tolerance_mm", (int, float), d.spacing_tolerance_mm, what="millimetres, e.g. 0.1"))
+    t.check("spacing_tolerance_mm", mm, lambda v: 0 <= v <= 10, "must be 0..10 mm",
+            f"e.g. spacing_tolerance_mm = {d.spacing_tolerance_mm}")
+    rel = float(t.take("spacing_tolerance_rel", (int, float), d.spacing_tolerance_rel, what="a fraction, e.g. 0.05"))
+    t.check("spacing_tolerance_rel", rel, lambda v: 0 <= v < 0.5, "must be 0 <= value < 0.5 (a fraction of the step)",
+            f"e.g. spacing_tolerance_rel = {d.spacing_tolerance_rel}")
+    orient = float(t.take("orientation_tolerance", (int, float), d.orientation_tolerance,
+                          what="a direction-cosine difference, e.g. 0.001"))
+    t.check("orientation_tolerance", orient, lambda v: 0 < v < 0.05,
+            "must be > 0 and < 0.05 (larger differences are different planes, split into parts)",
+            f"e.g. orientation_tolerance = {d.orientation_tolerance}")
+    tilt = t.take("gantry_tilt", str, d.gantry_tilt, what='"shear" or "reject"')
+    t.check("gantry_tilt", tilt, lambda v: v in ("shear", "reject"), 'allowed: "shear" | "reject"',
+            'use "reject" (default, as dicom2nifti) or "shear" (exact sheared affine)')
+    t.done()
+    return DicomSpec(min_slices=min_slices, spacing_tolerance_mm=mm, spacing_tolerance_rel=rel,
+                     orientation_tolerance=orient, gantry_tilt=cast(Literal["shear", "reject"], tilt))
 
 
 def _labels(t: _Table, raw: Path) -> LabelsSpec:

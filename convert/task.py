@@ -11,12 +11,13 @@ escapes as an exception other than `Rejected`, and that too becomes a
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from labzarr.readers import (READERS, Limits, Reason, Rejected, Volume, VolumeHeader, VolumeSource, open_source,
                              read_head)
+from labzarr.readers.dicom import open_series
 
 from .chunks import SLAB_BYTES, plan_chunks
 from .manifest import Row
@@ -44,7 +45,8 @@ class TaskSettings:
 
 def convert_item(task: Task, settings: TaskSettings) -> Row:
     """Convert one item, slab by slab; returns its manifest row for every outcome."""
-    base = Row(item_id=task.item_id, status="ok", source=task.source, kind=task.kind, sha256=task.sha256)
+    base = Row(item_id=task.item_id, status="ok", source=task.source, kind=task.kind, sha256=task.sha256,
+               n_files=max(1, len(task.members)), members=task.members)
     writer: VolumeWriter | None = None
     try:
         source = _open(task, settings.limits)
@@ -72,14 +74,15 @@ def convert_item(task: Task, settings: TaskSettings) -> Row:
     finally:
         if writer is not None:
             writer.close()
-    return Row(
-        item_id=task.item_id, status="ok", source=task.source, kind=h.kind, sha256=task.sha256,
-        shape=tuple(h.shape), dtype=str(h.dtype), spacing=h.spacing,
-        orientation=h.orientation, array=task.array, warnings=warnings,
+    return replace(
+        base, kind=h.kind, shape=tuple(h.shape), dtype=str(h.dtype), spacing=h.spacing, orientation=h.orientation,
+        array=task.array, warnings=warnings,
     )
 
 
 def _open(task: Task, limits: Limits) -> VolumeSource:
+    if task.stack is not None:  # a DICOM item: its series was laid out when planning
+        return open_series(task.stack, limits)
     reader = next(r for r in READERS if r.kind == task.kind)
     path = Path(task.path)
     return open_source(reader, path, limits, read_head(path))
@@ -99,8 +102,9 @@ def _attrs(task: Task, header: VolumeHeader) -> dict[str, object]:
         "kind": header.kind,
         "spacing": list(header.spacing),
         "affine": [list(row) for row in header.affine],
-        "orientation": "RAS",
+        # A volume's voxels are in RAS order; a 2D image (C, H, W) keeps its rows and columns and has no patient frame.
+        "orientation": "RAS" if len(header.shape) == 4 else "",
         "source_orientation": header.orientation,
-        "axes": list(AXES[: len(header.shape)]),
+        "axes": list(AXES) if len(header.shape) == 4 else ["c", "y", "x"],
         "labels": {},
     }

@@ -5,6 +5,7 @@
 
 from ._head import Head, looks_like_text, read_head
 from ._planar import check_plane
+from .dicom import DicomHeader, DicomReader, SeriesRules, SeriesStack, read_dicom_header, read_series
 from .excel import ColumnRef, LabelCell, LabelRow, LabelSheet, WorkbookError, WorkbookLimits, read_label_sheet
 from .jpeg import JpegReader
 from .nifti import NiftiReader, NiftiSource
@@ -17,6 +18,8 @@ from .tiff import TiffReader
 
 __all__ = [
     "ColumnRef",
+    "DicomHeader",
+    "DicomReader",
     "Head",
     "JpegReader",
     "LabelCell",
@@ -33,6 +36,8 @@ __all__ = [
     "Reader",
     "Reason",
     "Rejected",
+    "SeriesRules",
+    "SeriesStack",
     "Slab",
     "StreamingReader",
     "TiffReader",
@@ -46,7 +51,9 @@ __all__ = [
     "check_plane",
     "looks_like_text",
     "open_source",
+    "read_dicom_header",
     "read_head",
     "read_label_sheet",
+    "read_series",
     "reader_for",
 ]

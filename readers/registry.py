@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import ClassVar, Final, Protocol, runtime_checkable
 
 from ._head import Head
+from .dicom import DicomReader
 from .jpeg import JpegReader
 from .nifti import NiftiReader
 from .png import PngReader
@@ -39,9 +40,9 @@ class PlanarReader(Reader, Protocol):
         ...
 
 
-# Order is priority. A DICOM reader goes before TiffReader: dual-personality DICOM-TIFF files carry a TIFF
-# header in their 128-byte preamble.
-READERS: Final[tuple[Reader, ...]] = (NiftiReader(), JpegReader(), PngReader(), TiffReader())
+# Order is priority. DICOM goes first: `DICM` at offset 128 is decisive, and the 128-byte preamble may carry
+# another format's header (an Analyze header in some Siemens files, TIFF in dual-personality DICOM-TIFF).
+READERS: Final[tuple[Reader, ...]] = (DicomReader(), NiftiReader(), JpegReader(), PngReader(), TiffReader())
 
 
 def as_planar(reader: Reader | None) -> PlanarReader | None:

@@ -32,6 +32,15 @@ def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
     assert spec.manifest_dir == tmp_path
 
 
+def test_dicom_section_sets_the_series_rules(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, GOOD + '[dicom]\nmin_slices = 2\nspacing_tolerance_mm = 0.5\ngantry_tilt = "shear"\n'),
+                     cwd=tmp_path)
+    rules = spec.dicom.rules()
+    assert (rules.min_slices, rules.spacing_tolerance_mm, rules.gantry_tilt) == (2, 0.5, "shear")
+    assert rules.spacing_tolerance_rel == 0.05 and rules.orientation_tolerance == 0.001  # defaults kept
+    assert load_spec(write(tmp_path, GOOD), cwd=tmp_path).dicom.rules().min_slices == 4
+
+
 BAD = [
     pytest.param(GOOD + "[store]\nlevel = 40\n", r"\[store\] level = 40: zstd levels are 1\.\.22", id="level-range"),
     pytest.param(GOOD + "[store]\ncompressor = \"lzma\"\n", r"compressor = 'lzma': allowed: zstd", id="compressor"),
@@ -56,6 +65,14 @@ BAD = [
                  id="ratio"),
     pytest.param(GOOD + "[store\n", r"not valid TOML", id="toml-syntax"),
     pytest.param(GOOD.replace("out/lab-1.zarr", "out/lab-1"), r"must end in \.zarr", id="store-suffix"),
+    pytest.param(GOOD + "[dicom]\nmin_slices = 0\n", r"\[dicom\] min_slices = 0: must be >= 1", id="dicom-min-slices"),
+    pytest.param(GOOD + "[dicom]\nspacing_tolerance_rel = 0.6\n", r"spacing_tolerance_rel = 0\.6: must be 0 <=",
+                 id="dicom-spacing-rel"),
+    pytest.param(GOOD + "[dicom]\norientation_tolerance = 0.1\n", r"larger differences are different planes",
+                 id="dicom-orientation"),
+    pytest.param(GOOD + "[dicom]\ngantry_tilt = \"resample\"\n", r"gantry_tilt = 'resample': allowed: \"shear\"",
+                 id="dicom-tilt-policy"),
+    pytest.param(GOOD + "[dicom]\nmin_slice = 2\n", r"\[dicom\] unknown key 'min_slice'", id="dicom-unknown-key"),
 ]
 
 

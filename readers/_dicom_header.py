@@ -1,0 +1,515 @@
+"""Reading one DICOM file's header into a small frozen record, pixels left on disk.
+
+Invariant: a `DicomHeader` is all that planning ever sees of a DICOM file. It is
+read with pydicom's `stop_before_pixels`; the Pixel Data element is then only
+walked (never decoded) to check that it is complete and to hash its bytes, so a
+duplicated slice can be told from a different one without decoding either.
+Every 2D image the file holds becomes one `Frame` with its own geometry: a plain
+slice has one, a multi-frame object one per frame, a Siemens mosaic one per tile.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import math
+import struct
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any, cast
+
+import pydicom
+import pydicom.uid
+from pydicom.dataset import Dataset
+from pydicom.errors import InvalidDicomError
+from pydicom.pixels.decoders.base import get_decoder
+from pydicom.pixels.utils import get_expected_length
+
+from ._head import Head
+from .reasons import Reason, Rejected
+
+__all__ = ["Defect", "DicomHeader", "Frame", "open_dicom", "read_dicom_header", "transfer_syntax"]
+
+_PIXEL_TAGS = (0x7FE00010, 0x7FE00008, 0x7FE00009)  # Pixel Data, Float Pixel Data, Double Float Pixel Data
+_ITEM, _SEQ_END = 0xFFFEE000, 0xFFFEE0DD
+_BLOCK = 1 << 20
+_GRID_FRAME_OFFSET_VECTOR = 0x3004000C
+_LONG_VRS = (b"OB", b"OW", b"OF", b"OD", b"OL", b"OV", b"UN")  # explicit VRs with a 4-byte length
+
+
+@dataclass(frozen=True, slots=True)
+class Defect:
+    """Why a file whose header was read still cannot be decoded: a reason and its measured detail."""
+
+    reason: Reason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One 2D image of a file and where it lies.
+
+    `position` is ImagePositionPatient (LPS mm) of its first pixel, `orientation` the
+    six direction cosines of its rows and columns, `spacing` (row, column) spacing in
+    mm; all three are None for an image without patient geometry (CR, DX, US, SC).
+    `order` sorts repeated acquisitions of one position into time points.
+    """
+
+    index: int
+    position: tuple[float, float, float] | None
+    orientation: tuple[float, float, float, float, float, float] | None
+    spacing: tuple[float, float] | None
+    slope: float = 1.0
+    intercept: float = 0.0
+    echo: float | None = None
+    order: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DicomHeader:
+    """What planning needs from one DICOM file; `frames` is empty when it holds no pixel data."""
+
+    sop_class: str
+    sop_class_name: str
+    modality: str
+    study_uid: str
+    series_uid: str
+    series_number: int | None
+    instance_number: int | None
+    sop_instance: str
+    transfer_syntax: str
+    rows: int = 0
+    columns: int = 0
+    samples: int = 1
+    bits_allocated: int = 0
+    bits_stored: int = 0
+    signed: bool = False
+    float_pixels: bool = False
+    photometric: str = ""
+    frames: tuple[Frame, ...] = ()
+    mosaic: int | None = None  # tiles per side of a Siemens mosaic; frames are its tiles
+    spacing_2d: tuple[float, float] | None = None  # PixelSpacing or ImagerPixelSpacing of a projection image
+    thickness: float | None = None  # SliceThickness: the slice axis of a single-slice volume
+    palette_bits: int = 0  # PALETTE COLOR: bits of each lookup-table entry (8 or 16)
+    pixel_sha256: str = ""  # hash of the encoded Pixel Data bytes: equal hashes, equal pixels
+    defect: Defect | None = None
+    gzipped: bool = False
+
+    @property
+    def has_pixels(self) -> bool:
+        """True for an image; False for SR, RT plans, DICOMDIR, presentation states, ..."""
+        return bool(self.frames)
+
+    @property
+    def spatial(self) -> bool:
+        """True when every frame has a patient position and orientation."""
+        return bool(self.frames) and all(f.position is not None and f.orientation is not None for f in self.frames)
+
+
+@contextmanager
+def open_dicom(path: Path, *, gzipped: bool) -> Iterator[IO[bytes]]:
+    """Open `path` for reading, through gzip when the file is a gzip stream (e.g. nibabel's `.dcm.gz`)."""
+    with path.open("rb") as raw:
+        if not gzipped:
+            yield raw
+            return
+        with gzip.GzipFile(fileobj=raw, mode="rb") as fp:
+            yield cast(IO[bytes], fp)
+
+
+def read_dicom_header(path: Path, head: Head) -> DicomHeader:
+    """Read the header of a DICOM file sniffed by `DicomReader`; raise `Rejected` when it cannot be parsed."""
+    preamble = head.data[128:132] == b"DICM"
+    try:
+        with open_dicom(path, gzipped=head.gzipped) as fp, warnings.catch_warnings():
+            # pydicom warns (and carries on) about every non-conformant value; planning reports what matters.
+            warnings.simplefilter("ignore")
+            size = fp.seek(0, io.SEEK_END)
+            fp.seek(0)
+            # force: the sniffer already required a DICM preamble or a plausible first few elements.
+            ds = pydicom.dcmread(fp, stop_before_pixels=True, force=not preamble)
+            _check_not_cut(ds, size, preamble)
+            ts = transfer_syntax(ds)
+            deflated = ts.is_transfer_syntax and ts.is_deflated
+            pixel_at = fp.tell() if not deflated else -1
+            return _header(ds, ts, fp, pixel_at, size, gzipped=head.gzipped)
+    except Rejected:
+        raise
+    except (EOFError, gzip.BadGzipFile) as exc:
+        raise Rejected(Reason.TRUNCATED, f"file ends inside the DICOM header ({type(exc).__name__}: {exc})") from exc
+    except (InvalidDicomError, ValueError, KeyError, TypeError, struct.error, NotImplementedError,
+            OverflowError, IndexError, AttributeError) as exc:
+        raise Rejected(Reason.BAD_HEADER, f"pydicom cannot parse the header: {type(exc).__name__}: {exc}") from exc
+
+
+def transfer_syntax(ds: Dataset) -> pydicom.uid.UID:
+    """The dataset's transfer syntax: from its File Meta, or as pydicom found the encoding when there is none."""
+    meta = getattr(ds, "file_meta", None)
+    uid = meta.get("TransferSyntaxUID") if meta is not None else None
+    if uid is None:  # no File Meta: pydicom guessed the encoding from the first element
+        return pydicom.uid.ImplicitVRLittleEndian if ds.is_implicit_VR else (
+            pydicom.uid.ExplicitVRLittleEndian if ds.is_little_endian else pydicom.uid.ExplicitVRBigEndian)
+    return pydicom.uid.UID(str(uid))
+
+
+def _encoding(ds: Dataset) -> tuple[bool, bool]:
+    """(implicit VR, little endian) as pydicom read the dataset, whatever syntax the File Meta names."""
+    implicit, little = ds.original_encoding
+    return bool(implicit), bool(little) if little is not None else True
+
+
+def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
+    """pydicom returns whatever it parsed before the end of a cut file; find the cut here."""
+    meta = getattr(ds, "file_meta", None)
+    group_length = meta.get("FileMetaInformationGroupLength") if meta is not None else None
+    if preamble and group_length is not None and size < 132 + 12 + int(group_length):
+        raise Rejected(Reason.TRUNCATED, f"{size:,} B file ends inside its File Meta group "
+                                         f"({132 + 12 + int(group_length):,} B)")
+    if preamble and (meta is None or not len(meta)):
+        raise Rejected(Reason.BAD_HEADER, "DICM prefix but no File Meta Information (group 0002) after it")
+    tags = list(ds.keys())
+    if not tags:
+        return
+    last = ds.get_item(tags[-1])
+    value = getattr(last, "value", None)
+    length = getattr(last, "length", None)
+    if isinstance(value, bytes) and isinstance(length, int) and length != 0xFFFFFFFF and len(value) < length:
+        raise Rejected(Reason.TRUNCATED, f"element {last.tag} ends after {len(value):,} of its {length:,} B "
+                                         f"(file is {size:,} B)")
+    value_tell = getattr(last, "value_tell", None)
+    if isinstance(value_tell, int) and isinstance(length, int) and length != 0xFFFFFFFF:
+        stray = size - (value_tell + length)
+        if 0 < stray < 12:  # less than one element header follows the last element: the next one was cut
+            raise Rejected(Reason.TRUNCATED, f"file ends {stray} B into the element after {last.tag} "
+                                             f"(file is {size:,} B)")
+
+
+def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size: int, *, gzipped: bool) -> DicomHeader:
+    sop_class = str(ds.get("SOPClassUID", "") or getattr(getattr(ds, "file_meta", None), "MediaStorageSOPClassUID", "")
+                    or "")
+    base = DicomHeader(
+        sop_class=sop_class,
+        sop_class_name=pydicom.uid.UID(sop_class).name if sop_class else "no SOP Class UID",
+        modality=str(ds.get("Modality", "") or ""),
+        study_uid=str(ds.get("StudyInstanceUID", "") or ""),
+        series_uid=str(ds.get("SeriesInstanceUID", "") or ""),
+        series_number=_int(ds.get("SeriesNumber")),
+        instance_number=_int(ds.get("InstanceNumber")),
+        sop_instance=str(ds.get("SOPInstanceUID", "") or ""),
+        transfer_syntax=str(ts),
+        gzipped=gzipped,
+    )
+    pixel = _pixel_element(ds, ts, fp, pixel_at)
+    if pixel is None:
+        return base
+    tag, length, value_at = pixel
+    for key in ("Rows", "Columns", "BitsAllocated"):
+        if ds.get(key) in (None, "", 0):
+            raise Rejected(Reason.BAD_HEADER, f"Pixel Data present but {key} is missing or 0")
+    if ds.get("ModalityLUTSequence") is not None:
+        raise Rejected(Reason.UNSUPPORTED_FORMAT, "a Modality LUT Sequence (non-linear rescale) is not applied by this "
+                                                  "converter; expected RescaleSlope/RescaleIntercept")
+    n_frames = _int(ds.get("NumberOfFrames")) or 1
+    photometric = str(ds.get("PhotometricInterpretation", "") or "")
+    mosaic, frames = _frames(ds, n_frames)
+    if ds.get("PixelData") is not None and pixel_at < 0:  # deflated: pydicom already holds the inflated value
+        digest, defect = hashlib.sha256(ds.PixelData).hexdigest(), None
+    else:
+        digest, defect = _scan_pixels(fp, ds, ts, length, value_at, size, n_frames)
+    defect = defect or _decoder_defect(ts)
+    spacing_2d = _floats(ds.get("PixelSpacing") or ds.get("ImagerPixelSpacing"), 2)
+    return replace(
+        base, rows=int(ds.Rows), columns=int(ds.Columns), samples=int(ds.get("SamplesPerPixel", 1) or 1),
+        bits_allocated=int(ds.BitsAllocated), bits_stored=int(ds.get("BitsStored") or ds.BitsAllocated),
+        signed=int(ds.get("PixelRepresentation", 0) or 0) == 1, float_pixels=tag != _PIXEL_TAGS[0],
+        photometric=photometric, frames=frames, mosaic=mosaic,
+        spacing_2d=(spacing_2d[0], spacing_2d[1]) if spacing_2d else None,
+        thickness=_float(ds.get("SliceThickness")),
+        palette_bits=_int(_list(ds.get("RedPaletteColorLookupTableDescriptor"))[2:3] or None) or 0,
+        pixel_sha256=digest, defect=defect,
+    )
+
+
+def _pixel_element(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], at: int) -> tuple[int, int, int] | None:
+    """(tag, value length, value offset) of the pixel data element that stopped the header read, or None."""
+    if at < 0:  # deflated transfer syntax: no offsets into the inflated stream; re-read it whole
+        fp.seek(0)
+        full = pydicom.dcmread(fp, force=True)
+        tag = next((t for t in _PIXEL_TAGS if t in full), None)
+        if tag is None:
+            return None
+        ds.PixelData = full[tag].value
+        return tag, len(full[tag].value), -1
+    # The element header is parsed here rather than by pydicom's generator, which would scan an undefined-length
+    # value to its end (reading all compressed pixels) and cannot report where a cut stream stops.
+    fp.seek(at)
+    head = fp.read(12)
+    if len(head) < 8:
+        return None
+    implicit, little = _encoding(ds)
+    endian = "<" if little else ">"
+    group, elem = struct.unpack(f"{endian}HH", head[:4])
+    tag = group << 16 | elem
+    if tag not in _PIXEL_TAGS:
+        return None
+    # Some writers switch to implicit VR despite an explicit transfer syntax (pydicom copes and warns); a VR field
+    # that is not two capital letters means the same here.
+    if implicit or not (head[4:6].isalpha() and head[4:6].isupper()):
+        return tag, struct.unpack(f"{endian}L", head[4:8])[0], at + 8
+    if head[4:6] in _LONG_VRS and len(head) == 12:
+        return tag, struct.unpack(f"{endian}L", head[8:12])[0], at + 12
+    return tag, struct.unpack(f"{endian}H", head[6:8])[0], at + 8
+
+
+def _scan_pixels(fp: IO[bytes], ds: Dataset, ts: pydicom.uid.UID, length: int, value_at: int, size: int,
+                 n_frames: int) -> tuple[str, Defect | None]:
+    """Hash the encoded pixel bytes and check that they are all there, without decoding."""
+    h = hashlib.sha256()
+    fp.seek(value_at)
+    if length != 0xFFFFFFFF:
+        try:
+            expected = get_expected_length(ds, unit="bytes")
+        except (AttributeError, ValueError, TypeError) as exc:
+            return "", Defect(Reason.BAD_HEADER, f"cannot size the pixel data from the header: {exc}")
+        got = _hash_stream(fp, h, length)
+        if got < length:
+            return h.hexdigest(), Defect(Reason.TRUNCATED, f"pixel data ends after {got:,} of its {length:,} B "
+                                                           f"(file is {size:,} B)")
+        if length < expected:
+            return h.hexdigest(), Defect(Reason.TRUNCATED, f"pixel data holds {length:,} B, the header implies "
+                                                           f"{expected:,} B ({n_frames} frame(s) of "
+                                                           f"{int(ds.Rows)}x{int(ds.Columns)})")
+        return h.hexdigest(), None
+    # Encapsulated (compressed): walk the items to the sequence delimiter, hashing fragment bytes.
+    endian = "<" if _encoding(ds)[1] else ">"
+    items = 0
+    while True:
+        head = fp.read(8)
+        if len(head) < 8:
+            return h.hexdigest(), Defect(Reason.TRUNCATED, f"encapsulated pixel data ends after {items} item(s) "
+                                                           f"without its sequence delimiter (file is {size:,} B)")
+        group, elem, item_len = struct.unpack(f"{endian}HHL", head)
+        tag = group << 16 | elem
+        if tag == _SEQ_END:
+            break
+        if tag != _ITEM or item_len == 0xFFFFFFFF:
+            return h.hexdigest(), Defect(Reason.CORRUPT_DATA, f"unexpected element ({group:04X},{elem:04X}) "
+                                                              f"inside the encapsulated pixel data")
+        got = _hash_stream(fp, h, item_len)
+        if got < item_len:
+            return h.hexdigest(), Defect(Reason.TRUNCATED, f"compressed fragment {items} ends after {got:,} of its "
+                                                           f"{item_len:,} B (file is {size:,} B)")
+        items += 1
+    if items < 2:  # the first item is the Basic Offset Table: no fragment means no image
+        return h.hexdigest(), Defect(Reason.TRUNCATED, "encapsulated pixel data holds no compressed fragment")
+    return h.hexdigest(), None
+
+
+def _hash_stream(fp: IO[bytes], h: Any, n: int) -> int:
+    done = 0
+    while done < n:
+        block = fp.read(min(_BLOCK, n - done))
+        if not block:
+            break
+        h.update(block)
+        done += len(block)
+    return done
+
+
+def _decoder_defect(ts: pydicom.uid.UID) -> Defect | None:
+    if not ts.is_transfer_syntax:
+        return Defect(Reason.DECODER_MISSING, f"transfer syntax {ts} is not one pydicom knows")
+    if not ts.is_compressed or ts.is_deflated:  # native and deflated pixels: pydicom decodes them itself
+        return None
+    try:
+        decoder = get_decoder(ts)
+    except NotImplementedError:
+        return Defect(Reason.DECODER_MISSING, f"no pixel decoder exists for transfer syntax {ts} ({ts.name})")
+    if not decoder.is_available:
+        missing = "; ".join(decoder.missing_dependencies) or "none installed"
+        return Defect(Reason.DECODER_MISSING, f"no decoder installed for {ts.name} ({ts}): {missing}")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# frames: plain slices, classic multi-frame (RT dose grids, cine loops), enhanced multi-frame, Siemens mosaics
+
+
+def _frames(ds: Dataset, n_frames: int) -> tuple[int | None, tuple[Frame, ...]]:
+    if ds.get("PerFrameFunctionalGroupsSequence") is not None:
+        return None, _enhanced_frames(ds, n_frames)
+    mosaic = _mosaic(ds) if n_frames == 1 else None
+    if mosaic is not None:
+        return mosaic
+    slope, intercept = _rescale(ds)
+    position = _floats(ds.get("ImagePositionPatient"), 3)
+    orientation = _floats(ds.get("ImageOrientationPatient"), 6)
+    spacing = _floats(ds.get("PixelSpacing"), 2)
+    echo = _float(ds.get("EchoNumbers"))
+    order = _classic_order(ds)
+    if n_frames == 1:
+        return None, (_frame(0, position, orientation, spacing, slope, intercept, echo, order),)
+    offsets = _floats(ds.get(_GRID_FRAME_OFFSET_VECTOR).value if _GRID_FRAME_OFFSET_VECTOR in ds else None, n_frames)
+    if position and orientation and offsets:
+        # RT Dose and similar grids: frame k lies offsets[k] - offsets[0] mm along the slice normal from IPP
+        # (PS3.3 C.8.8.3.2: relative when offsets[0] is 0, else absolute; the difference is right in both cases).
+        normal = _normal(orientation)
+        return None, tuple(
+            _frame(k, tuple(p + (off - offsets[0]) * n for p, n in zip(position, normal)), orientation, spacing,
+                   slope, intercept, echo, order + (float(k),))
+            for k, off in enumerate(offsets))
+    # A multi-frame object without per-frame positions (cine loop, secondary capture): frames, not slices.
+    return None, tuple(_frame(k, None, None, spacing, slope, intercept, echo, order + (float(k),))
+                       for k in range(n_frames))
+
+
+def _frame(index: int, position: Sequence[float] | None, orientation: Sequence[float] | None,
+           spacing: Sequence[float] | None, slope: float, intercept: float, echo: float | None,
+           order: tuple[float, ...]) -> Frame:
+    return Frame(
+        index=index,
+        position=(position[0], position[1], position[2]) if position else None,
+        orientation=(orientation[0], orientation[1], orientation[2], orientation[3], orientation[4], orientation[5])
+        if orientation else None,
+        spacing=(spacing[0], spacing[1]) if spacing else None,
+        slope=slope, intercept=intercept, echo=echo, order=order,
+    )
+
+
+def _classic_order(ds: Dataset) -> tuple[float, ...]:
+    # Acquisition order of repeats at one position (fMRI time points, DWI directions), as dcm2niix sorts them:
+    # temporal position, then acquisition number, then instance number, then trigger time.
+    return tuple(_float(ds.get(k)) or 0.0 for k in
+                 ("TemporalPositionIdentifier", "AcquisitionNumber", "InstanceNumber", "TriggerTime"))
+
+
+def _rescale(ds: Dataset | Any) -> tuple[float, float]:
+    slope = _float(ds.get("RescaleSlope"))
+    intercept = _float(ds.get("RescaleIntercept"))
+    if ds.get("DoseGridScaling") is not None and slope is None:  # RT Dose: stored value x scaling = dose (Gy)
+        slope = _float(ds.get("DoseGridScaling"))
+    return (slope if slope not in (None, 0.0) else 1.0), (intercept or 0.0)
+
+
+def _enhanced_frames(ds: Dataset, n_frames: int) -> tuple[Frame, ...]:
+    per_frame = ds.PerFrameFunctionalGroupsSequence
+    shared = ds.get("SharedFunctionalGroupsSequence")
+    shared0 = shared[0] if shared else Dataset()
+    if len(per_frame) != n_frames:
+        raise Rejected(Reason.BAD_HEADER, f"{len(per_frame)} per-frame functional groups for "
+                                          f"NumberOfFrames = {n_frames}")
+    top_slope, top_intercept = _rescale(ds)
+    frames = []
+    for k, item in enumerate(per_frame):
+        position = _floats(_group(item, shared0, "PlanePositionSequence", "ImagePositionPatient"), 3)
+        orientation = _floats(_group(item, shared0, "PlaneOrientationSequence", "ImageOrientationPatient"), 6)
+        spacing = _floats(_group(item, shared0, "PixelMeasuresSequence", "PixelSpacing"), 2)
+        transform = _group_item(item, shared0, "PixelValueTransformationSequence")
+        slope, intercept = _rescale(transform) if transform is not None else (top_slope, top_intercept)
+        echo = _float(_group(item, shared0, "MREchoSequence", "EffectiveEchoTime"))
+        content = _group_item(item, shared0, "FrameContentSequence")
+        temporal = _float(content.get("TemporalPositionIndex")) if content is not None else None
+        dims = tuple(float(v) for v in _list(content.get("DimensionIndexValues"))) if content is not None else ()
+        frames.append(_frame(k, position, orientation, spacing, slope, intercept, echo,
+                             (temporal or 0.0, *dims, float(k))))
+    return tuple(frames)
+
+
+def _group_item(item: Dataset, shared: Dataset, sequence: str) -> Dataset | None:
+    for source in (item, shared):
+        seq = source.get(sequence)
+        if seq:
+            return seq[0]  # type: ignore[no-any-return]
+    return None
+
+
+def _group(item: Dataset, shared: Dataset, sequence: str, key: str) -> Any:
+    found = _group_item(item, shared, sequence)
+    return found.get(key) if found is not None else None
+
+
+def _mosaic(ds: Dataset) -> tuple[int, tuple[Frame, ...]] | None:
+    """A Siemens mosaic: nibabel's CSA reader gives the tile count, slice normal and corrected origin."""
+    image_type = [str(v).upper() for v in _list(ds.get("ImageType"))]
+    if "MOSAIC" not in image_type:
+        return None
+    from nibabel.nicom import csareader, dicomwrappers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nibabel flags its DICOM wrappers as experimental on every use
+        try:
+            csa = csareader.get_csa_header(ds, "image")
+            n_tiles = csareader.get_n_mosaic(csa) if csa else None
+        except (csareader.CSAReadError, KeyError, ValueError, struct.error) as exc:
+            raise Rejected(Reason.BAD_HEADER, f"Siemens mosaic with an unreadable CSA header: {exc}") from exc
+        if not n_tiles:
+            raise Rejected(Reason.BAD_HEADER, "ImageType says MOSAIC but the CSA header has no NumberOfImagesInMosaic")
+        wrapper = dicomwrappers.MosaicWrapper(ds, csa)
+        origin = wrapper.image_position
+        normal = csareader.get_slice_normal(csa)
+    grid = int(math.ceil(math.sqrt(n_tiles)))
+    if int(ds.Rows) % grid or int(ds.Columns) % grid:
+        # Real mosaics are whole tiles; dcm2niix reads such a file with a fractional row stride, nibabel fails.
+        raise Rejected(Reason.BAD_HEADER, f"mosaic of {n_tiles} tiles: {int(ds.Rows)}x{int(ds.Columns)} pixels is not "
+                                          f"a whole number of {grid}x{grid} tiles")
+    orientation = _floats(ds.get("ImageOrientationPatient"), 6)
+    spacing = _floats(ds.get("PixelSpacing"), 2)
+    if origin is None or orientation is None or spacing is None:
+        raise Rejected(Reason.BAD_HEADER, "Siemens mosaic without ImagePositionPatient, ImageOrientationPatient "
+                                          "or PixelSpacing")
+    if normal is None:
+        normal = _normal(orientation)
+    step = _float(ds.get("SpacingBetweenSlices")) or _float(ds.get("SliceThickness")) or 1.0
+    slope, intercept = _rescale(ds)
+    echo, order = _float(ds.get("EchoNumbers")), _classic_order(ds)
+    frames = tuple(
+        _frame(k, tuple(float(o) + k * step * float(n) for o, n in zip(origin, normal)), orientation, spacing,
+               slope, intercept, echo, order + (float(k),))
+        for k in range(int(n_tiles)))
+    return grid, frames
+
+
+def _normal(orientation: Sequence[float]) -> tuple[float, float, float]:
+    r, c = orientation[:3], orientation[3:6]
+    n = (r[1] * c[2] - r[2] * c[1], r[2] * c[0] - r[0] * c[2], r[0] * c[1] - r[1] * c[0])
+    norm = math.sqrt(sum(v * v for v in n)) or 1.0
+    return (n[0] / norm, n[1] / norm, n[2] / norm)
+
+
+def _list(value: Any) -> list[Any]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, list | tuple) or type(value).__name__ == "MultiValue":
+        return list(value)
+    return [value]
+
+
+def _floats(value: Any, n: int) -> tuple[float, ...] | None:
+    items = _list(value)
+    if len(items) != n:
+        return None
+    try:
+        out = tuple(float(v) for v in items)
+    except (TypeError, ValueError):
+        return None
+    return out if all(math.isfinite(v) for v in out) else None
+
+
+def _float(value: Any) -> float | None:
+    items = _list(value)
+    if not items:
+        return None
+    try:
+        out = float(items[0])
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _int(value: Any) -> int | None:
+    f = _float(value)
+    return int(f) if f is not None and f.is_integer() else None

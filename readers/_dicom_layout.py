@@ -1,0 +1,406 @@
+"""Laying out one DICOM series: which frame goes to which voxel, the geometry, and the output dtype.
+
+Pure: a function of frozen headers and rules, no I/O, so planning can call it
+on the driver and tests can call it without files. Invariant: a `SeriesStack`
+that exists is geometrically sound under its `SeriesRules` (one orientation,
+uniform spacing, every position present in every volume); anything else
+raises `Rejected` with the measured value and the tolerance in `detail`.
+
+Conventions (as nibabel's DICOM orientation notes and dcm2niix): voxel index i
+runs along a row (DICOM columns, direction cosines IOP[0:3], spacing
+PixelSpacing[1]), j down a column (IOP[3:6], PixelSpacing[0]), k along the
+slice normal in increasing position; the affine maps (i, j, k) to RAS mm.
+
+Output dtype rule: when no frame is rescaled the stored integer type is kept
+(uint8/int8/uint16/int16/uint32/int32, float for float pixel data); when every
+RescaleSlope/Intercept is an integer and the rescaled range that BitsStored
+allows fits int16, int16; otherwise float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ._dicom_header import DicomHeader, Frame
+from .reasons import Reason, Rejected
+
+__all__ = ["Member", "SeriesRules", "SeriesStack", "StackFrame", "layout_series", "output_dtype"]
+
+_SAME_POSITION_MM = 0.01  # two frames closer than this along the normal are one slice position
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesRules:
+    """Tolerances a series must meet; the spec's `[dicom]` section sets them (defaults and their origin there)."""
+
+    min_slices: int = 4
+    spacing_tolerance_mm: float = 0.1
+    spacing_tolerance_rel: float = 0.05
+    orientation_tolerance: float = 1e-3
+    gantry_tilt: Literal["shear", "reject"] = "reject"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One file of a series: where to read it, how to name it in a detail, and its header."""
+
+    path: str
+    source: str
+    header: DicomHeader
+
+
+@dataclass(frozen=True, slots=True)
+class StackFrame:
+    """One decoded 2D image's place in the output: file, frame (or mosaic tile) and its rescale."""
+
+    path: str
+    source: str
+    frame: int
+    slope: float
+    intercept: float
+    gzipped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesStack:
+    """How to assemble a series: `frames[c * n_slices + k]` is slice k of volume c.
+
+    `layout` "volume": (i, j, k) voxels with `affine` to RAS mm; "image": one 2D
+    frame without patient geometry, stored (C, H, W) with `spacing` (row, column).
+    """
+
+    layout: Literal["volume", "image"]
+    frames: tuple[StackFrame, ...]
+    n_slices: int
+    n_volumes: int
+    rows: int
+    columns: int
+    samples: int
+    photometric: str
+    dtype: str
+    affine: tuple[tuple[float, ...], ...]
+    spacing: tuple[float, ...]
+    mosaic: int | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        """Decoded size in bytes."""
+        return self.rows * self.columns * self.samples * len(self.frames) * np.dtype(self.dtype).itemsize
+
+
+def layout_series(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
+    """Sort, check and lay out the frames of `members` (one series part); raise `Rejected` when unsound."""
+    if not members:
+        raise ValueError("a series needs at least one member")
+    members, copies = _drop_copies(members)
+    _check_uniform(members)
+    for m in sorted(members, key=lambda m: m.source):
+        if m.header.defect is not None:
+            others = sum(1 for o in members if o.header.defect is not None) - 1
+            more = f" (and {others} other member(s))" if others else ""
+            raise Rejected(m.header.defect.reason, f"member {m.source}: {m.header.defect.detail}{more}")
+    spatial = [m.header.spatial for m in members]
+    if any(spatial) and not all(spatial):
+        flat = sorted(m.source for m in members if not m.header.spatial)
+        raise Rejected(Reason.MIXED_SERIES, f"{len(flat)} of {len(members)} members have no patient position/"
+                                            f"orientation (e.g. {flat[0]}); cannot stack them with the others")
+    stack = _flat(members) if not all(spatial) else _volume(members, rules)
+    return replace(stack, warnings=copies + stack.warnings) if copies else stack
+
+
+def _drop_copies(members: Sequence[Member]) -> tuple[list[Member], tuple[str, ...]]:
+    """Files holding the same SOP instance are one image sent twice: keep the first intact copy (by name)."""
+    by_uid: dict[str, list[Member]] = {}
+    kept: list[Member] = []
+    for m in sorted(members, key=lambda m: m.source):
+        if m.header.sop_instance:
+            by_uid.setdefault(m.header.sop_instance, []).append(m)
+        else:
+            kept.append(m)
+    dropped = []
+    for copies in by_uid.values():
+        keep = next((m for m in copies if m.header.defect is None), copies[0])
+        kept.append(keep)
+        dropped += [f"{m.source} = {keep.source}" + (f" ({m.header.defect.reason.value})" if m.header.defect else "")
+                    for m in copies if m is not keep]
+    if not dropped:
+        return list(members), ()
+    return sorted(kept, key=lambda m: m.source), (
+        f"{len(dropped)} file(s) repeating a SOP instance dropped: " + ", ".join(dropped[:5])
+        + (", ..." if len(dropped) > 5 else ""),)
+
+
+def _check_uniform(members: Sequence[Member]) -> None:
+    keys = Counter((m.header.rows, m.header.columns, m.header.samples, m.header.bits_allocated,
+                    m.header.photometric, m.header.mosaic) for m in members)
+    if len(keys) > 1:
+        (common, n), (other, k) = keys.most_common(2)
+        raise Rejected(Reason.MIXED_SERIES, f"members differ in image format: {n} are {_fmt_key(common)}, {k} are "
+                                            f"{_fmt_key(other)}")
+
+
+def _fmt_key(key: tuple[object, ...]) -> str:
+    rows, cols, samples, bits, photometric, mosaic = key
+    return f"{rows}x{cols}x{samples} {bits}-bit {photometric}" + (f" mosaic {mosaic}x{mosaic}" if mosaic else "")
+
+
+def _flat(members: Sequence[Member]) -> SeriesStack:
+    """Images without patient geometry: one 2D image, or one file's frames stacked as dcm2niix does."""
+    if len(members) > 1:
+        raise Rejected(Reason.MIXED_SERIES, f"{len(members)} files without patient geometry cannot be ordered "
+                                            f"into one volume")
+    m = members[0]
+    h = m.header
+    frames = tuple(StackFrame(m.path, m.source, f.index, f.slope, f.intercept, h.gzipped) for f in h.frames)
+    dtype = output_dtype(h, h.frames)
+    row_mm, col_mm = h.spacing_2d or (1.0, 1.0)
+    rows, columns, samples = _image_shape(h)
+    if len(frames) == 1:
+        return SeriesStack("image", frames, 1, 1, rows, columns, samples, h.photometric, dtype,
+                           affine=((row_mm, 0.0, 0.0), (0.0, col_mm, 0.0), (0.0, 0.0, 1.0)),
+                           spacing=(row_mm, col_mm), warnings=_photometric_warnings(h))
+    # Frames of a cine loop or a multi-frame secondary capture: stacked along k with unit spacing and an identity
+    # (LPS) orientation, which is what dcm2niix writes for them.
+    affine = _lps_to_ras(np.array([[col_mm, 0, 0, 0], [0, row_mm, 0, 0], [0, 0, 1.0, 0], [0, 0, 0, 1]]))
+    return SeriesStack("volume", frames, len(frames), 1, rows, columns, samples, h.photometric, dtype,
+                       affine=_tuple(affine), spacing=(col_mm, row_mm, 1.0),
+                       warnings=("no patient geometry: frames stacked along z at 1 mm, identity orientation "
+                                 "(as dcm2niix)", *_photometric_warnings(h)))
+
+
+def _image_shape(h: DicomHeader) -> tuple[int, int, int]:
+    """(rows, columns, samples) of one decoded frame: a mosaic's tile, a palette image's RGB."""
+    rows, columns = (h.rows // h.mosaic, h.columns // h.mosaic) if h.mosaic else (h.rows, h.columns)
+    return rows, columns, 3 if h.photometric == "PALETTE COLOR" else h.samples
+
+
+def _photometric_warnings(h: DicomHeader) -> tuple[str, ...]:
+    if h.photometric == "MONOCHROME1":
+        return ("MONOCHROME1: higher values are darker; values kept as stored, not inverted (as dcm2niix)",)
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    member: Member
+    frame: Frame
+    depth: float  # position projected on the slice normal
+
+
+def _volume(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
+    first = min(members, key=lambda m: m.source)
+    ref = first.header.frames[0]
+    assert ref.orientation is not None and ref.position is not None
+    _check_orientation(members, ref.orientation, rules)
+    spacing_rc = _check_pixel_spacing(members)
+    row_dir = np.array(ref.orientation[:3], dtype=np.float64)
+    col_dir = np.array(ref.orientation[3:], dtype=np.float64)
+    normal = np.cross(row_dir, col_dir)
+    normal /= np.linalg.norm(normal)
+    slots = [_Slot(m, f, float(np.dot(f.position, normal)))  # type: ignore[arg-type]
+             for m in members for f in m.header.frames]
+    positions, warnings = _group_positions(slots)
+    n_volumes = _count_volumes(positions)
+    n = len(positions)
+    if n < rules.min_slices:
+        raise Rejected(Reason.SERIES_TOO_SHORT, f"{n} slice position(s), fewer than [dicom] min_slices = "
+                                                f"{rules.min_slices}" + (f" ({n_volumes} volumes)" if n_volumes > 1 else ""))
+    depths = np.array([p[0].depth for p in positions])
+    step_mm = _check_spacing(depths, rules) if n > 1 else 0.0
+    origin = np.array(positions[0][0].frame.position, dtype=np.float64)
+    if n > 1:
+        span = np.array(positions[-1][0].frame.position, dtype=np.float64) - origin
+        step, tilt_warnings = _slice_step(span, normal, n, rules)
+        warnings += tilt_warnings
+    else:
+        step = normal * (first.header.thickness or 1.0)  # one slice: its thickness, as dcm2niix and dicom2nifti
+    row_mm, col_mm = spacing_rc
+    lps = np.eye(4)
+    lps[:3, 0] = row_dir * col_mm
+    lps[:3, 1] = col_dir * row_mm
+    lps[:3, 2] = step
+    lps[:3, 3] = origin
+    affine = _lps_to_ras(lps)
+    frames = tuple(StackFrame(s.member.path, s.member.source, s.frame.index, s.frame.slope, s.frame.intercept,
+                              s.member.header.gzipped)
+                   for c in range(n_volumes) for s in (pos[c] for pos in positions))
+    all_frames = [s.frame for pos in positions for s in pos]
+    h = first.header
+    spacing = (col_mm, row_mm, float(np.linalg.norm(step)) if n > 1 else step_mm or 1.0)
+    rows, columns, samples = _image_shape(h)
+    return SeriesStack("volume", frames, n, n_volumes, rows, columns, samples, h.photometric,
+                       output_dtype(h, all_frames), affine=_tuple(affine), spacing=spacing, mosaic=h.mosaic,
+                       warnings=tuple(warnings) + _photometric_warnings(h))
+
+
+def _check_orientation(members: Sequence[Member], ref: Sequence[float], rules: SeriesRules) -> None:
+    worst, where = 0.0, ""
+    for m in members:
+        for f in m.header.frames:
+            assert f.orientation is not None
+            d = max(abs(a - b) for a, b in zip(f.orientation, ref))
+            if d > worst:
+                worst, where = d, f"{m.source}" + (f" frame {f.index}" if len(m.header.frames) > 1 else "")
+    if worst > rules.orientation_tolerance:
+        raise Rejected(Reason.SERIES_INCONSISTENT_GEOMETRY,
+                       f"orientation drifts by {worst:.4g} (direction cosine) at {where}, tolerance "
+                       f"{rules.orientation_tolerance:g} ([dicom] orientation_tolerance)")
+
+
+def _check_pixel_spacing(members: Sequence[Member]) -> tuple[float, float]:
+    seen = Counter(f.spacing for m in members for f in m.header.frames)
+    if None in seen:
+        src = next(m.source for m in members if any(f.spacing is None for f in m.header.frames))
+        raise Rejected(Reason.BAD_HEADER, f"{src}: PixelSpacing missing on a slice with patient geometry")
+    if len(seen) > 1:
+        (a, n), (b, k) = seen.most_common(2)
+        assert a is not None and b is not None
+        if max(abs(x - y) for x, y in zip(a, b)) > 1e-3:
+            raise Rejected(Reason.SERIES_INCONSISTENT_GEOMETRY, f"PixelSpacing varies: {n} slices {a[0]:g}x{a[1]:g} "
+                                                                f"mm, {k} slices {b[0]:g}x{b[1]:g} mm")
+    spacing = next(iter(seen))
+    assert spacing is not None
+    return spacing
+
+
+def _group_positions(slots: list[_Slot]) -> tuple[list[list[_Slot]], list[str]]:
+    """Slots grouped by slice position (sorted along the normal), each group in acquisition order.
+
+    A duplicate is an image with the same pixels at the same position as another, and either the same
+    acquisition keys too (a re-sent file) or at a position holding more images than the series' usual
+    count (an extra copy of one slice). Identical pixels at every position with different acquisition
+    keys are kept: a 4D series may repeat a volume (or hold blank ones, like nibabel's DWI test files).
+    """
+    slots = sorted(slots, key=lambda s: (s.depth, s.frame.order, s.member.source, s.frame.index))
+    groups: list[list[_Slot]] = []
+    for s in slots:
+        if groups and abs(s.depth - groups[-1][0].depth) <= _SAME_POSITION_MM:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    dropped: list[str] = []
+
+    def dedupe(group: list[_Slot], with_order: bool) -> list[_Slot]:
+        kept: dict[tuple[object, ...], _Slot] = {}
+        for s in group:
+            key: tuple[object, ...] = (s.member.header.pixel_sha256, s.frame.index)
+            if with_order:
+                key += (s.frame.order,)
+            if key in kept:
+                dropped.append(f"{s.member.source} = {kept[key].member.source}")
+            else:
+                kept[key] = s
+        return list(kept.values())
+
+    groups = [dedupe(g, with_order=True) for g in groups]
+    usual = _usual_count(groups)
+    groups = [dedupe(g, with_order=False) if len(g) > usual else g for g in groups]
+    warnings = []
+    if dropped:
+        warnings.append(f"duplicate slices with identical pixels removed ({len(dropped)}): "
+                        + ", ".join(dropped[:5]) + (", ..." if len(dropped) > 5 else ""))
+    return groups, warnings
+
+
+def _usual_count(groups: list[list[_Slot]]) -> int:
+    """The number of images most positions hold (ties go to the larger): the series' volume count."""
+    counts = Counter(len(g) for g in groups)
+    return max(counts, key=lambda c: (counts[c], c))
+
+
+def _count_volumes(positions: list[list[_Slot]]) -> int:
+    """The number of time points / directions; every position must hold exactly that many distinct images."""
+    expected = _usual_count(positions)
+    for i, p in enumerate(positions):
+        if len(p) > expected:
+            names = ", ".join(s.member.source for s in p[:4])
+            raise Rejected(Reason.MIXED_SERIES,
+                           f"slice position {i} ({p[0].depth:.2f} mm along the normal) holds {len(p)} different "
+                           f"images ({names}), the others {expected}; duplicates with different pixels")
+    short = [(i, p) for i, p in enumerate(positions) if len(p) < expected]
+    if short:
+        i, p = short[0]
+        raise Rejected(Reason.SERIES_MISSING_SLICES,
+                       f"slice position {i} ({p[0].depth:.2f} mm along the normal) has {len(p)} of {expected} "
+                       f"images (volumes); {len(short)} position(s) incomplete")
+    for p in positions:
+        orders = [s.frame.order for s in p]
+        if len(set(orders)) < len(orders):
+            names = ", ".join(s.member.source for s in p[:4])
+            raise Rejected(Reason.MIXED_SERIES, f"images at {p[0].depth:.2f} mm ({names}) differ in pixels but not "
+                                                f"in time/acquisition/instance number; cannot order them")
+    return expected
+
+
+def _check_spacing(depths: npt.NDArray[np.float64], rules: SeriesRules) -> float:
+    steps = np.diff(depths)
+    expected = float(np.median(steps))
+    # dicom2nifti's allclose(atol, rtol), capped at half a step so that one missing slice is always caught.
+    tol = min(rules.spacing_tolerance_mm + rules.spacing_tolerance_rel * expected, expected / 2)
+    for k, step in enumerate(steps):
+        if abs(step - expected) <= tol:
+            continue
+        ratio = step / expected
+        where = f"between slice {k} and {k + 1} ({depths[k]:.2f} -> {depths[k + 1]:.2f} mm along the normal)"
+        if round(ratio) >= 2 and abs(step - round(ratio) * expected) <= tol * round(ratio):
+            raise Rejected(Reason.SERIES_MISSING_SLICES,
+                           f"gap {step:.3g} mm {where}, expected {expected:.3g} ± {tol:.2g} mm: "
+                           f"{round(ratio) - 1} slice(s) missing")
+        raise Rejected(Reason.SERIES_INCONSISTENT_GEOMETRY,
+                       f"non-uniform spacing: step {step:.3g} mm {where}, expected {expected:.3g} ± {tol:.2g} mm")
+    return expected
+
+
+def _slice_step(span: npt.NDArray[np.float64], normal: npt.NDArray[np.float64], n: int, rules: SeriesRules
+                ) -> tuple[npt.NDArray[np.float64], list[str]]:
+    """The slice-to-slice vector. Along the normal, unless the slices shift sideways (a tilted CT gantry)."""
+    along = float(np.dot(span, normal))
+    sideways = float(np.linalg.norm(span - along * normal))
+    # Sideways drift from rounded positions does not add up over the stack; a tilt does. Below the spacing
+    # tolerance over the whole stack the slices are taken as stacked along their normal (as dcm2niix does).
+    if sideways <= rules.spacing_tolerance_mm:
+        return normal * along / (n - 1), []
+    tilt = math.degrees(math.atan2(sideways, abs(along)))
+    what = f"gantry tilt {tilt:.2f}°: slices shift {sideways:.3g} mm sideways over {abs(along):.4g} mm of stack"
+    if rules.gantry_tilt == "reject":
+        raise Rejected(Reason.SERIES_INCONSISTENT_GEOMETRY,
+                       f"{what}, more than {rules.spacing_tolerance_mm:g} mm ([dicom] gantry_tilt = \"reject\"; "
+                       f"\"shear\" keeps it with a sheared affine)")
+    return span / (n - 1), [f"{what}; the affine is sheared to the true slice positions (dcm2niix instead writes "
+                            f"an orthogonal sform and a resampled _Tilt copy); resample before tools that need "
+                            f"orthogonal axes"]
+
+
+def output_dtype(h: DicomHeader, frames: Sequence[Frame]) -> str:
+    """The stored dtype under the module's rule (see the module docstring)."""
+    if h.float_pixels:
+        return "float64" if h.bits_allocated == 64 else "float32"
+    if h.photometric == "PALETTE COLOR":  # pydicom's apply_color_lut: RGB at the lookup table's depth
+        return "uint8" if h.palette_bits == 8 else "uint16"
+    rescaled = any(f.slope != 1.0 or f.intercept != 0.0 for f in frames)
+    bits = h.bits_allocated if h.bits_allocated in (8, 16, 32) else (8 if h.bits_allocated == 1 else 16)
+    if not rescaled:
+        return f"{'' if h.signed else 'u'}int{bits}"
+    if all(float(f.slope).is_integer() and float(f.intercept).is_integer() for f in frames):
+        stored = min(h.bits_stored, h.bits_allocated) or h.bits_allocated
+        lo, hi = (-(1 << (stored - 1)), (1 << (stored - 1)) - 1) if h.signed else (0, (1 << stored) - 1)
+        ends = [v * f.slope + f.intercept for f in frames for v in (lo, hi)]
+        if -32768 <= min(ends) and max(ends) <= 32767:
+            return "int16"
+    return "float32"
+
+
+def _lps_to_ras(lps: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    return np.diag([-1.0, -1.0, 1.0, 1.0]) @ lps
+
+
+def _tuple(a: npt.NDArray[np.float64]) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(float(v) for v in row) for row in a)

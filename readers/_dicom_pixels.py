@@ -1,0 +1,184 @@
+"""Decoding a laid-out DICOM series: a `VolumeSource` that streams canonical slabs slice by slice.
+
+pydicom's pixel backends decode (native, deflate, RLE; JPEG, JPEG-LS, JPEG 2000
+and HTJ2K through the pylibjpeg plugins). RescaleSlope/Intercept are applied
+per frame in float64 and cast to the layout's output dtype, which the layout
+chose so that the cast is exact when it is an integer type.
+
+Memory: a slab is one volume's slices covering whole canonical chunks along
+the slice axis, so a worker holds one chunk-row of one volume, whatever the
+series' length; a file holding many frames (a mosaic, an enhanced object) is
+kept open across the slabs that need it rather than decoded again for each.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pydicom
+from nibabel.orientations import aff2axcodes, apply_orientation, inv_ornt_aff, io_orientation
+from pydicom.dataset import Dataset
+from pydicom.pixels.processing import apply_color_lut
+from pydicom.pixels.utils import pixel_array
+
+from ._dicom_header import open_dicom, transfer_syntax
+from ._dicom_layout import SeriesStack, StackFrame
+from .reasons import Reason, Rejected
+from .records import Limits, Slab, Volume, VolumeHeader
+from .slabs import MemorySource, VolumeSource, assemble
+
+__all__ = ["DicomSource", "open_series", "read_series"]
+
+KIND = "dicom"
+
+
+def open_series(stack: SeriesStack, limits: Limits) -> VolumeSource:
+    """A source for `stack`: streamed slabs for a volume, the decoded image for a 2D item; checks the caps first."""
+    if stack.nbytes > limits.max_bytes:
+        raise Rejected(Reason.TOO_LARGE, f"{len(stack.frames):,} frames of {stack.rows}x{stack.columns}x{stack.samples}"
+                                         f" x {np.dtype(stack.dtype).itemsize} B = {stack.nbytes:,} B, cap "
+                                         f"{limits.max_bytes:,} B")
+    if stack.layout == "volume":
+        return DicomSource(stack)
+    if stack.rows * stack.columns > limits.max_pixels:
+        raise Rejected(Reason.TOO_LARGE, f"{stack.rows}x{stack.columns} = {stack.rows * stack.columns:,} pixels, cap "
+                                         f"{limits.max_pixels:,}")
+    image = _Frames(stack).get(stack.frames[0])
+    data = np.ascontiguousarray(np.moveaxis(image.reshape(stack.rows, stack.columns, stack.samples), 2, 0))
+    return MemorySource(Volume(kind=KIND, data=data, spacing=stack.spacing, affine=stack.affine, orientation="",
+                               warnings=stack.warnings))
+
+
+def read_series(stack: SeriesStack, limits: Limits) -> Volume:
+    """The whole series decoded in memory: the canonical (C, X, Y, Z) volume, or the (C, H, W) image."""
+    source = open_series(stack, limits)
+    h = source.header
+    return Volume(kind=h.kind, data=assemble(source), spacing=h.spacing, affine=h.affine, orientation=h.orientation,
+                  warnings=h.warnings)
+
+
+class DicomSource:
+    """A laid-out series whose voxels stream as canonical slabs along the slice axis (see `VolumeSource`)."""
+
+    def __init__(self, stack: SeriesStack) -> None:
+        self._stack = stack
+        affine = np.array(stack.affine, dtype=np.float64)
+        self._ornt = io_orientation(affine)
+        spatial = (stack.columns, stack.rows, stack.n_slices)
+        canon_affine = affine @ inv_ornt_aff(self._ornt, spatial)
+        canon = [0, 0, 0]
+        for axis, (target, _) in enumerate(self._ornt):
+            canon[int(target)] = spatial[axis]
+        dtype = np.dtype(stack.dtype)
+        self._header = VolumeHeader(
+            kind=KIND, shape=(stack.n_volumes * stack.samples, *canon), dtype=dtype,
+            spacing=tuple(float(v) for v in np.sqrt((canon_affine[:3, :3] ** 2).sum(axis=0))),
+            affine=tuple(tuple(float(v) for v in row) for row in canon_affine),
+            orientation="".join(c or "?" for c in aff2axcodes(affine)),
+            stream_axis=int(self._ornt[2, 0]) + 1, voxel_bytes=dtype.itemsize, warnings=stack.warnings,
+        )
+
+    @property
+    def header(self) -> VolumeHeader:
+        """Canonical shape, output dtype and geometry; `stream_axis` is where the slices went."""
+        return self._header
+
+    def slab_count(self, chunks: Sequence[int]) -> int:
+        """Slabs per volume (whole chunk rows along the slice axis) times volumes."""
+        return len(self._k_ranges(chunks)) * self._stack.n_volumes
+
+    def slabs(self, chunks: Sequence[int], *, first: int = 0, stop: int | None = None) -> Iterator[Slab]:
+        """Decode the slices of slab `first` to `stop`: volume by volume, chunk row by chunk row."""
+        st = self._stack
+        ranges = self._k_ranges(chunks)
+        count = len(ranges) * st.n_volumes
+        stop = count if stop is None else min(stop, count)
+        frames = _Frames(st)
+        for index in range(first, stop):
+            volume, (k0, k1) = divmod(index, len(ranges))[0], ranges[index % len(ranges)]
+            # Slices land contiguously, as decoded; the (X, Y, Z, samples) order is a view for the writer's
+            # cache-friendly copy, not a strided scatter here.
+            planes = np.empty((k1 - k0, st.rows, st.columns, st.samples), dtype=self._header.dtype)
+            for k in range(k0, k1):
+                planes[k - k0] = frames.get(st.frames[volume * st.n_slices + k]).reshape(planes.shape[1:])
+            yield self._slab(volume, k0, k1, planes.transpose(2, 1, 0, 3))
+
+    def _k_ranges(self, chunks: Sequence[int]) -> list[tuple[int, int]]:
+        """Slice-index ranges, in slice order, that each cover whole canonical chunks along the stream axis."""
+        n = self._stack.n_slices
+        axis, flip = int(self._ornt[2, 0]), self._ornt[2, 1] < 0
+        step = max(1, int(chunks[axis + 1]))
+        canon = [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+        return sorted((n - hi, n - lo) for lo, hi in canon) if flip else canon
+
+    def _slab(self, volume: int, k0: int, k1: int, block: npt.NDArray[Any]) -> Slab:
+        view = np.moveaxis(apply_orientation(block, self._ornt), 3, 0)
+        axis, flip = int(self._ornt[2, 0]), self._ornt[2, 1] < 0
+        n = self._stack.n_slices
+        lo, hi = (n - k1, n - k0) if flip else (k0, k1)
+        samples = self._stack.samples
+        region = [slice(volume * samples, (volume + 1) * samples)] + [slice(0, m) for m in view.shape[1:]]
+        region[axis + 1] = slice(lo, hi)
+        return Slab(region=tuple(region), data=view)
+
+
+class _Frames:
+    """Decoded, rescaled frames of a series; the last file opened stays open for its next frames."""
+
+    def __init__(self, stack: SeriesStack) -> None:
+        self._stack = stack
+        self._dtype = np.dtype(stack.dtype)
+        self._path: str | None = None
+        self._ds: Dataset | None = None
+        self._mosaic: npt.NDArray[Any] | None = None
+
+    def get(self, f: StackFrame) -> npt.NDArray[Any]:
+        """Frame `f` (rows, columns[, samples]) in the output dtype."""
+        try:
+            raw = self._raw(f)
+        except Rejected:
+            raise
+        except NotImplementedError as exc:
+            raise Rejected(Reason.DECODER_MISSING, f"member {f.source}: {exc}") from exc
+        except EOFError as exc:
+            raise Rejected(Reason.TRUNCATED, f"member {f.source}: pixel data ends early: {exc}") from exc
+        except (ValueError, RuntimeError, OSError, KeyError, AttributeError, TypeError, IndexError) as exc:
+            raise Rejected(Reason.CORRUPT_DATA, f"member {f.source}: pixel data cannot be decoded: "
+                                                f"{type(exc).__name__}: {exc}") from exc
+        if f.slope == 1.0 and f.intercept == 0.0:
+            return raw.astype(self._dtype, copy=False)
+        if self._dtype.kind in "iu":  # the layout chose an integer type: slope and intercept are integers
+            return (raw.astype(np.int64) * int(f.slope) + int(f.intercept)).astype(self._dtype)
+        return (raw.astype(np.float64) * f.slope + f.intercept).astype(self._dtype)
+
+    def _raw(self, f: StackFrame) -> npt.NDArray[Any]:
+        st = self._stack
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pydicom warns about non-conformant values (padding, VRs) it copes with
+            ds = self._open(f)
+            if st.mosaic:
+                if self._mosaic is None:
+                    self._mosaic = pixel_array(ds)
+                r, c = divmod(f.frame, st.mosaic)
+                return self._mosaic[r * st.rows:(r + 1) * st.rows, c * st.columns:(c + 1) * st.columns]
+            n_frames = int(ds.get("NumberOfFrames") or 1)
+            raw = pixel_array(ds, index=f.frame) if n_frames > 1 else pixel_array(ds)
+            if st.photometric == "PALETTE COLOR":
+                raw = apply_color_lut(raw, ds)
+            return raw
+
+    def _open(self, f: StackFrame) -> Dataset:
+        # The whole dataset is read (one file's encoded pixels, never the series): pydicom's dataset path copes
+        # with deflated streams, writers that switch VR encoding mid-file and palette lookup tables.
+        if self._ds is None or self._path != f.path:
+            with open_dicom(Path(f.path), gzipped=f.gzipped) as fp:
+                ds = pydicom.dcmread(fp, force=True)
+            if "TransferSyntaxUID" not in ds.file_meta:  # no File Meta: pydicom's decoders need the syntax named
+                ds.file_meta.TransferSyntaxUID = transfer_syntax(ds)
+            self._ds, self._path, self._mosaic = ds, f.path, None
+        return self._ds

@@ -1,0 +1,113 @@
+"""Grouping DICOM files into items (pure): series by UID, splits by echo/plane/size, naming, accounting."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from labzarr.convert.discover import Candidate, FileEntry
+from labzarr.convert.probe import Probe
+from labzarr.convert.series import group_series
+from labzarr.readers import Reason, SeriesRules, read_dicom_header, read_head
+
+from ..dicom_data import CT5N, DICOMDIR_TESTS, four_d, multi_echo
+
+
+def probe(path: Path, rel: str, item_id: str | None = "case1") -> tuple[Candidate, Probe]:
+    head = read_head(path)
+    return (Candidate(FileEntry(rel, path, path.stat().st_size), item_id),
+            Probe(rel=rel, size=head.size, sha256=hashlib.sha256(path.read_bytes()).hexdigest(), kind="dicom",
+                  text=False, gzipped=False, gzip_error=None, magic=head.data[:16],
+                  dicom=read_dicom_header(path, head)))
+
+
+def files(paths: list[Path], folder: str, item_id: str | None = "case1") -> list[tuple[Candidate, Probe]]:
+    return [probe(p, f"{folder}/{p.name}", item_id) for p in paths]
+
+
+def group(found: list[tuple[Candidate, Probe]], rules: SeriesRules = SeriesRules()):
+    items, rows = group_series(found, rules, id_pattern="(?P<id>case_?\\d+)")
+    members = [m for i in items for m in i.members] + [m for r in rows for m in (r.members or (r.source,))]
+    assert sorted(members) == sorted(c.rel for c, _ in found), "every file in exactly one item or row"
+    return items, rows
+
+
+def test_two_series_in_one_folder_are_two_items(tmp_path: Path) -> None:
+    found = files(CT5N, "case_1/dicom") + files(four_d(tmp_path / "fmri", volumes=2), "case_1/dicom")
+    items, rows = group(found)
+    assert not rows
+    assert sorted((len(i.members), i.stack.n_volumes) for i in items) == [(5, 1), (10, 2)]
+    ct = next(i for i in items if len(i.members) == 5)
+    assert ct.members == tuple(sorted(f"case_1/dicom/{p.name}" for p in CT5N))
+
+
+def test_same_series_number_twice_in_a_folder_is_told_apart_by_uid(tmp_path: Path) -> None:
+    found = files(CT5N, "case_1") + files(four_d(tmp_path / "fmri", volumes=2), "case_1")  # both series number 5
+    names = sorted(i.source for i in group(found)[0])
+    assert len(set(names)) == 2 and all(n.startswith("case_1/ (series 5 ") for n in names)
+
+
+def test_multi_echo_series_splits_per_echo_like_dcm2niix(tmp_path: Path) -> None:
+    items, rows = group(files(multi_echo(tmp_path / "me", echoes=2), "case_1/me"))
+    assert not rows
+    assert [i.source for i in items] == ["case_1/me/ (series 5, echo 1)", "case_1/me/ (series 5, echo 2)"]
+    assert all("series split into 2 parts by echo (as dcm2niix)" in i.stack.warnings for i in items)
+    assert [sorted(Path(m).name for m in i.members) for i in items] == [
+        [f"echo1_{k}.dcm" for k in range(1, 6)], [f"echo2_{k}.dcm" for k in range(1, 6)]]
+
+
+def test_localizer_planes_are_separate_parts() -> None:
+    tri = sorted((DICOMDIR_TESTS / "98892003" / "MR2").iterdir())
+    found = [f for f in files(tri, "case_1/loc") if f[1].dicom.series_uid.endswith(".136")]
+    items, rows = group(found, SeriesRules(min_slices=1))
+    assert not rows
+    assert sorted(i.source for i in items) == [f"case_1/loc/ (series 2, plane {k} of 3)" for k in (1, 2, 3)]
+    _, rows = group(found)  # one slice per plane is too short under the default rules
+    assert [r.reason for r in rows] == [Reason.SERIES_TOO_SHORT] * 3
+
+
+def test_a_file_holding_two_planes_cannot_be_split() -> None:
+    found = files(CT5N, "case_1/ct")
+    c, p = found[0]
+    f0 = p.dicom.frames[0]
+    sagittal = replace(f0, index=1, orientation=(0.0, 1.0, 0.0, 0.0, 0.0, -1.0))
+    found[0] = (c, replace(p, dicom=replace(p.dicom, frames=(f0, sagittal))))
+    _, (row,) = group(found)
+    assert (row.reason, row.n_files) == (Reason.MIXED_SERIES, 5)
+    assert "holds frames of 2 image planes" in row.detail
+
+
+def test_series_without_item_id_is_one_rejected_row() -> None:
+    _, (row,) = group(files(CT5N, "scans/ct", item_id=None))
+    assert (row.status, row.reason, row.n_files, row.source) == ("rejected", Reason.ID_UNMATCHED, 5, "scans/ct/ (series 5)")
+    assert "id_pattern" in row.detail
+
+
+def test_a_series_spread_over_folders_is_one_item() -> None:
+    found = files(CT5N[:2], "case_1/a") + files(CT5N[2:], "case_1/b")
+    (item,), _ = group(found)
+    assert item.source == "case_1/ (series 5)" and len(item.members) == 5
+
+
+def test_images_without_geometry_are_one_item_per_file() -> None:
+    crs = [next((DICOMDIR_TESTS / "77654033" / f"CR{k}").iterdir()) for k in (1, 2, 3)]
+    items, _ = group(files(crs, "case_1/xr"))
+    assert sorted(i.source for i in items) == sorted(f"case_1/xr/{p.name}" for p in crs)
+    assert all(i.stack.layout == "image" for i in items)
+
+
+def test_series_hash_is_content_not_names_or_order() -> None:
+    a = group(files(CT5N, "case_1/x"))[0][0].sha256
+    b = group(files(list(reversed(CT5N)), "case_1/y"))[0][0].sha256
+    assert a == b
+    assert a == hashlib.sha256("\n".join(sorted(hashlib.sha256(p.read_bytes()).hexdigest() for p in CT5N))
+                                .encode()).hexdigest()
+
+
+@pytest.mark.parametrize("drop", [1, 2, 3])
+def test_missing_interior_slice_rejects_the_series_with_every_member(drop: int) -> None:
+    _, (row,) = group(files([p for k, p in enumerate(CT5N) if k != drop], "case_1/ct"), SeriesRules(min_slices=3))
+    assert (row.reason, row.n_files) == (Reason.SERIES_MISSING_SLICES, 4)
