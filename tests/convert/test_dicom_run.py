@@ -211,8 +211,15 @@ def test_encodings_of_one_series_store_the_same_array(delivery: tuple[Path, Path
         assert other_attrs["affine"] == attrs["affine"]
 
 
-def test_radiograph_is_stored_as_a_2d_image(delivery: tuple[Path, Path, RunResult]) -> None:
-    source = next(r.source for r in delivery[2].rows if r.source.startswith("case_001/77654033/CR1/"))
-    data, attrs = stored(delivery, source)
-    assert data.shape == (1, 16, 16) and attrs["axes"] == ["c", "y", "x"] and attrs["orientation"] == ""
-    assert attrs["spacing"] == [0.1, 0.1]
+def test_radiographs_are_2d_images_in_one_stack(delivery: tuple[Path, Path, RunResult]) -> None:
+    rows = [r for r in delivery[2].rows if r.source.startswith("case_001/77654033/CR")]
+    assert len(rows) == 3 and {r.array for r in rows} == {"stacks/1x16x16_float32"}  # issue 5's (N, C, H, W) stacks
+    assert sorted(r.slot for r in rows) == [0, 1, 2] and all(r.spacing == (0.1, 0.1) for r in rows)
+    view = open_store(delivery[1])
+    for r in rows:
+        (item,) = [i for i in view.items if i.source == r.source]
+        image = view.array(item)[item.slot]
+        path = delivery[0] / r.source
+        ds = pydicom.dcmread(path)
+        np.testing.assert_allclose(image[0], pydicom.pixels.apply_modality_lut(ds.pixel_array, ds), rtol=1e-6)
+        assert any(w.startswith("MONOCHROME1") for w in r.warnings)

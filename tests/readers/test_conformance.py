@@ -10,11 +10,13 @@ import pytest
 from labzarr.convert.demo import NIBABEL_DATA
 from labzarr.readers import READERS, Limits, PlanarReader, Reason, Rejected, read_head, reader_for
 
+from ..dicom_data import PYDICOM_DATA
 from ..imaging import mr_slices, pillow_image, turbo_jpeg
 
 # kind -> a real, valid sample file's bytes. A new reader adds its sample here (the first test insists).
 SAMPLES: dict[str, Callable[[], bytes]] = {
     "nifti": lambda: (NIBABEL_DATA / "anatomical.nii").read_bytes(),
+    "dicom": lambda: (PYDICOM_DATA / "CT_small.dcm").read_bytes(),
     "jpeg": lambda: turbo_jpeg(mr_slices(48, 40)),
     "png": lambda: pillow_image(mr_slices(48, 40), "PNG"),
     "tiff": lambda: pillow_image(mr_slices(48, 40), "TIFF", compression="tiff_deflate"),
