@@ -35,6 +35,7 @@ __all__ = ["Chart", "ReasonCount", "ReportResult", "Thumb", "default_report_dir"
 
 log = logging.getLogger(__name__)
 _TOP_VALUES = 25  # label values drawn and listed; the rest are summed as "other"
+_MAX_ROWS = 2000  # rows per table on the page (a page stays quick to open); manifest.csv has them all
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +221,7 @@ def write_report(spec: Path | str, *, cwd: Path, out: Path | None = None, max_th
             rejected=[r for r in rows if r["status"] == "rejected"],
             ignored=[r for r in rows if r["status"] == "ignored"],
             warned=[r for r in ok_rows if r["warnings"]],
-            unmatched=_unmatched(summary), workbook=summary.get("label_workbook"),
+            max_rows=_MAX_ROWS, unmatched=_unmatched(summary), workbook=summary.get("label_workbook"),
             unlabelled=[str(i) for i in summary.get("unlabelled_items") or []], manifest_short=summary["manifest_sha256"][:12],
         )
         (tmp / "index.html").write_text(html, encoding="utf-8")

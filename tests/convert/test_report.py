@@ -97,14 +97,16 @@ def test_report_shows_labels_and_unmatched_workbook_ids(converted_demo, tmp_path
     summary_path = spec.parent / "summary.json"
     summary = json.loads(summary_path.read_text())
     summary["labels"] = {"cell_type": {"T": 6, "B": 3, "": 1}, "grade": {str(g): 1 for g in range(40)}}
-    summary["unmatched_workbook_ids"] = [{"id": " case_099", "cell": "Sheet3!A17", "normalized": "case99"}, "case-100"]
+    summary["unmatched_workbook_ids"] = [{"id": " case_099", "cell": "Sheet3!A17", "normalized": "case99"},
+                                         "case-100<script>alert(1)</script>"]
     summary_path.write_text(json.dumps(summary))
     out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
     html = out.index.read_text()
     assert (tmp_path / "r" / "label_0.png").is_file() and (tmp_path / "r" / "label_1.png").is_file()
     assert '<table class="label-counts" data-label="cell_type">' in html
     assert "<tr><td>T</td><td class=\"num\">6</td></tr>" in html and "(empty)" in html
-    assert "<li><code>case_099 (Sheet3!A17)</code></li>" in html and "<li><code>case-100</code></li>" in html
+    assert "<li><code>case_099 (Sheet3!A17)</code></li>" in html
+    assert "<li><code>case-100&lt;script&gt;alert(1)&lt;/script&gt;</code></li>" in html  # workbook text is escaped
     chart = Image.open(tmp_path / "r" / "label_1.png")
     assert chart.height < 1200  # 40 values: the top 25 and one "other" bar
 
@@ -185,3 +187,15 @@ def test_report_draws_2d_images_from_their_stacks(tmp_path: Path) -> None:
         assert r > 180 and g < 60 and b < 60  # the red square, where it was
     gray = Image.open(out.index.parent / f"thumbs/{int(rows['case_003.png']['index']):06d}.png")
     assert gray.mode == "L" and gray.getpixel((0, 50)) < 10 and gray.getpixel((gray.width - 1, 50)) > 245
+
+
+def test_report_tables_are_capped(converted_demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from labzarr.convert import report
+
+    monkeypatch.setattr(report, "_MAX_ROWS", 3)
+    spec = _copy_converted(converted_demo, tmp_path)
+    html = write_report(spec, cwd=tmp_path, out=tmp_path / "r").index.read_text()
+    n = converted_demo[1].summary["counts"]["rejected"]
+    body = html.split('<table id="rejected">')[1].split("</table>")[0]
+    assert body.count("<tr>") == 1 + 3  # header and three rows
+    assert f"The first 3 of {n}; all are in <code>manifest.csv</code>." in html
