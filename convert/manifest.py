@@ -18,7 +18,7 @@ from typing import Literal
 
 from labzarr.readers import Reason
 
-__all__ = ["BASE_COLUMNS", "Row", "Status", "atomic_write", "manifest_bytes", "read_manifest", "sort_rows", "summary_json"]
+__all__ = ["BASE_COLUMNS", "ClassCount", "RoleSource", "Row", "Status", "atomic_write", "manifest_bytes", "read_manifest", "role_columns", "sort_rows", "summary_json"]
 
 Status = Literal["ok", "rejected", "ignored"]
 
@@ -26,6 +26,27 @@ BASE_COLUMNS: tuple[str, ...] = (
     "index", "item_id", "status", "reason", "detail", "kind", "source", "n_files", "sha256",
     "shape", "dtype", "spacing", "orientation", "array", "slot", "warnings",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSource:
+    """One file of a sample (image, mask, ...): where it came from and, once converted, its array."""
+
+    role: str
+    source: str
+    sha256: str
+    array: str = ""
+    dtype: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassCount:
+    """A mask class in one sample: its voxel count and the rows [start, stop) of its stored locations."""
+
+    value: int
+    voxels: int
+    start: int = 0
+    stop: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +71,14 @@ class Row:
     labels: tuple[tuple[str, str], ...] = ()
     label_source: str = ""
     members: tuple[str, ...] = field(default=())  # files of a multi-file item (a DICOM series); not a column
+    roles: tuple[RoleSource, ...] = ()  # a sample's files by role (spec order); columns role.<name>[.sha256]
+    classes: tuple[ClassCount, ...] = ()  # a sample's mask classes, ascending; column `classes`
+    group: str = ""  # a sample's group in the store (its role arrays live under it); not a column
 
     def rejected(self, reason: Reason, detail: str) -> Row:
         """The same row, turned into a rejection (its array, if any, is no longer part of the store)."""
-        return replace(self, status="rejected", reason=reason, detail=detail, array="", slot=None)
+        return replace(self, status="rejected", reason=reason, detail=detail, array="", slot=None, classes=(),
+                       roles=tuple(replace(r, array="", dtype="") for r in self.roles))
 
 
 def sort_rows(rows: Sequence[Row]) -> list[Row]:
@@ -65,24 +90,47 @@ def _fmt_float(v: float) -> str:
     return f"{v:.6g}"
 
 
-def _cells(index: int, row: Row, label_names: Sequence[str]) -> list[str]:
+def _role_cells(row: Row, role_names: Sequence[str]) -> list[str]:
+    if not role_names:
+        return []
+    by_role = {r.role: r for r in row.roles}
+    cells: list[str] = []
+    for name in role_names:
+        r = by_role.get(name)
+        cells += [r.source, r.sha256] if r else ["", ""]
+    cells.append(" ".join(f"{c.value}:{c.voxels}" for c in row.classes))
+    return cells
+
+
+def role_columns(role_names: Sequence[str]) -> list[str]:
+    """The columns a delivery with `[items] roles` adds: each role's source and sha256, and the class counts."""
+    if not role_names:
+        return []
+    return [*(c for n in role_names for c in (f"role.{n}", f"role.{n}.sha256")), "classes"]
+
+
+def _cells(index: int, row: Row, label_names: Sequence[str], role_names: Sequence[str] = ()) -> list[str]:
     labels = dict(row.labels)
     return [
         str(index), row.item_id, row.status, row.reason.value if row.reason else "", row.detail, row.kind,
         row.source, str(row.n_files), row.sha256, "x".join(map(str, row.shape)), row.dtype,
         "x".join(map(_fmt_float, row.spacing)), row.orientation, row.array,
-        "" if row.slot is None else str(row.slot), "; ".join(row.warnings),
+        "" if row.slot is None else str(row.slot), "; ".join(row.warnings), *_role_cells(row, role_names),
         *(labels.get(name, "") for name in label_names), row.label_source,
     ]
 
 
-def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str]) -> bytes:
-    """The CSV for `rows` (already in manifest order); `index` is the row's position."""
+def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str], role_names: Sequence[str] = ()) -> bytes:
+    """The CSV for `rows` (already in manifest order); `index` is the row's position.
+
+    With `role_names` (a delivery of samples), each role's source and sha256 and the mask's
+    class voxel counts (`classes`, "value:voxels" pairs) follow the base columns.
+    """
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([*BASE_COLUMNS, *(f"label.{n}" for n in label_names), "label_source"])
+    w.writerow([*BASE_COLUMNS, *role_columns(role_names), *(f"label.{n}" for n in label_names), "label_source"])
     for i, row in enumerate(rows):
-        w.writerow(_cells(i, row, label_names))
+        w.writerow(_cells(i, row, label_names, role_names))
     return buf.getvalue().encode("utf-8")
 
 

@@ -20,6 +20,7 @@ from .discover import Candidate
 from .manifest import Row
 from .probe import Probe
 from .series import group_series
+from .samples import SampleTask, group_samples
 from .spec import Spec
 from .stacks import ShardTask, Stack, StackEntry, plan_stacks
 
@@ -66,11 +67,12 @@ class Plan:
     rows: tuple[Row, ...]
     stacks: tuple[Stack, ...] = ()
     shards: tuple[ShardTask, ...] = ()
+    samples: tuple[SampleTask, ...] = ()  # with [items] roles: image + mask (+ ...) files decoded together
 
     @property
     def n_items(self) -> int:
-        """Items to decode: one per volume task, one per 2D slot."""
-        return len(self.tasks) + sum(len(s.items) for s in self.shards)
+        """Items to decode: one per volume task, one per 2D slot, one per sample."""
+        return len(self.tasks) + sum(len(s.items) for s in self.shards) + len(self.samples)
 
     def describe(self) -> str:
         """A human-readable listing for `--dry-run`."""
@@ -78,6 +80,8 @@ class Plan:
         lines += [f"  convert  {t.kind:<6} {t.item_id:<16} {t.source}"
                   + (f" [{len(t.members)} files]" if len(t.members) > 1 else "") + f" -> {t.array}"
                   for t in self.tasks]
+        lines += [f"  sample   {s.reference.kind:<6} {s.item_id:<16} "
+                  + ", ".join(f"{f.role} {f.source}" for f in s.files) + f" -> {s.group}" for s in self.samples]
         for st in self.stacks:
             lines.append(f"  stack    {st.array}: {st.n} images, {st.per_shard} per shard, {st.n_shards} shards")
         lines += [f"  convert  {i.kind:<6} {i.item_id:<16} {i.source} -> {s.stack.array}[{i.slot}] (shard {s.shard})"
@@ -95,6 +99,8 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     planar: list[StackEntry] = []
     rows: list[Row] = []
     limits = spec.validate.limits()
+    if spec.items.roles:
+        return _plan_samples(spec, candidates, probes)
     for c in candidates:
         decided = _decide(spec, c, probes.get(c.rel))
         if isinstance(decided, Row):
@@ -138,6 +144,24 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     stacks, shards = plan_stacks(planar)
     return Plan(tasks=tuple(replace(t, array=f"{VOLUMES}/{name}") for t, name in zip(todo, names)), rows=tuple(rows),
                 stacks=stacks, shards=shards)
+
+
+def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe]) -> Plan:
+    """With `[items] roles`: every file of an item joins its sample; see `samples.group_samples`."""
+    rows: list[Row] = []
+    members: list[tuple[Candidate, Row | Probe]] = []
+    for c in candidates:
+        decided = _decide(spec, c, probes.get(c.rel))
+        belongs = c.item_id and (not isinstance(decided, Row) or decided.status == "rejected")
+        if belongs:
+            members.append((c, decided))
+        else:
+            assert isinstance(decided, Row)
+            rows.append(decided)
+    ids = sorted({c.item_id or "" for c, _ in members})
+    names = dict(zip(ids, _array_names(ids)))
+    samples, sample_rows = group_samples(spec.items, members, names)
+    return Plan(tasks=(), rows=(*rows, *sample_rows), samples=tuple(samples))
 
 
 def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:

@@ -29,12 +29,14 @@ from .labels import join_labels, load_labels, workbook_rel
 from .manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
 from .plan import VOLUMES, Plan, Task, plan
 from .probe import Probe, probe_files
+from .sample_task import convert_sample
+from .samples import SampleTask
 from .progress import Progress, ProgressEvent
 from .spec import Spec, load_spec
 from .stack_task import convert_shard
 from .stacks import STACKS, ShardTask, Stack
-from .store import (array_paths, clear_slot, create_stack, finish_stack, open_root, remove_array, set_array_labels,
-                    write_index)
+from .store import (array_paths, clear_slot, create_stack, finish_stack, group_paths, open_root, remove_array,
+                    set_array_labels, write_index)
 from .task import TaskSettings, convert_item
 
 __all__ = ["Progress", "ProgressEvent", "RunResult", "convert_delivery", "default_workers", "dry_run", "execute"]
@@ -164,7 +166,7 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     _remove_stale(store, rows)  # also drops arrays of items just rejected for their labels
     _finish_stacks(store, the_plan.stacks, rows)
     _write_array_labels(client, store, rows)
-    manifest = manifest_bytes(rows, label_names)
+    manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles])
     manifest_sha = hashlib.sha256(manifest).hexdigest()
     write_index(store, rows=rows, root_attrs={
         "delivery": spec.delivery.name, "spec_sha256": spec.sha256, "manifest_sha256": manifest_sha,
@@ -174,7 +176,7 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     summary = _summary(spec, rows, manifest_sha, candidates, the_plan, {
         "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover, "convert_s": t_convert - t_probe,
         "total_s": t_end - t0,
-    }) | label_summary
+    }) | label_summary | _class_summary(spec, rows)
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
     atomic_write(manifest_path, manifest)
@@ -219,13 +221,16 @@ def _convert(client: Client, the_plan: Plan, spec: Spec, progress: Progress | No
     total = the_plan.n_items
     if not total:
         return []
-    work: list[Task | ShardTask] = [*the_plan.tasks, *the_plan.shards]
+    work: list[Task | ShardTask | SampleTask] = [*the_plan.tasks, *the_plan.shards, *the_plan.samples]
     futures: list[Future[Any]] = [*client.map(convert_item, the_plan.tasks, settings=settings, pure=False),
-                                  *client.map(convert_shard, the_plan.shards, settings=settings, pure=False)]
-    jobs: dict[Key, Task | ShardTask] = {f.key: t for f, t in zip(futures, work)}
+                                  *client.map(convert_shard, the_plan.shards, settings=settings, pure=False),
+                                  *client.map(convert_sample, the_plan.samples, settings=settings, masks=spec.masks,
+                                              pure=False)]
+    jobs: dict[Key, Task | ShardTask | SampleTask] = {f.key: t for f, t in zip(futures, work)}
     then: dict[Key, list[ShardTask]] = {}  # a lost shard's images, redone one at a time (see below)
     rows: list[Row] = []
-    sizes = {t.source: t.size for t in the_plan.tasks} | {i.source: i.size for s in the_plan.shards for i in s.items}
+    sizes = ({t.source: t.size for t in the_plan.tasks} | {i.source: i.size for s in the_plan.shards for i in s.items}
+             | {s.source: s.size for s in the_plan.samples})
     bytes_total = sum(sizes.values())
     bytes_done = 0
     if progress:
@@ -255,7 +260,8 @@ def _convert(client: Client, the_plan: Plan, spec: Spec, progress: Progress | No
     return rows
 
 
-def _chain(client: Client, singles: list[ShardTask], settings: TaskSettings, jobs: dict[Key, Task | ShardTask],
+def _chain(client: Client, singles: list[ShardTask], settings: TaskSettings,
+           jobs: dict[Key, Task | ShardTask | SampleTask],
            then: dict[Key, list[ShardTask]], pending: as_completed) -> None:
     if not singles:
         return
@@ -269,10 +275,12 @@ def _as_rows(result: Row | list[Row]) -> list[Row]:
     return [result] if isinstance(result, Row) else list(result)
 
 
-def _crashed(job: Task | ShardTask, exc: BaseException | None) -> list[Row]:
+def _crashed(job: Task | ShardTask | SampleTask, exc: BaseException | None) -> list[Row]:
     # A worker died (segfault, memory limit) on this item more often than dask allows, or the task failed.
     what = "worker lost while converting" if isinstance(exc, KilledWorker) else "task failed"
     detail = f"{what}: {type(exc).__name__}: {exc}"
+    if isinstance(job, SampleTask):
+        return [job.base_row().rejected(Reason.DECODER_CRASH, detail)]
     if isinstance(job, Task):
         return [Row(item_id=job.item_id, status="rejected", source=job.source, kind=job.kind, sha256=job.sha256,
                     reason=Reason.DECODER_CRASH, detail=detail, n_files=max(1, len(job.members)),
@@ -289,7 +297,7 @@ def _drop_duplicates(rows: list[Row], store: Path) -> list[Row]:
         if row.status == "ok":
             if row.sha256 in first:
                 if row.slot is None:  # a stack slot is emptied with the others, in _clear_slots
-                    remove_array(store, row.array)
+                    remove_array(store, row.group or row.array)
                 row = row.rejected(Reason.DUPLICATE_CONTENT, f"same sha256 as {first[row.sha256]}")
             else:
                 first[row.sha256] = row.source
@@ -298,8 +306,8 @@ def _drop_duplicates(rows: list[Row], store: Path) -> list[Row]:
 
 
 def _remove_stale(store: Path, rows: Sequence[Row]) -> None:
-    keep = {r.array for r in rows if r.status == "ok"}
-    for path in [*array_paths(store, VOLUMES), *array_paths(store, STACKS)]:
+    keep = {r.group or r.array for r in rows if r.status == "ok"}
+    for path in [*array_paths(store, VOLUMES), *group_paths(store, VOLUMES), *array_paths(store, STACKS)]:
         if path not in keep:
             remove_array(store, path)
 
@@ -326,6 +334,22 @@ def _write_array_labels(client: Client, store: Path, rows: Sequence[Row]) -> Non
     todo = [(r.array, dict(r.labels)) for r in rows if r.status == "ok" and r.array and r.slot is None]
     batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
     client.gather(client.map(set_array_labels, [str(store)] * len(batches), batches, pure=False))
+
+
+def _class_summary(spec: Spec, rows: Sequence[Row]) -> dict[str, Any]:
+    """`classes`: per mask class, voxels over all ok samples and how many samples hold it (only with roles)."""
+    if not spec.items.roles:
+        return {}
+    voxels: Counter[int] = Counter()
+    samples: Counter[int] = Counter()
+    for r in rows:
+        if r.status == "ok":
+            for c in r.classes:
+                voxels[c.value] += c.voxels
+                samples[c.value] += 1 if c.voxels else 0
+    listed = set(spec.masks.classes or ())
+    return {"classes": {str(v): {"voxels": voxels.get(v, 0), "samples": samples.get(v, 0)}
+                        for v in sorted(set(voxels) | listed)}}
 
 
 def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Sequence[Candidate], the_plan: Plan,

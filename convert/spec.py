@@ -26,7 +26,11 @@ __all__ = [
     "DicomSpec",
     "ItemsSpec",
     "LabelsSpec",
+    "MASK_ROLE",
+    "MasksSpec",
+    "REFERENCE_ROLE",
     "NORMALIZERS",
+    "RolePattern",
     "Spec",
     "StoreSpec",
     "ValidateSpec",
@@ -48,11 +52,42 @@ class DeliverySpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RolePattern:
+    """Which files play a role in a sample: a glob (`regex` False) or a regular expression.
+
+    A glob without `/` matches the file name (`"*_seg*"`), one with `/` the path relative
+    to raw (`"labels/**"`); a regex is searched in the path relative to raw.
+    """
+
+    pattern: str
+    regex: bool = False
+
+
+# The role every sample is built around: its geometry is the reference, its file the row's `source`.
+REFERENCE_ROLE = "image"
+# The role that holds a label map: checked for integer classes, indexed by class, stored as small integers.
+MASK_ROLE = "mask"
+
+
+@dataclass(frozen=True, slots=True)
 class ItemsSpec:
     id_pattern: str = _DEFAULT_ID_PATTERN
     id_normalize: tuple[str, ...] = ("strip", "casefold", "drop_separators")
     include: tuple[str, ...] = ("**/*",)
     exclude: tuple[str, ...] = ("**/.DS_Store", "**/Thumbs.db")
+    # role name -> pattern, in spec order; empty: every file is its own item (no samples)
+    roles: tuple[tuple[str, RolePattern], ...] = ()
+    required_roles: tuple[str, ...] = ()  # a sample missing one of these is rejected missing_role
+
+
+@dataclass(frozen=True, slots=True)
+class MasksSpec:
+    """How the `mask` role is checked and indexed (`[masks]`)."""
+
+    classes: tuple[int, ...] | None = None  # the classes a mask may hold; None: any integer
+    policy: Literal["reject", "warn"] = "reject"  # non-integer values or unexpected classes
+    tolerance: float = 1e-3  # mm: spacing and affine entries of a role vs the image
+    locations: int = 10_000  # voxel locations kept per class per sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +161,7 @@ class Spec:
     validate: ValidateSpec
     labels: LabelsSpec | None = None
     dicom: DicomSpec = DicomSpec()
+    masks: MasksSpec = MasksSpec()
 
     @property
     def manifest_dir(self) -> Path:
@@ -199,7 +235,7 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{where}: not valid TOML: {exc}", "fix the syntax; see README.md for a complete example") from exc
 
-    sections = {"delivery", "dicom", "items", "labels", "store", "validate"}
+    sections = {"delivery", "dicom", "items", "labels", "masks", "store", "validate"}
     for name, value in doc.items():
         if name not in sections:
             raise UsageError(f"{where}: unknown section [{name}]", f"allowed sections: {', '.join(sorted(sections))}")
@@ -208,15 +244,20 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
 
     delivery = _delivery(_Table(where, "delivery", doc.get("delivery", {})), cwd)
     labels = _labels(_Table(where, "labels", doc["labels"]), delivery.raw) if "labels" in doc else None
+    items = _items(_Table(where, "items", doc.get("items", {})))
+    if "masks" in doc and MASK_ROLE not in dict(items.roles):
+        raise UsageError(f"{where}: [masks] is set but [items] roles has no {MASK_ROLE!r} role",
+                         f'add e.g. roles = {{ image = "*_img*", mask = "*_seg*" }} to [items], or drop [masks]')
     return Spec(
         path=path,
         sha256=hashlib.sha256(blob).hexdigest(),
         delivery=delivery,
-        items=_items(_Table(where, "items", doc.get("items", {}))),
+        items=items,
         store=_store(_Table(where, "store", doc.get("store", {}))),
         validate=_validate(_Table(where, "validate", doc.get("validate", {}))),
         labels=labels,
         dicom=_dicom(_Table(where, "dicom", doc.get("dicom", {}))),
+        masks=_masks(_Table(where, "masks", doc.get("masks", {}))),
     )
 
 
@@ -247,14 +288,67 @@ def _items(t: _Table) -> ItemsSpec:
     for step in normalize:
         t.check("id_normalize", step, lambda s: s in NORMALIZERS, f"allowed steps: {', '.join(NORMALIZERS)}",
                 "drop or fix the unknown step")
+    roles = _roles(t)
+    required = _str_list(t, "required_roles", tuple(name for name, _ in roles))
+    if required and not roles:
+        raise t.fail("required_roles", list(required), "needs [items] roles", 'add roles = { image = "*_img*", ... }')
+    for name in required:
+        t.check("required_roles", list(required), lambda _: name in dict(roles),
+                f"{name!r} is not a role (roles: {', '.join(n for n, _ in roles)})", "name roles from [items] roles")
+    if roles and REFERENCE_ROLE not in required:
+        raise t.fail("required_roles", list(required), f"must include {REFERENCE_ROLE!r}: a sample is built around it",
+                     f'e.g. required_roles = ["{REFERENCE_ROLE}", "mask"]')
     spec = ItemsSpec(
         id_pattern=pattern,
         id_normalize=normalize,
         include=_str_list(t, "include", ItemsSpec().include),
         exclude=_str_list(t, "exclude", ItemsSpec().exclude),
+        roles=roles,
+        required_roles=required,
     )
     t.done()
     return spec
+
+
+def _roles(t: _Table) -> tuple[tuple[str, RolePattern], ...]:
+    """`roles = { image = "*_img*", mask = { regex = "_seg\\." } }`: a glob, or a table naming a regex."""
+    given = t.take("roles", dict, {}, what='a table of role = glob, e.g. { image = "*_img*", mask = "*_seg*" }')
+    example = 'roles = { image = "*_img*", mask = "*_seg*" } or mask = { regex = "_seg\\.nii" }'
+    out: list[tuple[str, RolePattern]] = []
+    for name, value in given.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise t.fail("roles", given, f"role name {name!r} is not an identifier", f"write e.g. {example}")
+        if isinstance(value, str) and value:
+            out.append((name, RolePattern(value)))
+        elif isinstance(value, dict) and set(value) == {"regex"} and isinstance(value["regex"], str):
+            try:
+                re.compile(value["regex"])
+            except re.error as exc:
+                raise t.fail(f"roles.{name}", value, f"not a valid regular expression ({exc})", "fix it") from exc
+            out.append((name, RolePattern(value["regex"], regex=True)))
+        else:
+            raise t.fail(f"roles.{name}", value, "expected a glob or { regex = \"...\" }", f"write e.g. {example}")
+    if out and REFERENCE_ROLE not in given:
+        raise t.fail("roles", given, f"roles need an {REFERENCE_ROLE!r} role (the geometry every other role must match)",
+                     f"write e.g. {example}")
+    return tuple(out)
+
+
+def _masks(t: _Table) -> MasksSpec:
+    d = MasksSpec()
+    classes = t.take("classes", list, [], what="a list of integer class values, e.g. [0, 1, 2]")
+    t.check("classes", classes, lambda c: all(isinstance(v, int) and not isinstance(v, bool) for v in c)
+            and len(set(classes)) == len(classes), "expected distinct integers", "e.g. classes = [0, 1, 2]")
+    policy = t.take("policy", str, d.policy, what='"reject" or "warn"')
+    t.check("policy", policy, lambda v: v in ("reject", "warn"), 'allowed: "reject" | "warn"',
+            'use "reject" (default: non-integer values or unexpected classes reject the sample) or "warn"')
+    tolerance = t.take("tolerance", (float, int), d.tolerance, what="a distance in mm, e.g. 0.001")
+    t.check("tolerance", tolerance, lambda v: v >= 0, "must be >= 0", "e.g. tolerance = 0.001")
+    locations = t.take("locations", int, d.locations, what="a count of voxel locations per class")
+    t.check("locations", locations, lambda v: v >= 1, "must be >= 1", "e.g. locations = 10000")
+    t.done()
+    return MasksSpec(classes=tuple(sorted(classes)) if classes else None,
+                     policy=cast(Literal["reject", "warn"], policy), tolerance=float(tolerance), locations=locations)
 
 
 def _store(t: _Table) -> StoreSpec:

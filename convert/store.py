@@ -29,7 +29,7 @@ from .stacks import Stack
 from .writer import VolumeWriter
 
 __all__ = ["FORMAT_VERSION", "INDEX_KEY", "STACK_AXES", "array_paths", "clear_slot", "codecs", "create_stack",
-           "finish_stack", "open_root", "remove_array", "set_array_labels", "write_index", "write_slots",
+           "finish_stack", "group_paths", "open_root", "remove_array", "set_array_labels", "write_index", "write_slots",
            "write_volume"]
 
 FORMAT_VERSION = 1
@@ -123,6 +123,16 @@ def array_paths(store: Path, group: str) -> list[str]:
     return sorted(f"{group}/{name}" for name, _ in sub.arrays())
 
 
+def group_paths(store: Path, group: str) -> list[str]:
+    """Paths (`group/name`) of the groups under `group` (samples), sorted; empty when there is none."""
+    root = open_root(store)
+    if group not in root:
+        return []
+    sub = root[group]
+    assert isinstance(sub, zarr.Group)
+    return sorted(f"{group}/{name}" for name, _ in sub.groups())
+
+
 def remove_array(store: Path, path: str) -> None:
     """Delete one array and its chunks."""
     shutil.rmtree(store / path, ignore_errors=True)
@@ -143,12 +153,24 @@ def set_array_labels(store: str, items: Sequence[tuple[str, Mapping[str, str]]])
     return changed
 
 
+def _sample_entry(r: Row) -> dict[str, Any]:
+    """A sample's role arrays, mask classes (voxels, rows of `locations`) and its locations array."""
+    if not r.roles:
+        return {}
+    entry: dict[str, Any] = {"roles": {x.role: x.array for x in r.roles}}
+    if r.classes:
+        entry["classes"] = {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]} for c in r.classes}
+        entry["locations"] = f"{r.group}/locations"
+    return entry
+
+
 def write_index(store: Path, *, rows: Sequence[Row], root_attrs: Mapping[str, Any]) -> None:
     """Record the ok rows, in manifest order, as the store's own index (root attr `labzarr`)."""
     items = [
         {
             "item_id": r.item_id, "array": r.array, "slot": r.slot, "kind": r.kind, "source": r.source,
             "shape": list(r.shape), "dtype": r.dtype, "spacing": list(r.spacing), "labels": dict(r.labels),
+            **_sample_entry(r),
         }
         for r in rows if r.status == "ok"
     ]

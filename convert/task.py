@@ -27,7 +27,7 @@ from .store import codecs
 from .validate import FiniteCheck
 from .writer import AXES, VolumeWriter
 
-__all__ = ["TaskSettings", "convert_item", "read_file"]
+__all__ = ["TaskSettings", "attrs_for", "convert_item", "read_file"]
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ def convert_item(task: Task, settings: TaskSettings) -> Row:
                              stream_axis=h.stream_axis, budget=settings.slab_bytes)
         finite = FiniteCheck(h, settings.non_finite)
         writer = VolumeWriter(Path(settings.store), task.array, h, chunks=chunks,
-                              codecs=codecs(settings.store_spec), attrs=_attrs(task, h))
+                              codecs=codecs(settings.store_spec),
+                              attrs=attrs_for(task.item_id, task.source, task.sha256, h))
         for slab in source.slabs(chunks):
             finite.update(slab)
             # A rejected item's voxels are not worth writing, but its stream is read to the end:
@@ -94,11 +95,12 @@ def read_file(kind: str, path: Path, limits: Limits) -> Volume:
     return reader.read(path, limits, read_head(path))
 
 
-def _attrs(task: Task, header: VolumeHeader) -> dict[str, object]:
+def attrs_for(item_id: str, source: str, sha256: str, header: VolumeHeader) -> dict[str, object]:
+    """A volume array's attrs: where it came from and its canonical geometry."""
     return {
-        "item_id": task.item_id,
-        "source": task.source,
-        "sha256": task.sha256,
+        "item_id": item_id,
+        "source": source,
+        "sha256": sha256,
         "kind": header.kind,
         "spacing": list(header.spacing),
         "affine": [list(row) for row in header.affine],

@@ -1,0 +1,196 @@
+"""The per-sample task: image and mask (and any other role) checked against each other, then written side by side.
+
+A sample's arrays share one group `volumes/<name>/` (`image`, `mask`, ...): the
+same canonical RAS orientation (each reader reorients its own file), the same
+chunk shape (planned from the image), and the mask as the smallest integer
+dtype that holds its classes, with `locations` (class voxel samples) beside it.
+
+Order, cheapest refusal first: every header is read and each role's geometry
+compared with the image's before any voxel is decoded (`geometry_mismatch`,
+both values in the detail); then the image streams into its array; then the
+mask streams twice, slab by slab (`masks.py`): once to count and check its
+classes, once to write it and draw its class locations. The group's
+`complete` attr, a digest of every member's sha256, is written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+import zarr.storage
+
+from labzarr.readers import READERS, Limits, Reason, Rejected, Slab, VolumeHeader, VolumeSource, open_source, read_head
+
+from .chunks import plan_chunks
+from .manifest import ClassCount, RoleSource, Row
+from .masks import ClassLocator, MaskScan, as_classes
+from .samples import RoleFile, SampleTask
+from .spec import MASK_ROLE, MasksSpec
+from .store import codecs
+from .task import TaskSettings, attrs_for
+from .validate import FiniteCheck
+from .writer import VolumeWriter
+
+__all__ = ["LOCATIONS", "convert_sample", "geometry_problem", "sample_complete"]
+
+log = logging.getLogger(__name__)
+
+LOCATIONS = "locations"  # the mask's class locations, (N, 3) int32 canonical (x, y, z), beside the role arrays
+
+
+def sample_complete(files: Sequence[RoleFile] | Sequence[RoleSource]) -> str:
+    """The group's `complete` value: sha256 over its members' (role, sha256), in role order."""
+    return hashlib.sha256("".join(f"{f.role}:{f.sha256}\n" for f in files).encode()).hexdigest()
+
+
+@contextmanager
+def _blame(f: RoleFile) -> Iterator[None]:
+    """Name the member a rejection came from: the row is the sample's, the fault one file's."""
+    try:
+        yield
+    except Rejected as exc:
+        raise Rejected(exc.reason, f"{f.role} {f.source}: {exc.detail}") from exc
+
+
+def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -> Row:
+    """Convert one sample; returns its manifest row for every outcome (total, idempotent)."""
+    base = task.base_row()
+    store = Path(settings.store)
+    try:
+        sources: list[tuple[RoleFile, VolumeSource]] = []
+        for f in task.files:
+            with _blame(f):
+                sources.append((f, _open(f, settings.limits)))
+        ref = sources[0][1].header
+        warnings = [*task.warnings, *ref.warnings]
+        for f, src in sources[1:]:
+            problem = geometry_problem(f.role, src.header, ref, masks.tolerance)
+            if problem:
+                raise Rejected(Reason.GEOMETRY_MISMATCH, f"{f.role} {f.source}: {problem}")
+            if src.header.orientation != ref.orientation:
+                warnings.append(f"{f.role} stored {src.header.orientation}, image {ref.orientation}; "
+                                "both reoriented to RAS")
+            warnings += src.header.warnings
+        chunks = plan_chunks(ref.shape, settings.store_spec.chunks, voxel_bytes=ref.voxel_bytes,
+                             stream_axis=ref.stream_axis, budget=settings.slab_bytes)
+        shutil.rmtree(store / task.group, ignore_errors=True)  # a rerun replaces the whole sample
+        group = zarr.create_group(zarr.storage.LocalStore(store), path=task.group,
+                                  attributes={"item_id": task.item_id, "kind": "sample",
+                                              "roles": {f.role: f.source for f in task.files}})
+        roles: list[RoleSource] = []
+        classes: tuple[ClassCount, ...] = ()
+        for f, src in sources:
+            with _blame(f):
+                if f.role == MASK_ROLE:
+                    dtype, classes, more = _write_mask(store, task, f, src, chunks, settings, masks)
+                    warnings += more
+                else:
+                    dtype, more = _write_volume(store, task, f, src, chunks, settings)
+                    warnings += more
+            roles.append(RoleSource(f.role, f.source, f.sha256, array=f"{task.group}/{f.role}", dtype=dtype))
+        group.attrs.update({"classes": {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]}
+                                        for c in classes}})
+        group.attrs.update({"complete": sample_complete(task.files)})
+    except Rejected as exc:
+        shutil.rmtree(store / task.group, ignore_errors=True)
+        return base.rejected(exc.reason, exc.detail)
+    except MemoryError as exc:
+        shutil.rmtree(store / task.group, ignore_errors=True)
+        return base.rejected(Reason.TOO_LARGE, f"out of memory while decoding: {exc}")
+    except Exception as exc:  # the task boundary: a decoder bug must cost one sample, not the run
+        log.exception("decoder crashed on %s", task.source)
+        shutil.rmtree(store / task.group, ignore_errors=True)
+        return base.rejected(Reason.DECODER_CRASH, f"{type(exc).__name__}: {exc}")
+    return replace(base, shape=tuple(ref.shape), dtype=str(ref.dtype), spacing=ref.spacing,
+                   orientation=ref.orientation, array=f"{task.group}/{task.reference.role}",
+                   warnings=tuple(warnings), roles=tuple(roles), classes=classes)
+
+
+def geometry_problem(role: str, h: VolumeHeader, ref: VolumeHeader, tolerance: float) -> str | None:
+    """Why `h` (canonical) does not lie on `ref`'s voxel grid, with both values; None when it does."""
+    if tuple(h.shape[1:]) != tuple(ref.shape[1:]):
+        return (f"shape (x,y,z) {'x'.join(map(str, h.shape[1:]))} vs image {'x'.join(map(str, ref.shape[1:]))} "
+                "(both in canonical RAS order); expected equal")
+    if role == MASK_ROLE and h.shape[0] != 1:
+        return f"{h.shape[0]} channels; a mask has 1"
+    spacing = np.abs(np.subtract(h.spacing, ref.spacing))
+    if spacing.max(initial=0.0) > tolerance:
+        return (f"spacing {_fmt(h.spacing)} mm vs image {_fmt(ref.spacing)} mm; "
+                f"differs by {spacing.max():.4g} mm, tolerance {tolerance:g} mm")
+    affine = np.abs(np.subtract(h.affine, ref.affine))
+    if affine.max(initial=0.0) > tolerance:
+        return (f"affine {_fmt_affine(h.affine)} vs image {_fmt_affine(ref.affine)}; "
+                f"differs by up to {affine.max():.4g} mm, tolerance {tolerance:g} mm")
+    return None
+
+
+def _fmt(values: Sequence[float]) -> str:
+    return "(" + ", ".join(f"{v:.6g}" for v in values) + ")"
+
+
+def _fmt_affine(affine: Sequence[Sequence[float]]) -> str:
+    return "[" + ", ".join(_fmt(row) for row in affine[:3]) + "]"
+
+
+def _open(f: RoleFile, limits: Limits) -> VolumeSource:
+    reader = next(r for r in READERS if r.kind == f.kind)
+    path = Path(f.path)
+    return open_source(reader, path, limits, read_head(path))
+
+
+def _write_volume(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
+                  settings: TaskSettings) -> tuple[str, list[str]]:
+    h = src.header
+    finite = FiniteCheck(h, settings.non_finite)
+    writer = VolumeWriter(store, f"{task.group}/{f.role}", h, chunks=chunks, codecs=codecs(settings.store_spec),
+                          attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
+    try:
+        for slab in src.slabs(chunks):
+            finite.update(slab)
+            if not finite.rejecting:
+                writer.write(slab)
+        warnings = list(finite.outcome())
+        writer.finish(complete=f.sha256)
+    finally:
+        writer.close()
+    return str(h.dtype), warnings
+
+
+def _write_mask(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
+                settings: TaskSettings, masks: MasksSpec) -> tuple[str, tuple[ClassCount, ...], list[str]]:
+    scan = MaskScan(classes=masks.classes, policy=masks.policy)
+    for slab in src.slabs(chunks):  # pass 1: counts and checks (and the whole stream's validity)
+        scan.update(slab)
+    summary = scan.outcome()
+    h: VolumeHeader = replace(src.header, dtype=summary.dtype)
+    locator = ClassLocator(summary.counts, cap=masks.locations, seed=int(f.sha256[:16], 16))
+    writer = VolumeWriter(store, f"{task.group}/{f.role}", h, chunks=chunks, codecs=codecs(settings.store_spec),
+                          attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
+    try:
+        for slab in src.slabs(chunks):  # pass 2: the same slabs, as class values in the stored dtype
+            classes = Slab(region=slab.region, data=_as_dtype(slab.data, summary.dtype))
+            locator.update(classes)
+            writer.write(classes)
+        writer.finish(complete=f.sha256)
+    finally:
+        writer.close()
+    located, ranges = locator.locations()
+    zarr.create_array(zarr.storage.LocalStore(store), name=f"{task.group}/{LOCATIONS}", data=located,
+                      chunks=(max(1, min(len(located), 1 << 16)), 3), compressors=codecs(settings.store_spec),
+                      attributes={"axes": ["x", "y", "z"], "role": f.role}, overwrite=True)
+    counts = tuple(ClassCount(value=v, voxels=n, start=a, stop=b) for v, n, a, b in ranges)
+    return str(summary.dtype), counts, list(summary.warnings)
+
+
+def _as_dtype(data: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """Class values in the stored dtype (float masks rounded), keeping the slab's shape."""
+    return as_classes(data).astype(dtype, copy=False)
