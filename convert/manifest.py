@@ -93,11 +93,10 @@ def _fmt_float(v: float) -> str:
 def _role_cells(row: Row, role_names: Sequence[str]) -> list[str]:
     if not role_names:
         return []
-    by_role = {r.role: r for r in row.roles}
     cells: list[str] = []
     for name in role_names:
-        r = by_role.get(name)
-        cells += [r.source, r.sha256] if r else ["", ""]
+        mine = [r for r in row.roles if r.role == name]  # several only in a sample rejected as ambiguous
+        cells += ["; ".join(r.source for r in mine), "; ".join(r.sha256 for r in mine)]
     cells.append(" ".join(f"{c.value}:{c.voxels}" for c in row.classes))
     return cells
 

@@ -45,6 +45,7 @@ __all__ = ["LOCATIONS", "convert_sample", "geometry_problem", "sample_complete"]
 log = logging.getLogger(__name__)
 
 LOCATIONS = "locations"  # the mask's class locations, (N, 3) int32 canonical (x, y, z), beside the role arrays
+_LOCATION_ROWS = 4096  # rows per chunk: a Dataset reads one location per foreground patch, so keep chunks small
 
 
 def sample_complete(files: Sequence[RoleFile] | Sequence[RoleSource]) -> str:
@@ -185,7 +186,7 @@ def _write_mask(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, c
         writer.close()
     located, ranges = locator.locations()
     zarr.create_array(zarr.storage.LocalStore(store), name=f"{task.group}/{LOCATIONS}", data=located,
-                      chunks=(max(1, min(len(located), 1 << 16)), 3), compressors=codecs(settings.store_spec),
+                      chunks=(max(1, min(len(located), _LOCATION_ROWS)), 3), compressors=codecs(settings.store_spec),
                       attributes={"axes": ["x", "y", "z"], "role": f.role}, overwrite=True)
     counts = tuple(ClassCount(value=v, voxels=n, start=a, stop=b) for v, n, a, b in ranges)
     return str(summary.dtype), counts, list(summary.warnings)

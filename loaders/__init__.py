@@ -1,6 +1,6 @@
 """The training side: reads only the store (zarr, torch), never readers/ or convert/."""
 
 from .dataset import PatchDataset
-from .store import IndexItem, StoreView, open_store
+from .store import ClassInfo, IndexItem, StoreView, open_store
 
-__all__ = ["IndexItem", "PatchDataset", "StoreView", "open_store"]
+__all__ = ["ClassInfo", "IndexItem", "PatchDataset", "StoreView", "open_store"]

@@ -7,21 +7,34 @@ Opening reads only the root's small index; arrays open on demand.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import zarr
 import zarr.storage
 
-__all__ = ["IndexItem", "StoreView", "open_store", "open_zarr_store"]
+__all__ = ["ClassInfo", "IndexItem", "StoreView", "open_store", "open_zarr_store"]
 
 INDEX_KEY = "labzarr"  # the root attr convert.store writes; loaders never import convert
 
 
 @dataclass(frozen=True, slots=True)
+class ClassInfo:
+    """A mask class of one sample: its voxel count and the rows [start, stop) of its stored locations."""
+
+    voxels: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True, slots=True)
 class IndexItem:
-    """One ok item from the store's index, in manifest order."""
+    """One ok item from the store's index, in manifest order.
+
+    A sample (a delivery with ``[items] roles``) also has `roles` (role -> array path, ``image``
+    is `array`), and with a mask its `classes` and the `locations` array ((N, 3) canonical x, y, z).
+    """
 
     item_id: str
     array: str
@@ -32,6 +45,18 @@ class IndexItem:
     dtype: str
     spacing: tuple[float, ...]
     labels: Mapping[str, str]
+    roles: Mapping[str, str] = field(default_factory=dict)
+    classes: Mapping[int, ClassInfo] = field(default_factory=dict)
+    locations: str | None = None
+
+    def role_array(self, role: str) -> str:
+        """The array path of `role` (``image`` is the item's own array when the store has no roles)."""
+        if role in self.roles:
+            return self.roles[role]
+        if role == "image" and not self.roles:
+            return self.array
+        have = ", ".join(self.roles) or "image"
+        raise KeyError(f"item {self.item_id!r} has no role {role!r} (it has: {have})")
 
 
 def open_zarr_store(path: Path) -> zarr.storage.StoreLike:
@@ -52,7 +77,11 @@ def read_index(path: Path) -> tuple[dict[str, Any], tuple[IndexItem, ...]]:
     items = tuple(
         IndexItem(item_id=d["item_id"], array=d["array"], slot=d.get("slot"), kind=d.get("kind", ""),
                   source=d.get("source", ""), shape=tuple(d["shape"]), dtype=d["dtype"],
-                  spacing=tuple(d.get("spacing", ())), labels=dict(d.get("labels", {})))
+                  spacing=tuple(d.get("spacing", ())), labels=dict(d.get("labels", {})),
+                  roles=dict(d.get("roles", {})),
+                  classes={int(v): ClassInfo(voxels=int(c["voxels"]), start=int(c["locations"][0]),
+                                             stop=int(c["locations"][1])) for v, c in d.get("classes", {}).items()},
+                  locations=d.get("locations"))
         for d in meta.pop("items")
     )
     return meta, items
