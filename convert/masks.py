@@ -5,7 +5,7 @@ source's slabs) counts every class and checks the values; `ClassLocator`
 (second pass, while the mask is written) keeps at most `cap` voxel locations
 per class, drawn uniformly without replacement: the ranks to keep are drawn
 up front from the first pass's counts, seeded by the mask's sha256, so the
-same file gives the same locations whatever the slab size or worker. Both
+same file and chunk plan give the same locations on any worker, in any run. Both
 passes walk each slab in pieces of at most `PIECE` voxels, which bounds every
 temporary (the boolean class map, the flat indexes) independently of the slab.
 """
@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from labzarr.readers import Reason, Rejected, Slab
 
-__all__ = ["PIECE", "ClassLocator", "MaskScan", "MaskSummary", "as_classes", "pieces"]
+__all__ = ["PIECE", "ClassLocator", "MaskScan", "MaskSummary", "as_classes", "pieces", "smallest_int"]
 
 PIECE = 1 << 20  # voxels per piece: 1 MiB of booleans, 8 MiB of flat indexes at worst
 _BINCOUNT_MAX = 1 << 16  # class values below this are counted by bincount, others by unique
@@ -61,6 +61,16 @@ def as_classes(piece: npt.NDArray[Any]) -> npt.NDArray[Any]:
     if piece.dtype.kind in "iub":
         return piece if piece.dtype.kind != "b" else piece.astype(np.uint8)
     raise Rejected(Reason.UNSUPPORTED_FORMAT, f"mask voxels are {piece.dtype}; expected integer class values")
+
+
+def smallest_int(lo: int, hi: int) -> np.dtype[Any]:
+    """The smallest integer dtype holding lo..hi: unsigned when lo >= 0."""
+    kinds = (np.uint8, np.uint16, np.uint32, np.uint64) if lo >= 0 else (np.int8, np.int16, np.int32, np.int64)
+    for kind in kinds:
+        info = np.iinfo(kind)
+        if info.min <= lo and hi <= info.max:
+            return np.dtype(kind)
+    raise Rejected(Reason.UNSUPPORTED_FORMAT, f"mask classes {lo}..{hi} fit no integer dtype")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +138,8 @@ class MaskScan:
                     raise Rejected(Reason.CORRUPT_DATA, detail + ' ([masks] policy = "reject")')
                 warnings.append(f"mask classes: {detail}; kept ([masks] policy = \"warn\")")
         present = sorted(self.counts) or [0]
-        dtype = np.result_type(np.min_scalar_type(present[0]), np.min_scalar_type(present[-1]))
-        return MaskSummary(counts=tuple(sorted(self.counts.items())), dtype=np.dtype(dtype), warnings=tuple(warnings))
+        return MaskSummary(counts=tuple(sorted(self.counts.items())), dtype=smallest_int(present[0], present[-1]),
+                           warnings=tuple(warnings))
 
 
 class ClassLocator:

@@ -57,3 +57,24 @@ def nib_load(path: Path):
     if blob[:2] == b"\x1f\x8b":
         blob = gzip.decompress(blob)
     return nib.Nifti2Image.from_bytes(blob) if blob[4:8] == b"n+2\x00" else nib.Nifti1Image.from_bytes(blob)
+
+
+@pytest.fixture(scope="session")
+def converted_seg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Delivery, RunResult, dict[str, tuple[str, str]]]]:
+    """The segmentation delivery (tests/segmentation.py) converted once with 2 workers, and each outcome by item."""
+    from .segmentation import SEG_MASKS, SEG_ROLES, write_seg_delivery
+
+    root = tmp_path_factory.mktemp("seg")
+    d = seg_delivery(root, SEG_ROLES + "\n" + SEG_MASKS)
+    expected = write_seg_delivery(d.raw)
+    yield d, convert_delivery(d.spec, workers=2), expected
+
+
+def seg_delivery(root: Path, spec_tail: str, name: str = "seg") -> Delivery:
+    """An empty raw folder and a spec (`[delivery]` + `spec_tail`) for a segmentation delivery under `root`."""
+    raw, store = root / "raw" / name, root / "stores" / f"{name}.zarr"
+    raw.mkdir(parents=True, exist_ok=True)
+    spec = root / "manifests" / name / "delivery.toml"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(f'[delivery]\nname = "{name}"\nraw = "{raw}"\nstore = "{store}"\n\n{spec_tail}')
+    return Delivery(raw=raw, spec=spec, store=store)

@@ -1,0 +1,233 @@
+"""Segmentation deliveries: samples planned from roles, geometry checks, masks stored beside images, class index."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import zarr
+
+from labzarr.convert import UsageError, convert_delivery, load_spec, read_manifest
+from labzarr.convert.discover import discover, walk
+from labzarr.convert.plan import plan
+from labzarr.convert.probe import probe_files
+from labzarr.loaders import open_store
+
+from ..conftest import nib_load, seg_delivery
+from ..segmentation import SEG_MASKS, SEG_ROLES, anatomy, classes_of, save
+
+
+def canonical(path: Path) -> np.ndarray:
+    img = nib.as_closest_canonical(nib_load(path))
+    return np.asanyarray(img.dataobj)[np.newaxis]
+
+
+def _members(row: dict[str, str]) -> set[str]:
+    out = {row["source"]}
+    for key, value in row.items():
+        if key.startswith("role.") and not key.endswith(".sha256") and value:
+            out |= set(value.split("; "))
+    return out
+
+
+def test_every_sample_gets_its_documented_outcome(converted_seg) -> None:
+    d, result, expected = converted_seg
+    rows = read_manifest(result.manifest)
+    by_item = {r["item_id"]: r for r in rows if r["source"].endswith("_img.nii.gz") or r["status"] == "rejected"}
+    by_source = {r["source"]: r for r in rows}
+    for key, (status, reason) in expected.items():
+        row = by_source[key] if "." in key else by_item[key.replace("_", "")]
+        assert (row["status"], row["reason"]) == (status, reason), (key, row["detail"])
+        if status == "rejected":
+            assert row["detail"], key
+    # every file under raw is the source or a role member of exactly one row
+    on_disk = sorted(p.relative_to(d.raw).as_posix() for p in d.raw.rglob("*") if p.is_file())
+    claimed = sorted(f for r in rows for f in _members(r))
+    assert claimed == on_disk
+    assert sum(int(r["n_files"]) for r in rows) == len(on_disk) == result.summary["counts"]["files"]
+
+
+@pytest.mark.parametrize(("item", "needle"), [
+    pytest.param("case003", ["affine [(2, 0, 0, 32)", "vs image [(2, 0, 0, -32)", "64 mm", "tolerance 0.001 mm"],
+                 id="flipped-axis-in-affine"),
+    pytest.param("case004", ["spacing (2, 2, 2.5) mm vs image (2, 2, 2) mm"], id="spacing"),
+    pytest.param("case009", ["shape (x,y,z) 33x41x24 vs image 33x41x25"], id="shape"),
+    pytest.param("case005", ["no file for required role 'mask' ('*_seg*')", "has image: case_005_img.nii.gz"],
+                 id="missing-mask"),
+    pytest.param("case011", ["no file for required role 'image'"], id="missing-image"),
+    pytest.param("case007", ["64 of 33,825 mask voxels are not integers", "first 0.5", 'policy = "reject"'],
+                 id="float-mask-fractional"),
+    pytest.param("case008", ["classes 7 (8 voxels) not in [masks] classes [0, 1, 2]"], id="unexpected-class"),
+    pytest.param("case013", ["ambiguous: 2 files (case_013_seg.nii.gz, case_013_seg_v2.nii.gz)"], id="two-masks"),
+    pytest.param("case010", ["mask case_010_seg.nii.gz: gzip stream ends"], id="truncated-mask"),
+])
+def test_rejection_details_name_both_values(converted_seg, item: str, needle: list[str]) -> None:
+    _, result, _ = converted_seg
+    row = next(r for r in read_manifest(result.manifest) if r["item_id"] == item and r["status"] == "rejected")
+    for text in needle:
+        assert text in row["detail"], row["detail"]
+
+
+def test_mask_stored_beside_image_in_canonical_order(converted_seg) -> None:
+    d, result, _ = converted_seg
+    view = open_store(d.store)
+    items = {i.item_id: i for i in view.items}
+    assert sorted(items) == ["case001", "case002", "case006", "case012"]
+    data, affine = anatomy()
+    want_mask = canonical(save(d.raw.parent / "ref_seg.nii.gz", classes_of(data), affine))
+    for item in items.values():
+        group = item.array.rsplit("/", 1)[0]
+        assert item.roles == {"image": f"{group}/image", "mask": f"{group}/mask"}
+        image, mask = view.array(item.roles["image"]), view.array(item.roles["mask"])
+        assert mask.dtype == np.uint8 and image.shape == mask.shape and image.chunks == mask.chunks
+        # the float mask (case006) and the mask stored flipped along x (case002) give the same canonical voxels
+        np.testing.assert_array_equal(mask[...], want_mask)
+        np.testing.assert_array_equal(image[...], canonical(d.raw / item.source))
+        assert mask.attrs["orientation"] == image.attrs["orientation"] == "RAS"
+        np.testing.assert_allclose(mask.attrs["affine"], image.attrs["affine"])
+        root = zarr.open_group(d.store, mode="r")
+        assert root[group].attrs["complete"] and root[group].attrs["item_id"] == item.item_id
+
+
+def test_class_counts_and_locations(converted_seg) -> None:
+    d, result, _ = converted_seg
+    view = open_store(d.store)
+    for item in view.items:
+        mask = view.array(item.roles["mask"])[0]
+        values, counts = np.unique(mask, return_counts=True)
+        assert {v: c.voxels for v, c in item.classes.items()} == dict(zip(values.tolist(), counts.tolist()))
+        locations = view.array(item.locations)[...]
+        for value, info in item.classes.items():
+            block = locations[info.start:info.stop]
+            assert len(block) == min(info.voxels, 10_000)
+            assert len({tuple(p) for p in block.tolist()}) == len(block)  # without replacement
+            assert (mask[block[:, 0], block[:, 1], block[:, 2]] == value).all()
+    totals = result.summary["classes"]
+    assert totals == {str(v): {"voxels": int(sum(i.classes[v].voxels for i in view.items)), "samples": 4}
+                      for v in (0, 1, 2)}
+    assert json.loads(result.summary_path.read_text())["classes"] == totals
+    rows = {r["item_id"]: r for r in read_manifest(result.manifest) if r["status"] == "ok"}
+    first = view.items[0]
+    assert rows[first.item_id]["classes"] == " ".join(f"{v}:{c.voxels}" for v, c in sorted(first.classes.items()))
+
+
+def test_locations_are_capped_and_seeded(tmp_path: Path) -> None:
+    d = seg_delivery(tmp_path, SEG_ROLES + "\n[masks]\nlocations = 40\n")
+    data, affine = anatomy()
+    save(d.raw / "case_001_img.nii.gz", data, affine)
+    save(d.raw / "case_001_seg.nii.gz", classes_of(data), affine)
+    convert_delivery(d.spec, workers=1)
+    first = open_store(d.store)
+    loc_a = first.array(first.items[0].locations)[...]
+    convert_delivery(d.spec, workers=1)
+    again = open_store(d.store)
+    assert len(loc_a) == 3 * 40
+    np.testing.assert_array_equal(again.array(again.items[0].locations)[...], loc_a)
+    # uniform over the class: 40 of the ~11,000 class-1 voxels do not cluster in one corner
+    info = first.items[0].classes[1]
+    assert np.ptp(loc_a[info.start:info.stop], axis=0).min() > 10
+
+
+def test_warn_policy_keeps_fractional_and_unexpected_masks(tmp_path: Path) -> None:
+    d = seg_delivery(tmp_path, SEG_ROLES + '\n[masks]\nclasses = [0, 1, 2]\npolicy = "warn"\n')
+    data, affine = anatomy()
+    mask = classes_of(data)
+    soft = mask.astype(np.float32)
+    soft[10:14, 10:14, 10:14] = 0.6
+    save(d.raw / "case_007_img.nii.gz", data, affine)
+    save(d.raw / "case_007_seg.nii.gz", soft, affine)
+    extra = mask.astype(np.int16)
+    extra[0:2, 0:2, 0:2] = 300  # does not fit uint8: the stored dtype grows to uint16
+    save(d.raw / "case_008_img.nii.gz", data + 1, affine)
+    save(d.raw / "case_008_seg.nii.gz", extra, affine)
+    result = convert_delivery(d.spec, workers=1)
+    rows = {r["item_id"]: r for r in read_manifest(result.manifest)}
+    assert rows["case007"]["status"] == rows["case008"]["status"] == "ok"
+    assert "rounded to the nearest integer" in rows["case007"]["warnings"]
+    assert "300 (8 voxels) not in [masks] classes" in rows["case008"]["warnings"]
+    view = open_store(d.store)
+    items = {i.item_id: i for i in view.items}
+    assert view.array(items["case007"].roles["mask"]).dtype == np.uint8
+    assert view.array(items["case008"].roles["mask"]).dtype == np.uint16
+    assert items["case008"].classes[300].voxels == 8
+    assert result.summary["classes"]["300"] == {"voxels": 8, "samples": 1}
+
+
+def _plan(tmp_path: Path, tail: str, files: dict[str, bytes]):
+    d = seg_delivery(tmp_path, tail)
+    for rel, blob in files.items():
+        (d.raw / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d.raw / rel).write_bytes(blob)
+    spec = load_spec(d.spec, cwd=tmp_path)
+    candidates = discover(walk(spec.delivery.raw), spec.items)
+    probes = {p.rel: p for p in probe_files([(c.rel, str(c.entry.path)) for c in candidates])}
+    return plan(spec, candidates, probes)
+
+
+def test_plan_groups_by_item_and_role_with_globs_on_paths_and_regexes(tmp_path: Path) -> None:
+    data, affine = anatomy()
+    nii = save(tmp_path / "x.nii.gz", data, affine).read_bytes()
+    tail = ("[items]\nid_pattern = '(?P<id>case_\\d+)'\n"
+            'roles = { image = "images/**", mask = { regex = "^labels/.*_label\\\\.nii" } }\n'
+            'required_roles = ["image"]\n')
+    the_plan = _plan(tmp_path, tail, {"images/case_1.nii.gz": nii, "labels/case_1_label.nii.gz": nii + b"",
+                                      "images/case_2.nii.gz": nii[:-1] + b"\0", "labels/case_1_other.nii.gz": b""})
+    samples = {s.item_id: s for s in the_plan.samples}
+    assert [(f.role, f.source) for f in samples["case1"].files] == [("image", "images/case_1.nii.gz"),
+                                                                   ("mask", "labels/case_1_label.nii.gz")]
+    assert [f.role for f in samples["case2"].files] == ["image"]  # mask not required here
+    rows = {r.source: r for r in the_plan.rows}
+    assert rows["labels/case_1_other.nii.gz"].status == "ignored"
+    assert "matches no [items] roles pattern" in rows["labels/case_1_other.nii.gz"].detail
+    assert samples["case1"].group == "volumes/case1"
+
+
+def test_plan_rejects_a_sample_whose_member_is_bad_before_decoding(tmp_path: Path) -> None:
+    data, affine = anatomy()
+    nii = save(tmp_path / "x.nii.gz", data, affine).read_bytes()
+    the_plan = _plan(tmp_path, SEG_ROLES, {"case_1_img.nii.gz": nii, "case_1_seg.nii.gz": b""})
+    assert not the_plan.samples
+    (row,) = the_plan.rows
+    assert (row.status, row.reason.value, row.n_files) == ("rejected", "empty_file", 2)
+    assert row.detail.startswith("mask case_1_seg.nii.gz: 0 B")
+    assert [r.source for r in row.roles] == ["case_1_img.nii.gz", "case_1_seg.nii.gz"]
+
+
+GOOD = '[delivery]\nname = "s"\nraw = "raw"\nstore = "s.zarr"\n'
+BAD = [
+    pytest.param('[items]\nroles = { mask = "*_seg*" }\n', r"roles need an 'image' role", id="no-image-role"),
+    pytest.param('[items]\nroles = { image = 3 }\n', r"roles.image = 3: expected a glob", id="role-type"),
+    pytest.param('[items]\nroles = { image = { regex = "(" } }\n', r"not a valid regular expression", id="role-regex"),
+    pytest.param('[items]\nroles = { image = "*_img*" }\nrequired_roles = ["mask"]\n', r"'mask' is not a role",
+                 id="required-unknown"),
+    pytest.param('[items]\nroles = { image = "*_img*", mask = "*_seg*" }\nrequired_roles = ["mask"]\n',
+                 r"must include 'image'", id="required-without-image"),
+    pytest.param('[masks]\nclasses = [0, 1]\n', r"\[masks\] is set but \[items\] roles has no 'mask' role",
+                 id="masks-without-mask-role"),
+    pytest.param(SEG_ROLES + '[masks]\npolicy = "ignore"\n', r"policy = 'ignore': allowed", id="policy"),
+    pytest.param(SEG_ROLES + '[masks]\nclasses = [0, 0.5]\n', r"classes = .*expected distinct integers",
+                 id="classes"),
+    pytest.param(SEG_ROLES + '[masks]\ntolerance = -1\n', r"tolerance = -1: must be >= 0", id="tolerance"),
+]
+
+
+@pytest.mark.parametrize(("tail", "match"), BAD)
+def test_bad_roles_spec_is_a_usage_error(tmp_path: Path, tail: str, match: str) -> None:
+    (tmp_path / "raw").mkdir()
+    p = tmp_path / "delivery.toml"
+    p.write_text(GOOD + tail)
+    with pytest.raises(UsageError, match=match):
+        load_spec(p, cwd=tmp_path)
+
+
+def test_roles_spec_defaults(tmp_path: Path) -> None:
+    (tmp_path / "raw").mkdir()
+    p = tmp_path / "delivery.toml"
+    p.write_text(GOOD + SEG_ROLES + SEG_MASKS)
+    spec = load_spec(p, cwd=tmp_path)
+    assert [r for r, _ in spec.items.roles] == ["image", "mask"] == list(spec.items.required_roles)
+    assert spec.masks.classes == (0, 1, 2) and spec.masks.policy == "reject"
+    assert spec.masks.tolerance == 1e-3 and spec.masks.locations == 10_000
