@@ -152,5 +152,5 @@ def _problem(items: ItemsSpec, item_id: str, found: Mapping[str, Sequence[tuple[
             return d.reason, f"{role} {c.rel}: {d.detail}"
         if d.plane is not None:
             return Reason.UNSUPPORTED_FORMAT, (f"{role} {c.rel}: a 2D {d.kind} image; samples with [items] roles "
-                                               "pair volumes (NIfTI, DICOM series)")
+                                               "pair single-file volumes (NIfTI)")
     return None
