@@ -81,7 +81,8 @@ _DIFF_EPILOG = """worked example (after case_001 was re-delivered cut in half):
 
 OLD and NEW are manifest.csv paths or git:REV:PATH (PATH as `git show` takes it: from
 the repository root). Items are matched by source path; sections: added, removed,
-status or reason changed, label changed, content changed.
+status or reason changed, label changed, content changed; then a count of rows
+whose other cells changed (detail, item_id, ...).
 `make diff DELIVERY=name` compares the working manifest with the committed one.
 """
 

@@ -50,11 +50,15 @@ class ManifestDiff:
     status: tuple[Change, ...]
     labels: tuple[Change, ...]
     content: tuple[Change, ...]
+    # Rows in none of the sections above whose other cells changed (a reworded detail, a new item_id):
+    # (column, rows) pairs, and how many rows in all.
+    other: tuple[tuple[str, int], ...] = ()
+    other_rows: int = 0
 
     @property
     def empty(self) -> bool:
-        """True when no item was added, removed or changed."""
-        return not (self.added or self.removed or self.status or self.labels or self.content)
+        """True when the two manifests hold the same rows (up to `index`)."""
+        return not (self.added or self.removed or self.status or self.labels or self.content or self.other_rows)
 
     def describe(self, *, limit: int = 50) -> str:
         """The readable report; each section shows at most `limit` items (0: all)."""
@@ -64,6 +68,10 @@ class ManifestDiff:
                  + ", ".join(f"{s} {o.get(s, 0):,} -> {n.get(s, 0):,}" for s in _STATUSES)]
         if self.empty:
             return "\n".join([*lines, "", "no differences"])
+        other = (f"other cells changed in {self.other_rows:,} rows: "
+                 + ", ".join(f"{col} ({n:,})" for col, n in self.other) if self.other_rows else "")
+        if not (self.added or self.removed or self.status or self.labels or self.content):
+            return "\n".join([*lines, "", "no item added, removed, or changed in status, reason, labels or content", other])
         sections = [("added", "+", self.added), ("removed", "-", self.removed),
                     ("status or reason changed", "~", self.status), ("label changed", "~", self.labels),
                     ("content changed", "~", self.content)]
@@ -80,6 +88,8 @@ class ManifestDiff:
                     lines.append(f"      {ch.detail}")
             if len(shown) < len(changes):
                 lines.append(f"  ... and {len(changes) - len(shown):,} more (--limit 0 shows all)")
+        if other:
+            lines += ["", other]
         return "\n".join(lines)
 
 
@@ -103,6 +113,8 @@ def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, 
     a = {r["source"]: r for r in old}
     b = {r["source"]: r for r in new}
     status, labels, content = [], [], []
+    other: Counter[str] = Counter()
+    other_rows = 0
     for src in sorted(a.keys() & b.keys()):
         r0, r1 = a[src], b[src]
         changed_labels = _label_changes(r0, r1)
@@ -121,12 +133,18 @@ def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, 
         elif r0["sha256"] != r1["sha256"]:
             also = tuple(k for k, v in notes.items() if v and k.startswith("id"))
             content.append(Change(src, item_id, f"sha256 {r0['sha256'][:12] or '-'}", f"{r1['sha256'][:12] or '-'}", also))
+        else:
+            cols = sorted(c for c in r0.keys() | r1.keys()
+                          if c != "index" and not c.startswith("label.") and r0.get(c, "") != r1.get(c, ""))
+            other.update(cols)
+            other_rows += bool(cols)
     return ManifestDiff(
         old_name=old_name, new_name=new_name,
         old_counts=dict(Counter(r["status"] for r in old)), new_counts=dict(Counter(r["status"] for r in new)),
         added=tuple(Change(s, b[s]["item_id"], "", _state(b[s])) for s in sorted(b.keys() - a.keys())),
         removed=tuple(Change(s, a[s]["item_id"], _state(a[s]), "") for s in sorted(a.keys() - b.keys())),
         status=tuple(status), labels=tuple(labels), content=tuple(content),
+        other=tuple(sorted(other.items(), key=lambda kv: (-kv[1], kv[0]))), other_rows=other_rows,
     )
 
 

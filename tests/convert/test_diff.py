@@ -77,6 +77,18 @@ def test_diff_content_only_identical_and_limit(tmp_path: Path) -> None:
     assert same.empty and same.describe().endswith("no differences")
 
 
+def test_diff_names_other_changed_cells(tmp_path: Path) -> None:
+    old = [_ok("case1", "case_001.nii", "a" * 64).rejected(Reason.TRUNCATED, "ends at 10 B"),
+           _ok("case2", "case_002.nii", "b" * 64)]
+    new = [_ok("case1", "case_001.nii", "a" * 64).rejected(Reason.TRUNCATED, "ends at 10 B, expected 20 B"),
+           _ok("case02", "case_002.nii", "b" * 64)]  # a new id_pattern: same file, same content, new ID
+    d = diff_manifests(read_manifest(_write(tmp_path / "a.csv", old)), read_manifest(_write(tmp_path / "b.csv", new)))
+    assert not d.empty and d.other == (("array", 1), ("detail", 1), ("item_id", 1)) and d.other_rows == 2
+    assert d.describe().splitlines()[-2:] == [
+        "no item added, removed, or changed in status, reason, labels or content",
+        "other cells changed in 2 rows: array (1), detail (1), item_id (1)"]
+
+
 def test_diff_cli_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = _write(tmp_path / "a.csv", [_ok("case1", "case_001.nii", "a" * 64)])
     b = _write(tmp_path / "b.csv", [_ok("case1", "case_001.nii", "b" * 64)])
