@@ -97,6 +97,12 @@ def _state(row: Mapping[str, str]) -> str:
     return f"{row['status']} {row['reason']}".strip()
 
 
+def _hash_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+    """The content hash columns that differ: `sha256`, and each role's `role.<name>.sha256` in a sample."""
+    cols = [c for c in sorted(old.keys() | new.keys()) if c == "sha256" or c.endswith(".sha256")]
+    return [c for c in cols if old.get(c, "") != new.get(c, "")]
+
+
 def _labels(row: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in row.items() if k.startswith("label.") and v}
 
@@ -118,8 +124,10 @@ def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, 
     for src in sorted(a.keys() & b.keys()):
         r0, r1 = a[src], b[src]
         changed_labels = _label_changes(r0, r1)
+        hashes = _hash_changes(r0, r1)
         notes = {
-            "content changed": r0["sha256"] != r1["sha256"],
+            "content changed": bool(hashes),
+            "classes changed": r0.get("classes", "") != r1.get("classes", ""),
             f"labels {changed_labels[0] or '-'} -> {changed_labels[1] or '-'}": bool(changed_labels[0] or changed_labels[1]),
             f"id {r0['item_id'] or '-'} -> {r1['item_id'] or '-'}": r0["item_id"] != r1["item_id"],
         }
@@ -130,9 +138,10 @@ def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, 
         elif changed_labels[0] or changed_labels[1]:
             also = tuple(k for k, v in notes.items() if v and not k.startswith("labels"))
             labels.append(Change(src, item_id, changed_labels[0] or "-", changed_labels[1] or "-", also))
-        elif r0["sha256"] != r1["sha256"]:
-            also = tuple(k for k, v in notes.items() if v and k.startswith("id"))
-            content.append(Change(src, item_id, f"sha256 {r0['sha256'][:12] or '-'}", f"{r1['sha256'][:12] or '-'}", also))
+        elif hashes:
+            also = tuple(k for k, v in notes.items() if v and (k.startswith("id") or k.startswith("classes")))
+            content.append(Change(src, item_id, "; ".join(f"{c} {r0.get(c, '')[:12] or '-'}" for c in hashes),
+                                  "; ".join(r1.get(c, "")[:12] or "-" for c in hashes), also))
         else:
             cols = sorted(c for c in r0.keys() | r1.keys()
                           if c != "index" and not c.startswith("label.") and r0.get(c, "") != r1.get(c, ""))

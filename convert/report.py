@@ -29,9 +29,9 @@ from .errors import UsageError
 from .explain import EXPLAIN
 from .manifest import read_manifest
 from .spec import Spec, load_spec
-from .thumbs import thumbnail
+from .thumbs import class_color, thumbnail
 
-__all__ = ["Chart", "ReasonCount", "ReportResult", "Thumb", "default_report_dir", "sample_evenly", "write_report"]
+__all__ = ["Chart", "MaskClass", "ReasonCount", "ReportResult", "Thumb", "default_report_dir", "sample_evenly", "write_report"]
 
 log = logging.getLogger(__name__)
 _TOP_VALUES = 25  # label values drawn and listed; the rest are summed as "other"
@@ -49,6 +49,7 @@ class Thumb:
     spacing: str
     labels: tuple[tuple[str, str], ...]
     warnings: str
+    classes: str = ""  # a sample's mask classes with voxel counts, as the manifest writes them
     png: str = ""
     width: int = 0
     height: int = 0
@@ -62,6 +63,16 @@ class Chart:
     name: str
     png: str
     counts: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MaskClass:
+    """One mask class over the delivery: in how many samples, how many voxels, its overlay colour (CSS)."""
+
+    value: int
+    samples: int
+    voxels: int
+    color: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +141,15 @@ def _label_counts(summary: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     return {str(name): {str(k): int(n) for k, n in counts.items()} for name, counts in labels.items()}
 
 
+def _mask_classes(summary: Mapping[str, Any]) -> list[MaskClass]:
+    out = []
+    for value, c in sorted((summary.get("classes") or {}).items(), key=lambda kv: int(kv[0])):
+        k = int(value)
+        color = "transparent" if k <= 0 else "#{:02x}{:02x}{:02x}".format(*class_color(k))
+        out.append(MaskClass(k, int(c["samples"]), int(c["voxels"]), color))
+    return out
+
+
 def _unmatched(summary: Mapping[str, Any]) -> list[str]:
     # Entries are IDs, or records naming the ID and its cell; shown as text either way.
     out = []
@@ -156,13 +176,15 @@ def _thumbs(rows: Sequence[Mapping[str, str]], view: StoreView, out: Path, max_t
         row = ok[pos]
         slot = int(row["slot"]) if row["slot"] else None
         base = Thumb(index=row["index"], item_id=row["item_id"], source=row["source"], shape=row["shape"],
-                     spacing=row["spacing"], labels=_row_labels(row), warnings=row["warnings"])
+                     spacing=row["spacing"], labels=_row_labels(row), warnings=row["warnings"],
+                     classes=row.get("classes", ""))
         item = by_key.get((row["array"], slot))
         if item is None:
             tiles.append(replace(base, error=f"{row['array']} is not in the store's index"))
             continue
         try:
-            img = thumbnail(view.array(item), slot=slot, spacing=item.spacing)
+            mask = view.array(item.roles["mask"]) if "mask" in item.roles else None
+            img = thumbnail(view.array(item), slot=slot, spacing=item.spacing, mask=mask)
         except Exception as exc:  # a damaged chunk costs one tile, shown on the page, not the report
             log.warning("cannot draw %s from %s: %s: %s", row["source"], row["array"], type(exc).__name__, exc)
             tiles.append(replace(base, error=f"cannot read from the store: {type(exc).__name__}: {exc}"))
@@ -221,7 +243,7 @@ def write_report(spec: Path | str, *, cwd: Path, out: Path | None = None, max_th
             rejected=[r for r in rows if r["status"] == "rejected"],
             ignored=[r for r in rows if r["status"] == "ignored"],
             warned=[r for r in ok_rows if r["warnings"]],
-            max_rows=_MAX_ROWS, unmatched=_unmatched(summary), workbook=summary.get("label_workbook"),
+            max_rows=_MAX_ROWS, mask_classes=_mask_classes(summary), unmatched=_unmatched(summary), workbook=summary.get("label_workbook"),
             unlabelled=[str(i) for i in summary.get("unlabelled_items") or []], manifest_short=summary["manifest_sha256"][:12],
         )
         (tmp / "index.html").write_text(html, encoding="utf-8")

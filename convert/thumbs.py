@@ -4,8 +4,10 @@ A volume `(C, X, Y, Z)` in RAS order shows its first channel as three
 orthogonal mid-slices (axial, coronal, sagittal), in radiological convention
 (patient's right on the viewer's left, anterior or superior up), in physical
 proportions from the voxel spacing, all three windowed together at the 0.5 and
-99.5 percentiles. A 2D image (one slot of an `(N, C, H, W)` stack) is shown as
-stored (8-bit) or windowed the same way, and only ever downscaled.
+99.5 percentiles. A sample's mask (its `mask` role, same grid as the image) is
+laid over those planes, one colour per class (`class_color`), class 0 clear.
+A 2D image (one slot of an `(N, C, H, W)` stack) is shown as stored (8-bit) or
+windowed the same way, and only ever downscaled.
 Only the three planes are read: a few chunks of the array, not the volume.
 """
 
@@ -18,10 +20,19 @@ import numpy as np
 import zarr
 from PIL import Image
 
-__all__ = ["VIEW_NAMES", "image_thumbnail", "thumbnail", "volume_planes", "volume_thumbnail", "window"]
+__all__ = ["VIEW_NAMES", "class_color", "image_thumbnail", "thumbnail", "volume_planes", "volume_thumbnail", "window"]
 
 VIEW_NAMES = ("axial", "coronal", "sagittal")
 _GAP = 4  # px between the three views
+_ALPHA = 0.45  # mask opacity: the anatomy stays visible under the classes
+# matplotlib's "tab10": ten colours told apart by most colour-blind readers too.
+_PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
+            (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207))
+
+
+def class_color(k: int) -> tuple[int, int, int]:
+    """The overlay colour of mask class `k` (k >= 1; class 0 is background and not drawn)."""
+    return _PALETTE[(k - 1) % len(_PALETTE)]
 
 
 def window(planes: Sequence[np.ndarray], *, percentiles: tuple[float, float] = (0.5, 99.5)) -> list[np.ndarray]:
@@ -59,19 +70,39 @@ def _resize(img: Image.Image, size: tuple[int, int]) -> Image.Image:
     return img.resize(size, Image.Resampling.NEAREST if up else Image.Resampling.LANCZOS)
 
 
-def volume_thumbnail(arr: zarr.Array[Any], spacing: Sequence[float], *, size: int = 160) -> Image.Image:
-    """Three views side by side, scaled together so the longest physical extent spans `size` px."""
+def _overlay(gray: Image.Image, classes: np.ndarray) -> Image.Image:
+    """`gray` in colour with each class k >= 1 of `classes` (same size) blended in `class_color(k)`."""
+    rgb = np.repeat(np.asarray(gray, np.float32)[..., None], 3, axis=2)
+    for k in np.unique(classes):
+        if k <= 0:
+            continue
+        where = classes == k
+        rgb[where] = (1 - _ALPHA) * rgb[where] + _ALPHA * np.array(class_color(int(k)), np.float32)
+    return Image.fromarray(rgb.round().astype(np.uint8))
+
+
+def volume_thumbnail(arr: zarr.Array[Any], spacing: Sequence[float], *, size: int = 160,
+                     mask: zarr.Array[Any] | None = None) -> Image.Image:
+    """Three views side by side, scaled together so the longest physical extent spans `size` px; `mask` overlaid."""
     sx, sy, sz = _spacing(spacing)
     _, nx, ny, nz = arr.shape
+    if mask is not None and tuple(mask.shape[1:]) != (nx, ny, nz):
+        raise ValueError(f"mask shape {mask.shape} does not match image shape {arr.shape}")
     mm_per_px = max(nx * sx, ny * sy, nz * sz) / size
     planes = window(volume_planes(arr))
+    labels = volume_planes(mask) if mask is not None else (None, None, None)
     pixel_mm = [(sy, sx), (sz, sx), (sz, sy)]  # (row, column) spacing of each display plane
     views = []
-    for plane, (row_mm, col_mm) in zip(planes, pixel_mm):
+    for plane, label, (row_mm, col_mm) in zip(planes, labels, pixel_mm):
         h = max(1, round(plane.shape[0] * row_mm / mm_per_px))
         w = max(1, round(plane.shape[1] * col_mm / mm_per_px))
-        views.append(_resize(Image.fromarray(plane), (w, h)))
-    sheet = Image.new("L", (sum(v.width for v in views) + _GAP * (len(views) - 1), max(v.height for v in views)))
+        view = _resize(Image.fromarray(plane), (w, h))
+        if label is not None:  # classes are resized by nearest neighbour: no invented in-between class
+            classes = np.asarray(Image.fromarray(label.astype(np.int32)).resize((w, h), Image.Resampling.NEAREST))
+            view = _overlay(view, classes)
+        views.append(view)
+    mode = "RGB" if mask is not None else "L"
+    sheet = Image.new(mode, (sum(v.width for v in views) + _GAP * (len(views) - 1), max(v.height for v in views)))
     x = 0
     for v in views:
         sheet.paste(v, (x, (sheet.height - v.height) // 2))
@@ -90,12 +121,13 @@ def image_thumbnail(pixels: np.ndarray, *, size: int = 256) -> Image.Image:
     return img
 
 
-def thumbnail(arr: zarr.Array[Any], *, slot: int | None, spacing: Sequence[float]) -> Image.Image:
-    """The thumbnail of one store item: a slot of a 2D stack, or a whole `(C, X, Y, Z)` volume."""
+def thumbnail(arr: zarr.Array[Any], *, slot: int | None, spacing: Sequence[float],
+              mask: zarr.Array[Any] | None = None) -> Image.Image:
+    """The thumbnail of one store item: a slot of a 2D stack, or a `(C, X, Y, Z)` volume with its mask, if any."""
     if slot is not None:
         return image_thumbnail(np.asarray(arr[slot]))
     if arr.ndim == 3:
         return image_thumbnail(np.asarray(arr[...]))
     if arr.ndim != 4:
         raise ValueError(f"expected a (C, X, Y, Z) volume, got shape {arr.shape}")
-    return volume_thumbnail(arr, spacing)
+    return volume_thumbnail(arr, spacing, mask=mask)

@@ -144,3 +144,14 @@ def test_diff_usage_errors(tmp_path: Path, ref: str, match: str) -> None:
     _git(tmp_path, "commit", "-q", "-m", "x")
     with pytest.raises(UsageError, match=match):
         load_manifest_rows(ref, cwd=tmp_path)
+
+
+def test_diff_a_redelivered_mask_is_a_content_change(converted_seg, tmp_path: Path) -> None:
+    _, result, _ = converted_seg
+    rows = read_manifest(result.manifest)
+    sample = next(r for r in rows if r["status"] == "ok" and r.get("role.mask.sha256"))
+    changed = [dict(r, **{"role.mask.sha256": "f" * 64, "classes": "0:1 1:2"}) if r is sample else r for r in rows]
+    d = diff_manifests(rows, changed)
+    assert [(c.source, c.old, c.new, c.also) for c in d.content] == [
+        (sample["source"], f"role.mask.sha256 {sample['role.mask.sha256'][:12]}", "f" * 12, ("classes changed",))]
+    assert not (d.added or d.removed or d.status or d.labels or d.other_rows)

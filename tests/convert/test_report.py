@@ -199,3 +199,21 @@ def test_report_tables_are_capped(converted_demo, tmp_path: Path, monkeypatch: p
     body = html.split('<table id="rejected">')[1].split("</table>")[0]
     assert body.count("<tr>") == 1 + 3  # header and three rows
     assert f"The first 3 of {n}; all are in <code>manifest.csv</code>." in html
+
+
+def test_report_lays_each_mask_over_its_image(converted_seg, tmp_path: Path) -> None:
+    d, result, _ = converted_seg
+    out = write_report(d.spec, cwd=tmp_path, out=tmp_path / "r")
+    html = out.index.read_text()
+    classes = result.summary["classes"]
+    rows = html.split('<table id="mask-classes">')[1].split("</table>")[0].split("<tr>")[2:]
+    assert [r.split("<td>")[1].split("</td>")[0] for r in rows] == sorted(classes, key=int)
+    assert html.count('<span class="swatch"') == sum(1 for k in classes if int(k) > 0)
+    ok = [r for r in read_manifest(result.manifest) if r["status"] == "ok"]
+    assert out.thumbnails == len(ok) > 0
+    for row in ok:
+        assert f"mask classes: {row['classes']}" in html
+        img = np.asarray(Image.open(out.index.parent / f"thumbs/{int(row['index']):06d}.png"))
+        assert img.ndim == 3  # colour: the classes are drawn
+        tinted = (img.max(axis=2).astype(int) - img.min(axis=2)) > 40
+        assert 0.05 < tinted.mean() < 0.9  # some of the anatomy is labelled, not all of it

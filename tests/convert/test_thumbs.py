@@ -85,3 +85,21 @@ def test_bar_chart_is_a_stable_png() -> None:
 def test_every_reason_is_explained() -> None:
     assert set(EXPLAIN) == set(Reason)
     assert all(text and not text.endswith(".") for text in EXPLAIN.values())
+
+
+def test_mask_classes_are_drawn_where_they_are(tmp_path: Path) -> None:
+    from labzarr.convert.thumbs import class_color
+
+    image = _array(tmp_path / "i", np.full((1, 20, 20, 20), 100, np.int16) + np.arange(20, dtype=np.int16))
+    labels = np.zeros((1, 20, 20, 20), np.uint8)
+    labels[0, 15:, 15:, :] = 2  # the patient's right, anterior: top left of the axial view
+    mask = _array(tmp_path / "m", labels)
+    img = np.asarray(volume_thumbnail(image, (1.0, 1.0, 1.0), size=40, mask=mask))  # 2 px per voxel
+    axial = img[:, :40]
+    top_left, bottom_right = axial[2, 2].astype(float), axial[-3, -3].astype(float)
+    gray = axial[-3, -3]
+    assert gray[0] == gray[1] == gray[2]  # class 0: untouched grey
+    want = 0.55 * bottom_right[0] + 0.45 * np.array(class_color(2))
+    np.testing.assert_allclose(top_left, want, atol=2)  # class 2 blended over the same grey
+    with pytest.raises(ValueError, match="does not match image shape"):
+        volume_thumbnail(image, (1.0, 1.0, 1.0), mask=_array(tmp_path / "n", labels[:, :10]))
