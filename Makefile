@@ -28,6 +28,7 @@ help:
 	@echo "make inspect  describe every converted store (or DELIVERY=name)"
 	@echo "make report   write the QC page data/reports/<delivery>/index.html (or DELIVERY=name)"
 	@echo "make diff     what changed in manifests/<delivery>/manifest.csv since its last commit (or DELIVERY=name)"
+	@echo "make verify   re-read every chunk of every converted store, check checksums and hashes (or DELIVERY=name)"
 	@echo "make stress   the long trials (tests marked slow)"
 	@echo "make bench    run the benchmarks (one table per section, ratios vs baselines)"
 	@echo "make clean    remove data/, the venv and caches"
@@ -76,6 +77,10 @@ diff: $(STAMP)
 inspect: $(STAMP)
 	@for spec in $(SPECS); do d=$$(basename $$(dirname $$spec)); \
 		echo "== $$d"; $(BIN)/labzarr inspect data/stores/$$d.zarr || exit $$?; done
+
+verify: $(STAMP)
+	@for spec in $(SPECS); do d=$$(basename $$(dirname $$spec)); \
+		echo "== $$d"; $(BIN)/labzarr verify data/stores/$$d.zarr || exit $$?; done
 
 stress: $(STAMP) test-deps
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)

@@ -1,10 +1,19 @@
-"""labzarr: messy imaging deliveries in, one validated zarr v3 store and a patch Dataset out."""
+"""labzarr: messy imaging deliveries in, one validated zarr v3 store and a patch Dataset out.
 
+The public names are imported on first use (PEP 562), so `import labzarr.convert...` in the CLI
+and in every dask worker does not pay for torch, and `import labzarr.loaders...` does not pay for dask.
+"""
+
+from __future__ import annotations
+
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
-from labzarr.convert.run import convert_delivery
-from labzarr.loaders.dataset import PatchDataset
-from labzarr.loaders.store import open_store
+if TYPE_CHECKING:
+    from labzarr.convert.run import convert_delivery
+    from labzarr.loaders.dataset import PatchDataset
+    from labzarr.loaders.store import open_store
 
 try:
     __version__ = version("labzarr")
@@ -12,3 +21,16 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0.0.0"
 
 __all__ = ["PatchDataset", "__version__", "convert_delivery", "open_store"]
+
+_WHERE = {"convert_delivery": "labzarr.convert.run", "PatchDataset": "labzarr.loaders.dataset",
+          "open_store": "labzarr.loaders.store"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'labzarr' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

@@ -130,6 +130,9 @@ def summary_table(summary: Mapping[str, Any]) -> str:
     if summary.get("label_workbook"):
         lines += ["", *_label_lines(summary)]
     phases = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in t.items() if k != "total_s")
+    run = summary.get("run")
+    if run is not None:  # incremental runs: what this run decoded, what it reused from the store
+        lines += ["", f"  {run['converted']:,} converted, {run['unchanged']:,} unchanged"]
     lines += ["", f"  time {total_s:.1f} s ({phases})",
               f"  read {files_b / 1e6:,.1f} MB in {total_s:.1f} s ({_rate(files_b, total_s)} overall), "
               f"decoded {conv_b / 1e6:,.1f} MB in {convert_s:.1f} s ({_rate(conv_b, convert_s)})"]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,12 +24,19 @@ __all__ = ["Candidate", "FileEntry", "discover", "glob_match", "walk"]
 
 @dataclass(frozen=True, slots=True)
 class FileEntry:
-    """One file under raw: `rel` is its NFC, '/'-separated path relative to raw."""
+    """One file under raw: `rel` is its NFC, '/'-separated path relative to raw.
+
+    Two names that are equal after NFC normalisation (one typed on macOS, one on Linux) are one
+    name: the NFC-named file (or the first) keeps it, the other keeps its own on-disk spelling as
+    `rel` and names the first in `alias_of`.
+    """
 
     rel: str
     path: Path
     size: int
     outside: str | None = None  # where a symlink escaping raw points; such a file is never read
+    special: str | None = None  # not a regular file (FIFO, socket, device, symlink loop, dangling symlink): never read
+    alias_of: str | None = None  # the file whose name equals this one's after NFC normalisation
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,19 +66,46 @@ def walk(raw: Path) -> tuple[FileEntry, ...]:
                 target = link.resolve()
                 if not _inside(target, root):
                     entries.append(FileEntry(_rel(link, raw), link, 0, outside=str(target)))
-        for name in filenames:
-            path = here / name
-            target = path.resolve()
-            if path.is_symlink() and not _inside(target, root):
-                entries.append(FileEntry(_rel(path, raw), path, 0, outside=str(target)))
-                continue
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:  # a dangling symlink inside raw
-                entries.append(FileEntry(_rel(path, raw), path, 0, outside=f"{target} (missing)"))
-                continue
-            entries.append(FileEntry(_rel(path, raw), path, size))
-    return tuple(sorted(entries, key=lambda e: e.rel))
+        entries += [_entry(here / name, raw, root) for name in filenames]
+    return _dealias(entries, raw)
+
+
+def _entry(path: Path, raw: Path, root: Path) -> FileEntry:
+    rel = _rel(path, raw)
+    if path.is_symlink():
+        try:
+            target = path.resolve(strict=True)
+        except FileNotFoundError:
+            return FileEntry(rel, path, 0, special=f"dangling symlink to {os.readlink(path)}")
+        except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError for a loop, later ones OSError
+            return FileEntry(rel, path, 0, special=f"symlink loop ({os.readlink(path)})")
+        if not _inside(target, root):
+            return FileEntry(rel, path, 0, outside=str(target))
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return FileEntry(rel, path, 0, special=f"cannot stat: {exc.strerror}")
+    if not stat.S_ISREG(st.st_mode):
+        return FileEntry(rel, path, 0, special=_KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file"))
+    return FileEntry(rel, path, st.st_size)
+
+
+_KINDS = {stat.S_IFIFO: "FIFO (named pipe)", stat.S_IFSOCK: "socket", stat.S_IFBLK: "block device",
+          stat.S_IFCHR: "character device", stat.S_IFDIR: "folder"}
+
+
+def _dealias(entries: list[FileEntry], raw: Path) -> tuple[FileEntry, ...]:
+    """Sort by rel; where NFC-equal names collide, the others keep their on-disk spelling and point to the first."""
+    groups: dict[str, list[FileEntry]] = {}
+    for e in entries:
+        groups.setdefault(e.rel, []).append(e)
+    out: list[FileEntry] = []
+    for rel, group in groups.items():
+        # The file whose on-disk name already is NFC keeps the name, else the first by on-disk bytes.
+        group.sort(key=lambda e: (e.path.relative_to(raw).as_posix() != rel, os.fsencode(e.path)))
+        out.append(group[0])
+        out += [replace(e, rel=e.path.relative_to(raw).as_posix(), alias_of=rel) for e in group[1:]]
+    return tuple(sorted(out, key=lambda e: e.rel))
 
 
 def _inside(target: Path, root: Path) -> bool:

@@ -144,6 +144,8 @@ def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp creates 0600; keep the mode of the file being replaced, else the usual 0644.
+        os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -152,6 +154,12 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    # The rename is durable only once the folder is synced too.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def summary_json(summary: Mapping[str, object]) -> bytes:

@@ -1,9 +1,12 @@
 """The conversion plan: pure data decided from discovery and probes, before any decoding.
 
 Invariant: every candidate ends in exactly one place, a `Task` (a volume to
-decode), a slot of a `ShardTask` (a 2D image to decode into its stack) or a
-decided `Row` (ignored, or rejected without decoding); array names and slots
-depend only on the sorted file list, never on worker count or timing.
+decode), a slot of a `ShardTask` (a 2D image to decode into its stack), a
+decided `Row` (ignored, or rejected without decoding), or an `unchanged` row an
+earlier run produced for the same bytes and settings (`resume.py`: a volume's
+array, or a whole shard of a stack, is kept as it is); array names and slots
+depend only on the sorted file list, never on worker count, timing or what
+earlier runs did.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .manifest import Row
 from .probe import Probe
 from .series import group_series
 from .samples import SampleTask, group_samples
+from .resume import KeptShard, Outcome, Recorded
 from .spec import Spec
 from .stacks import ShardTask, Stack, StackEntry, plan_stacks
 
@@ -61,13 +65,16 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What a run will do: volume `tasks` and 2D `shards` to decode into `stacks`, `rows` already decided."""
+    """What a run will do: volume `tasks` and 2D `shards` to decode into `stacks`, `rows` already decided,
+    `unchanged` rows reused from the store (volumes as they are, the shards in `kept` carried into their stack)."""
 
     tasks: tuple[Task, ...]
     rows: tuple[Row, ...]
+    unchanged: tuple[Row, ...] = ()
     stacks: tuple[Stack, ...] = ()
     shards: tuple[ShardTask, ...] = ()
     samples: tuple[SampleTask, ...] = ()  # with [items] roles: image + mask (+ ...) files decoded together
+    kept: tuple[KeptShard, ...] = ()
 
     @property
     def n_items(self) -> int:
@@ -76,7 +83,8 @@ class Plan:
 
     def describe(self) -> str:
         """A human-readable listing for `--dry-run`."""
-        lines = [f"{self.n_items} to convert, {len(self.rows)} decided without decoding"]
+        lines = [f"{self.n_items} to convert, {len(self.unchanged)} unchanged, "
+                 f"{len(self.rows)} decided without decoding"]
         lines += [f"  convert  {t.kind:<6} {t.item_id:<16} {t.source}"
                   + (f" [{len(t.members)} files]" if len(t.members) > 1 else "") + f" -> {t.array}"
                   for t in self.tasks]
@@ -86,17 +94,24 @@ class Plan:
             lines.append(f"  stack    {st.array}: {st.n} images, {st.per_shard} per shard, {st.n_shards} shards")
         lines += [f"  convert  {i.kind:<6} {i.item_id:<16} {i.source} -> {s.stack.array}[{i.slot}] (shard {s.shard})"
                   for s in self.shards for i in s.items]
+        lines += [f"  unchanged {r.status:<8} {r.item_id:<14} {r.source}" for r in self.unchanged]
         for r in self.rows:
             why = f"{r.reason.value}: " if r.reason else ""
             lines.append(f"  {r.status:<8} {r.item_id or '-':<23} {r.source}  ({why}{r.detail})")
         return "\n".join(lines)
 
 
-def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe]) -> Plan:
-    """Decide each candidate's fate from its probe, DICOM files grouped into series, 2D images into stacks; no I/O."""
-    singles: list[tuple[Candidate, Probe]] = []
+def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe],
+         done: Recorded | None = None, *, settings: str = "") -> Plan:
+    """Decide each candidate's fate from its probe and what earlier runs recorded (`done`); no I/O.
+
+    DICOM files are grouped into series, 2D images into stacks. `settings` is the run's settings
+    fingerprint (`resume.settings_fingerprint`): an earlier outcome is reused only when it was produced
+    with the same one.
+    """
+    done = done or Recorded()
+    others: list[tuple[Candidate, Probe]] = []
     dicom: list[tuple[Candidate, Probe]] = []
-    planar: list[StackEntry] = []
     rows: list[Row] = []
     limits = spec.validate.limits()
     if spec.items.roles:
@@ -107,23 +122,36 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
             rows.append(decided)
         elif decided.kind == DicomReader.kind:
             dicom.append((c, decided))
-        elif decided.plane is None:
-            singles.append((c, decided))
         else:
-            try:
-                check_plane(decided.plane, limits)  # the header-first cap: a bomb is refused before any decoding
-            except Rejected as exc:
-                rows.append(Row(item_id=c.item_id or "", status="rejected", source=c.rel, kind=decided.kind or "",
-                                sha256=decided.sha256, reason=exc.reason, detail=exc.detail))
-                continue
-            planar.append(StackEntry(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path),
-                                     kind=decided.kind or "", sha256=decided.sha256, plane=decided.plane,
-                                     warnings=_name_warning(c.rel, decided.kind or ""), size=decided.size))
+            others.append((c, decided))
+    others, duplicates = _split_duplicates(others)
+    rows += duplicates
+    planar: list[StackEntry] = []
+    todo: list[Task] = []
+    for c, p in others:
+        if p.plane is None:
+            todo.append(Task(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path), kind=p.kind or "",
+                             sha256=p.sha256, array="", size=p.size, warnings=_name_warning(c.rel, p.kind or "")))
+            continue
+        try:
+            check_plane(p.plane, limits)  # the header-first cap: a bomb is refused before any decoding
+        except Rejected as exc:
+            rows.append(Row(item_id=c.item_id or "", status="rejected", source=c.rel, kind=p.kind or "",
+                            sha256=p.sha256, reason=exc.reason, detail=exc.detail))
+            continue
+        planar.append(StackEntry(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path), kind=p.kind or "",
+                                 sha256=p.sha256, plane=p.plane, warnings=_name_warning(c.rel, p.kind or ""),
+                                 size=p.size))
     series, series_rows = group_series(dicom, spec.dicom.rules(), id_pattern=spec.items.id_pattern)
     rows += series_rows
-    todo = [Task(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path), kind=p.kind or "", sha256=p.sha256,
-                 array="", size=p.size, warnings=_name_warning(c.rel, p.kind or "")) for c, p in singles]
-    for s in series:
+    first = {p.sha256: c.rel for c, p in others}
+    for s in sorted(series, key=lambda s: s.source):
+        if s.sha256 in first:  # a whole series delivered twice (e.g. copied into two folders)
+            rows.append(Row(item_id=s.item_id, status="rejected", source=s.source, kind=DicomReader.kind,
+                            sha256=s.sha256, n_files=len(s.members), members=s.members,
+                            reason=Reason.DUPLICATE_CONTENT, detail=f"same sha256 as {first[s.sha256]}"))
+            continue
+        first[s.sha256] = s.source
         size = sum(probes[m].size for m in s.members)
         if s.stack.layout == "image":  # a radiograph or photograph: a 2D item, stacked like a JPEG
             plane = Plane(s.stack.samples, s.stack.rows, s.stack.columns, s.stack.dtype)
@@ -141,13 +169,34 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
                          kind=DicomReader.kind, sha256=s.sha256, array="", size=size, members=s.members, stack=s.stack))
     todo.sort(key=lambda t: (t.item_id, t.source))
     names = _array_names([t.item_id for t in todo])
-    stacks, shards = plan_stacks(planar)
-    return Plan(tasks=tuple(replace(t, array=f"{VOLUMES}/{name}") for t, name in zip(todo, names)), rows=tuple(rows),
-                stacks=stacks, shards=shards)
+    tasks: list[Task] = []
+    unchanged: list[Row] = []
+    for task in (replace(t, array=f"{VOLUMES}/{name}") for t, name in zip(todo, names)):
+        earlier = done.volumes.get(task.source)
+        if earlier is not None and _same(earlier, task, settings):
+            unchanged.append(earlier.row)
+        else:
+            tasks.append(task)
+    stacks, all_shards = plan_stacks(planar)
+    shards: list[ShardTask] = []
+    kept: list[KeptShard] = []
+    for shard in all_shards:
+        earlier_stack = done.stacks.get(shard.stack.array)
+        records = earlier_stack.covering(shard, settings) if earlier_stack is not None else None
+        if records is None:
+            shards.append(shard)
+        else:
+            kept.append(KeptShard(shard=shard, records=records))
+            unchanged += [r for rec in records for r in rec.rows]
+    return Plan(tasks=tuple(tasks), rows=tuple(rows), unchanged=tuple(unchanged), stacks=stacks,
+                shards=tuple(shards), kept=tuple(kept))
 
 
 def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe]) -> Plan:
-    """With `[items] roles`: every file of an item joins its sample; see `samples.group_samples`."""
+    """With `[items] roles`: every file of an item joins its sample; see `samples.group_samples`.
+
+    Samples are decoded on every run (not yet reused from earlier runs).
+    """
     rows: list[Row] = []
     members: list[tuple[Candidate, Row | Probe]] = []
     for c in candidates:
@@ -164,6 +213,35 @@ def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[s
     return Plan(tasks=(), rows=(*rows, *sample_rows), samples=tuple(samples))
 
 
+def _same(earlier: Outcome, task: Task, settings: str) -> bool:
+    """An earlier outcome stands for `task` when nothing that shaped it has changed."""
+    row = earlier.row
+    return (earlier.settings == settings and row.source == task.source and row.sha256 == task.sha256
+            and row.item_id == task.item_id and row.array in (task.array, "") and row.members == task.members)
+
+
+def _split_duplicates(decoding: list[tuple[Candidate, Probe]]) -> tuple[list[tuple[Candidate, Probe]], list[Row]]:
+    """The first file with given bytes is decoded; later ones are `duplicate_content`, decided here, not decoded.
+
+    "First" prefers a file's own name over an NFC alias of another name, then source order.
+    """
+    first: dict[str, str] = {}
+    keep: list[tuple[Candidate, Probe]] = []
+    rows: list[Row] = []
+    for c, p in sorted(decoding, key=lambda cp: (cp[0].entry.alias_of is not None, cp[0].rel)):
+        if p.sha256 in first:
+            detail = f"same sha256 as {first[p.sha256]}"
+            if c.entry.alias_of == first[p.sha256]:
+                detail += " (the same name in another Unicode normalisation form)"
+            rows.append(Row(item_id=c.item_id or "", status="rejected", source=c.rel, kind=p.kind or "",
+                            sha256=p.sha256, reason=Reason.DUPLICATE_CONTENT, detail=detail))
+        else:
+            first[p.sha256] = c.rel
+            keep.append((c, p))
+    keep.sort(key=lambda cp: cp[0].rel)
+    return keep, rows
+
+
 def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
     item_id = c.item_id or ""
     if c.excluded_by:
@@ -171,7 +249,13 @@ def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
     if c.entry.outside:
         return Row(item_id=item_id, status="rejected", source=c.rel, reason=Reason.PATH_OUTSIDE_RAW,
                    detail=f"symlink to {c.entry.outside}, outside raw {spec.delivery.raw}; not read")
-    assert p is not None, f"no probe for {c.rel}"  # run.py probes every candidate that is not excluded or outside
+    if c.entry.special:
+        return Row(item_id=item_id, status="rejected", source=c.rel, reason=Reason.UNSUPPORTED_FORMAT,
+                   detail=f"not a regular file: {c.entry.special}; not read")
+    assert p is not None, f"no probe for {c.rel}"  # run.py probes every candidate that is a readable file
+    if p.error:
+        return Row(item_id=item_id, status="rejected", source=c.rel, reason=Reason.CORRUPT_DATA,
+                   detail=f"cannot read the file: {p.error}")
     common = {"item_id": item_id, "source": c.rel, "sha256": p.sha256}
     if spec.labels is not None and os.path.normpath(c.entry.path) == str(spec.labels.workbook):
         return Row(item_id="", status="ignored", source=c.rel, sha256=p.sha256,

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from labzarr.readers import (DicomHeader, DicomReader, Head, Plane, Reader, Reason, Rejected, as_planar, looks_like_text,
-                             read_dicom_header, read_head, reader_for)
+from labzarr.readers import (READERS, DicomHeader, DicomReader, Head, Plane, Reader, Reason, Rejected, as_planar,
+                             looks_like_text, read_dicom_header, read_head, reader_for)
 
 __all__ = ["Probe", "probe_files"]
 
@@ -42,14 +42,23 @@ class Probe:
     plane: Plane | None = None  # a 2D image's decoded (C, H, W) and dtype, from its header
     header_rejected: tuple[Reason, str] | None = None  # a 2D or DICOM header already refused: (reason, detail)
     dicom: DicomHeader | None = None  # kind "dicom": the header, read with stop_before_pixels
+    error: str | None = None  # the file could not be read (permissions, I/O error, vanished)
 
 
-def probe_files(files: Sequence[tuple[str, str]]) -> list[Probe]:
+def probe_files(files: Sequence[tuple[str, str]], readers: Sequence[Reader] = READERS) -> list[Probe]:
     """Probe a batch of (rel, path) pairs; one dask task per batch keeps per-task overhead small."""
-    return [_probe(rel, Path(path)) for rel, path in files]
+    return [_probe_or_error(rel, Path(path), readers) for rel, path in files]
 
 
-def _probe(rel: str, path: Path) -> Probe:
+def _probe_or_error(rel: str, path: Path, readers: Sequence[Reader]) -> Probe:
+    try:
+        return _probe(rel, path, readers)
+    except OSError as exc:
+        return Probe(rel=rel, size=0, sha256="", kind=None, text=False, gzipped=False, gzip_error=None, magic=b"",
+                     error=f"{type(exc).__name__}: {exc.strerror or exc}")
+
+
+def _probe(rel: str, path: Path, readers: Sequence[Reader]) -> Probe:
     head = read_head(path)
     gzip_error = None
     if head.gzipped and not head.data:
@@ -58,7 +67,7 @@ def _probe(rel: str, path: Path) -> Probe:
             gzip_error = f"gzip stream holds no data in its first {len(head.raw):,} B"
         except zlib.error as exc:
             gzip_error = f"gzip stream broken at its start: {exc}"
-    reader = reader_for(head.data) if head.data else None
+    reader = reader_for(head.data, readers) if head.data else None
     plane, header_rejected = _plane(reader, path, head)
     dicom = None
     if reader is not None and reader.kind == DicomReader.kind:

@@ -1,14 +1,20 @@
 """Execution: the thin I/O layer that walks, probes, converts on dask, and writes store and manifest.
 
 Everything decided here was planned by pure functions (`discover`, `plan`);
-this module only moves data between them, the dask cluster and the disk.
+this module only moves data between them, the dask cluster and the disk. A run
+holds the store's lock throughout, sweeps what a killed run left, reuses what
+earlier runs recorded (`resume.py`), and writes the manifest last, atomically.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import logging
+import os
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,27 +23,30 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import dask
+import numpy as np
 import psutil
-from dask.typing import Key
-from distributed import Client, Future, KilledWorker, LocalCluster, as_completed
+from distributed import Client, LocalCluster, as_completed
 
-from labzarr.readers import LabelSheet, Reason
+from labzarr.readers import LabelSheet, readers_with
 
 from .discover import Candidate, discover, walk
 from .errors import UsageError
 from .labels import join_labels, load_labels, workbook_rel
+from .lock import LockInfo, store_lock
 from .manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
-from .plan import VOLUMES, Plan, Task, plan
+from .plan import VOLUMES, Plan, plan
 from .probe import Probe, probe_files
-from .sample_task import convert_sample
-from .samples import SampleTask
+from .content import chunk_digest, combine_digests
 from .progress import Progress, ProgressEvent
+from .resume import read_outcomes, read_shard_record, settings_fingerprint, write_outcomes
 from .spec import Spec, load_spec
-from .stack_task import convert_shard
-from .stacks import STACKS, ShardTask, Stack
-from .store import (array_paths, clear_slot, create_stack, finish_stack, group_paths, open_root, remove_array,
-                    set_array_labels, write_index)
-from .task import TaskSettings, convert_item
+from .stacks import STACKS, Stack
+from .state import ensure_state, prune_records, records_dir, sweep
+from .store import (array_nodes, array_paths, carry_shard, create_stack, fill_missing_shards, group_paths, install,
+                    open_root, open_stack, remove_array, set_array_labels, staging_folder, write_index)
+from .supervise import hang_report_after, run_tasks
+from .task import TaskSettings
 
 __all__ = ["Progress", "ProgressEvent", "RunResult", "convert_delivery", "default_workers", "dry_run", "execute"]
 
@@ -54,6 +63,8 @@ class RunResult:
     manifest: Path
     summary_path: Path
     summary: dict[str, Any] = field(hash=False)
+    converted: int = 0  # items decoded by this run
+    unchanged: int = 0  # items whose earlier outcome was reused
 
 
 def tool_version() -> str:
@@ -98,19 +109,36 @@ def convert_delivery(
     ------
     UsageError
         Bad spec, missing folders, a label workbook that cannot be read as the spec says (not an xlsx,
-        no such sheet or header), unreachable scheduler: before any item is converted.
+        no such sheet or header), unreachable scheduler, a store in use by another run (`StoreLocked`):
+        before any item is converted. Also a store that cannot be written (disk full): finished items
+        are kept and a rerun resumes.
     """
     started = time.perf_counter()
     parsed = load_spec(Path(spec), cwd=cwd or Path.cwd())
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
-    with _client(workers or default_workers(), scheduler) as client:
-        return execute(parsed, client, progress=progress, started=started, labels=labels)
+    # The lock comes first: a second run on this store fails at once, before starting a cluster.
+    with _store_errors(parsed.delivery.store), store_lock(parsed.delivery.store) as lock:
+        with _client(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries) as client:
+            return _execute(parsed, client, lock, progress=progress, started=started, labels=labels)
 
 
 @contextmanager
-def _client(workers: int, scheduler: str | None) -> Iterator[Client]:
+def _store_errors(store: Path) -> Iterator[None]:
+    """A full or read-only filesystem is the user's to fix: one clear error, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            raise
+        raise UsageError(f"{store}: cannot write the store: {exc}",
+                         "free space (or fix permissions) and rerun the same command: finished items are kept "
+                         "and the run resumes") from exc
+
+
+@contextmanager
+def _client(workers: int, scheduler: str | None, *, crash_retries: int) -> Iterator[Client]:
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")
@@ -123,48 +151,87 @@ def _client(workers: int, scheduler: str | None) -> Iterator[Client]:
         with client:
             yield client
         return
-    # The scheduler serves HTTP even without a dashboard, on 8787 unless told otherwise; a second run on the
-    # same machine would then warn "Port 8787 is already in use". Port 0: any free port, no dashboard, no noise.
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as client:
-        yield client
+    # The scheduler's own retry count bounds the attempts after a worker dies on an item; with saturation 1.0
+    # a worker holds only the task it runs, so a crash never counts against an innocent queued item.
+    with dask.config.set({"distributed.scheduler.allowed-failures": crash_retries,
+                          "distributed.scheduler.worker-saturation": 1.0}):
+        cluster = _local_cluster(workers)
+        with cluster, Client(cluster) as client:
+            yield client
+
+
+def _local_cluster(workers: int) -> LocalCluster:
+    """Start the embedded cluster; a worker killed while starting (e.g. by the OOM killer) gets one more try."""
+    for attempt in (1, 2):
+        try:
+            # The scheduler serves HTTP even without a dashboard, on 8787 unless told otherwise; a second run on
+            # the same machine would then warn "Port 8787 is already in use". Port 0: any free port, no noise.
+            # Worker deaths and hangs end as rows (supervise.py); dask's ERROR lines about them would only alarm.
+            return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                scheduler_kwargs={"dashboard": False}, silence_logs=logging.CRITICAL)
+        except RuntimeError as exc:  # distributed's "Nanny failed to start."
+            if attempt == 2:
+                raise UsageError(f"the local dask cluster ({workers} workers) did not start: {exc}",
+                                 "rerun; if it keeps failing, check free memory or pass a smaller --workers") from exc
+            log.warning("the local dask cluster did not start (%s); trying once more", exc)
+    raise AssertionError("unreachable")
 
 
 def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
             started: float | None = None, labels: LabelSheet | None = None) -> RunResult:
-    """Run a delivery on `client`: walk, probe, plan, convert, join labels, then write store index and manifest.
+    """Run a delivery on `client` holding the store's lock: walk, probe, plan, convert, join labels, write.
 
     `labels` is the spec's workbook as `load_labels` read it; it is read here when not given.
     """
+    with _store_errors(spec.delivery.store), store_lock(spec.delivery.store) as lock:
+        return _execute(spec, client, lock, progress=progress, started=started, labels=labels)
+
+
+def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress | None, started: float | None,
+             labels: LabelSheet | None) -> RunResult:
     t_start = time.perf_counter()
     t0 = started if started is not None else t_start  # spec parsing and cluster start-up count as `start_s`
     if spec.labels is not None and labels is None:
         labels = load_labels(spec)
+    store = spec.delivery.store
+    left = sweep(store)
+    if left.staged or left.partial:
+        log.warning("%s: an earlier run was interrupted; removed %d unfinished array(s) and %d partial file(s)",
+                    store, left.staged, left.partial)
+    ensure_state(store)
     candidates = discover(walk(spec.delivery.raw), spec.items)
     t_discover = time.perf_counter()
-    probes = _probe(client, candidates, progress)
-    the_plan = plan(spec, candidates, probes)
+    probes = _probe(client, candidates, spec, progress)
+    settings = settings_fingerprint(spec, tool_version())
+    the_plan = plan(spec, candidates, probes, read_outcomes(store), settings=settings)
     t_probe = time.perf_counter()
-    store = spec.delivery.store
     root = open_root(store)
     for group in (VOLUMES, STACKS):
         if group not in root:
             root.create_group(group)
-    for stack in the_plan.stacks:  # created here, once, so tasks only ever write chunks of their own shards
-        create_stack(store, stack, spec=spec.store)
-    rows = _convert(client, the_plan, spec, progress)
+    task_settings = _task_settings(spec, client, lock, settings)
+    staged = _stage_stacks(store, the_plan, spec)
+    converted = run_tasks(client, the_plan.tasks, task_settings, item_timeout=spec.run.item_timeout,
+                          shards=the_plan.shards, targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
+                          samples=the_plan.samples, masks=spec.masks, progress=progress)
     t_convert = time.perf_counter()
-    written = {(r.array, r.slot) for r in rows if r.status == "ok" and r.slot is not None}  # set[tuple[str, int]]
-    rows = _drop_duplicates(sort_rows([*rows, *the_plan.rows]), store)
+    # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
+    decoded = _drop_duplicates([*converted, *the_plan.unchanged], store)
+    rows = sort_rows([*decoded, *the_plan.rows])
     label_names: tuple[str, ...] = ()
     label_summary: dict[str, Any] = {}
     if spec.labels is not None and labels is not None:
         joined = join_labels(rows, labels, spec.labels, spec.items.id_normalize, workbook=workbook_rel(spec))
         rows, label_names, label_summary = list(joined.rows), joined.names, joined.summary
-    _clear_slots(store, written, rows)  # 2D images rejected after decoding (duplicates, labels)
-    _remove_stale(store, rows)  # also drops arrays of items just rejected for their labels
-    _finish_stacks(store, the_plan.stacks, rows)
+    # Arrays of items rejected only for their labels stay (outside the index): a corrected workbook
+    # makes them ok next time without decoding them again; so do their stack slots.
+    for stack in staged.values():
+        _install_stack(store, stack, decoded, lock.run_id, settings)
+    _remove_stale(store, {r.group or r.array for r in decoded if r.status == "ok" and r.slot is None}
+                  | {s.array for s in the_plan.stacks})
+    prune_records(store, keep=_records_in_use(store))
+    planar = {r.source for r in decoded if r.slot is not None} | {i.source for s in the_plan.shards for i in s.items}
+    write_outcomes(store, [r for r in decoded if r.source not in planar], settings)
     _write_array_labels(client, store, rows)
     manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles])
     manifest_sha = hashlib.sha256(manifest).hexdigest()
@@ -176,12 +243,15 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     summary = _summary(spec, rows, manifest_sha, candidates, the_plan, {
         "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover, "convert_s": t_convert - t_probe,
         "total_s": t_end - t0,
-    }) | label_summary | _class_summary(spec, rows)
+    }) | label_summary | _class_summary(spec, rows) | {"run": {"converted": len(converted),
+                                                               "unchanged": len(the_plan.unchanged)}}
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
     atomic_write(manifest_path, manifest)
     atomic_write(summary_path, summary_json(summary))
-    return RunResult(spec=spec, rows=tuple(rows), manifest=manifest_path, summary_path=summary_path, summary=summary)
+    sweep(store)  # crash reports of items that ended as rows, and anything a restarted worker left
+    return RunResult(spec=spec, rows=tuple(rows), manifest=manifest_path, summary_path=summary_path, summary=summary,
+                     converted=len(converted), unchanged=len(the_plan.unchanged))
 
 
 def dry_run(spec: Path | str, *, cwd: Path) -> Plan:
@@ -189,20 +259,24 @@ def dry_run(spec: Path | str, *, cwd: Path) -> Plan:
     parsed = load_spec(Path(spec), cwd=cwd)
     load_labels(parsed)  # a workbook problem shows in a dry run too
     candidates = discover(walk(parsed.delivery.raw), parsed.items)
-    probes = {p.rel: p for p in probe_files(_to_probe(candidates))}
-    return plan(parsed, candidates, probes)
+    probes = {p.rel: p for p in probe_files(_to_probe(candidates), readers_with(parsed.run.readers))}
+    settings = settings_fingerprint(parsed, tool_version())
+    return plan(parsed, candidates, probes, read_outcomes(parsed.delivery.store), settings=settings)
 
 
 def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
-    return [(c.rel, str(c.entry.path)) for c in candidates if not c.excluded_by and not c.entry.outside]
+    return [(c.rel, str(c.entry.path)) for c in candidates
+            if not c.excluded_by and not c.entry.outside and not c.entry.special]
 
 
-def _probe(client: Client, candidates: Sequence[Candidate], progress: Progress | None) -> dict[str, Probe]:
+def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
+           progress: Progress | None) -> dict[str, Probe]:
     todo = _to_probe(candidates)
     batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
-    futures = client.map(probe_files, batches, pure=False)
+    futures = client.map(probe_files, batches, readers=readers_with(spec.run.readers), pure=False)
     out: dict[str, Probe] = {}
-    bytes_total = sum(c.entry.size for c in candidates if not c.excluded_by and not c.entry.outside)
+    bytes_total = sum(c.entry.size for c in candidates
+                      if not c.excluded_by and not c.entry.outside and not c.entry.special)
     bytes_done = 0
     if progress:
         progress(ProgressEvent("probe", 0, len(todo), 0, bytes_total))
@@ -215,78 +289,72 @@ def _probe(client: Client, candidates: Sequence[Candidate], progress: Progress |
     return out
 
 
-def _convert(client: Client, the_plan: Plan, spec: Spec, progress: Progress | None) -> list[Row]:
-    settings = TaskSettings(store=str(spec.delivery.store), store_spec=spec.store,
-                            limits=spec.validate.limits(), non_finite=spec.validate.non_finite)
-    total = the_plan.n_items
-    if not total:
-        return []
-    work: list[Task | ShardTask | SampleTask] = [*the_plan.tasks, *the_plan.shards, *the_plan.samples]
-    futures: list[Future[Any]] = [*client.map(convert_item, the_plan.tasks, settings=settings, pure=False),
-                                  *client.map(convert_shard, the_plan.shards, settings=settings, pure=False),
-                                  *client.map(convert_sample, the_plan.samples, settings=settings, masks=spec.masks,
-                                              pure=False)]
-    jobs: dict[Key, Task | ShardTask | SampleTask] = {f.key: t for f, t in zip(futures, work)}
-    then: dict[Key, list[ShardTask]] = {}  # a lost shard's images, redone one at a time (see below)
-    rows: list[Row] = []
-    sizes = ({t.source: t.size for t in the_plan.tasks} | {i.source: i.size for s in the_plan.shards for i in s.items}
-             | {s.source: s.size for s in the_plan.samples})
-    bytes_total = sum(sizes.values())
-    bytes_done = 0
-    if progress:
-        progress(ProgressEvent("convert", 0, total, 0, bytes_total))
-    pending = as_completed(futures)
-    for future in pending:
-        job = jobs.pop(future.key)
-        if future.status == "error" and isinstance(job, ShardTask) and len(job.items) > 1:
-            # A worker died in this shard (a decoder segfault, the memory limit) or its write failed.
-            # Redo its images one task at a time, each after the previous, so only the culprit is lost
-            # and the shard is still written by one task at a time.
-            singles = [ShardTask(stack=job.stack, shard=job.shard, items=(item,)) for item in job.items]
-            log.warning("shard %d of %s failed (%s); retrying its %d images one by one",
-                        job.shard, job.stack.array, future.exception(), len(singles))
-            _chain(client, singles, settings, jobs, then, pending)
-            future.release()
+def _task_settings(spec: Spec, client: Client, lock: LockInfo, settings: str) -> TaskSettings:
+    workers = client.scheduler_info().get("workers", {}).values()
+    return TaskSettings(store=str(spec.delivery.store), store_spec=spec.store, limits=spec.validate.limits(),
+                        non_finite=spec.validate.non_finite, run_id=lock.run_id, settings=settings,
+                        readers=spec.run.readers, hang_report_after=hang_report_after(spec.run.item_timeout),
+                        fault_reports=all(w.get("nthreads") == 1 for w in workers))
+
+
+@dataclass(frozen=True, slots=True)
+class _StagedStack:
+    """A stack being rebuilt in a staging folder: what the shard tasks write into, and its records folder."""
+
+    stack: Stack
+    folder: Path
+    records_id: str
+    records: Path
+
+
+def _stage_stacks(store: Path, the_plan: Plan, spec: Spec) -> dict[str, _StagedStack]:
+    """Stage every stack with a shard to decode; link the kept shards (and their records) into it.
+
+    A stack whose shards are all kept stays as it is, untouched.
+    """
+    staged: dict[str, _StagedStack] = {}
+    decode = {s.stack.array for s in the_plan.shards}
+    for stack in the_plan.stacks:
+        if stack.array not in decode:
             continue
-        done = _crashed(job, future.exception()) if future.status == "error" else _as_rows(future.result())
-        future.release()
-        if future.key in then:
-            _chain(client, then.pop(future.key), settings, jobs, then, pending)
-        for row in done:
-            rows.append(row)
-            bytes_done += sizes.get(row.source, 0)
-            if progress:
-                progress(ProgressEvent("convert", len(rows), total, bytes_done, bytes_total, row))
-    return rows
+        records_id = uuid.uuid4().hex
+        folder = staging_folder(store, stack.array)
+        array = create_stack(folder, stack, spec=spec.store)
+        records = records_dir(store) / records_id
+        records.mkdir(parents=True)
+        for kept in (k for k in the_plan.kept if k.shard.stack.array == stack.array):
+            carry_shard(store / stack.array, folder, array, kept.shard.shard)
+            for rec in kept.records:
+                old = _installed_records(store, stack.array)
+                os.link(records_dir(store) / old / rec.name, records / rec.name)
+        staged[stack.array] = _StagedStack(stack=stack, folder=folder, records_id=records_id, records=records)
+    return staged
 
 
-def _chain(client: Client, singles: list[ShardTask], settings: TaskSettings,
-           jobs: dict[Key, Task | ShardTask | SampleTask],
-           then: dict[Key, list[ShardTask]], pending: as_completed) -> None:
-    if not singles:
-        return
-    future = client.submit(convert_shard, singles[0], settings=settings, pure=False)
-    jobs[future.key] = singles[0]
-    then[future.key] = singles[1:]
-    pending.add(future)
+def _installed_records(store: Path, array: str) -> str:
+    meta = json.loads((store / array / "zarr.json").read_bytes())
+    return str(meta["attributes"]["records"])
 
 
-def _as_rows(result: Row | list[Row]) -> list[Row]:
-    return [result] if isinstance(result, Row) else list(result)
-
-
-def _crashed(job: Task | ShardTask | SampleTask, exc: BaseException | None) -> list[Row]:
-    # A worker died (segfault, memory limit) on this item more often than dask allows, or the task failed.
-    what = "worker lost while converting" if isinstance(exc, KilledWorker) else "task failed"
-    detail = f"{what}: {type(exc).__name__}: {exc}"
-    if isinstance(job, SampleTask):
-        return [job.base_row().rejected(Reason.DECODER_CRASH, detail)]
-    if isinstance(job, Task):
-        return [Row(item_id=job.item_id, status="rejected", source=job.source, kind=job.kind, sha256=job.sha256,
-                    reason=Reason.DECODER_CRASH, detail=detail, n_files=max(1, len(job.members)),
-                    members=job.members)]
-    return [Row(item_id=i.item_id, status="rejected", source=i.source, kind=i.kind, sha256=i.sha256,
-                reason=Reason.DECODER_CRASH, detail=detail) for i in job.items]
+def _install_stack(store: Path, staged: _StagedStack, decoded: Sequence[Row], run_id: str, settings: str) -> None:
+    """Hash the staged stack from its shard records, seal it and move it into place."""
+    array = open_stack(staged.folder)
+    empty = fill_missing_shards(staged.folder, array)
+    digests: dict[tuple[int, ...], bytes] = {}
+    for path in sorted(staged.records.glob("*.json")):
+        rec = read_shard_record(path)
+        for slot, digest in zip(range(rec.first, rec.stop), rec.digests):
+            digests[(slot, 0, 0, 0)] = bytes.fromhex(digest)
+    zero = chunk_digest(np.zeros(array.chunks, dtype=array.dtype))
+    for slot in range(array.shape[0]):  # slots no task recorded (its worker died): zeros
+        digests.setdefault((slot, 0, 0, 0), zero)
+    ok = sorted((r.slot or 0, r.sha256) for r in decoded if r.status == "ok" and r.array == staged.stack.array)
+    array.update_attributes({
+        "content_sha256": combine_digests(array.shape, array.dtype, array.chunks, digests),
+        "records": staged.records_id, "settings": settings, "ok": len(ok), "empty_shards": empty,
+    })
+    complete = hashlib.sha256("\n".join(f"{slot}:{sha}" for slot, sha in ok).encode()).hexdigest()
+    install(store, staged.stack.array, staged.folder, array, complete=complete, run_id=run_id)
 
 
 def _drop_duplicates(rows: list[Row], store: Path) -> list[Row]:
@@ -305,28 +373,15 @@ def _drop_duplicates(rows: list[Row], store: Path) -> list[Row]:
     return sort_rows(out)
 
 
-def _remove_stale(store: Path, rows: Sequence[Row]) -> None:
-    keep = {r.group or r.array for r in rows if r.status == "ok"}
+def _records_in_use(store: Path) -> set[str]:
+    return {str(meta["attributes"]["records"]) for _, meta in array_nodes(store)
+            if "records" in meta.get("attributes", {})}
+
+
+def _remove_stale(store: Path, keep: set[str]) -> None:
     for path in [*array_paths(store, VOLUMES), *group_paths(store, VOLUMES), *array_paths(store, STACKS)]:
         if path not in keep:
             remove_array(store, path)
-
-
-def _clear_slots(store: Path, written: set[tuple[str, int]], rows: Sequence[Row]) -> None:
-    """Empty the slots written by a task whose item was rejected afterwards; the driver alone writes them now."""
-    ok = {(r.array, r.slot) for r in rows if r.status == "ok" and r.slot is not None}
-    for array, slot in sorted(written - ok):
-        clear_slot(store, array, slot)
-
-
-def _finish_stacks(store: Path, stacks: Sequence[Stack], rows: Sequence[Row]) -> None:
-    """Set each kept stack's `complete` last: a digest of which source (by hash) fills which slot."""
-    ok = sorted((r.array, r.slot or 0, r.sha256) for r in rows if r.status == "ok" and r.slot is not None)
-    for stack in stacks:
-        mine = [f"{slot}:{sha}" for array, slot, sha in ok if array == stack.array]
-        if mine:
-            digest = hashlib.sha256("\n".join(mine).encode()).hexdigest()
-            finish_stack(store, stack.array, complete=digest, ok=len(mine))
 
 
 def _write_array_labels(client: Client, store: Path, rows: Sequence[Row]) -> None:

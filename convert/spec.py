@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar, cast
 
-from labzarr.readers import ColumnRef, Limits, SeriesRules, WorkbookLimits
+from labzarr.readers import ColumnRef, Limits, SeriesRules, WorkbookLimits, load_reader
 
 from .errors import UsageError
 
@@ -31,6 +31,7 @@ __all__ = [
     "REFERENCE_ROLE",
     "NORMALIZERS",
     "RolePattern",
+    "RunSpec",
     "Spec",
     "StoreSpec",
     "ValidateSpec",
@@ -115,12 +116,22 @@ class StoreSpec:
 @dataclass(frozen=True, slots=True)
 class ValidateSpec:
     max_bytes: int = Limits().max_bytes
+    max_voxels: int = Limits().max_voxels
     max_pixels: int = Limits().max_pixels
     non_finite: Literal["reject", "warn"] = "reject"
 
     def limits(self) -> Limits:
         """The caps readers check before decoding."""
-        return Limits(max_bytes=self.max_bytes, max_pixels=self.max_pixels)
+        return Limits(max_bytes=self.max_bytes, max_voxels=self.max_voxels, max_pixels=self.max_pixels)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """How items are run: a per-item time limit, retries after a worker dies, extra readers."""
+
+    item_timeout: float = 600.0  # seconds from an item's start on a worker to `timeout`
+    crash_retries: int = 1  # further attempts after a worker dies on an item, before `decoder_crash`
+    readers: tuple[str, ...] = ()  # "module.path:Name" readers tried before the built-in ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +173,7 @@ class Spec:
     labels: LabelsSpec | None = None
     dicom: DicomSpec = DicomSpec()
     masks: MasksSpec = MasksSpec()
+    run: RunSpec = field(default_factory=RunSpec)
 
     @property
     def manifest_dir(self) -> Path:
@@ -235,7 +247,7 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{where}: not valid TOML: {exc}", "fix the syntax; see README.md for a complete example") from exc
 
-    sections = {"delivery", "dicom", "items", "labels", "masks", "store", "validate"}
+    sections = {"delivery", "dicom", "items", "labels", "masks", "run", "store", "validate"}
     for name, value in doc.items():
         if name not in sections:
             raise UsageError(f"{where}: unknown section [{name}]", f"allowed sections: {', '.join(sorted(sections))}")
@@ -258,6 +270,7 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
         labels=labels,
         dicom=_dicom(_Table(where, "dicom", doc.get("dicom", {}))),
         masks=_masks(_Table(where, "masks", doc.get("masks", {}))),
+        run=_run(_Table(where, "run", doc.get("run", {}))),
     )
 
 
@@ -371,13 +384,32 @@ def _store(t: _Table) -> StoreSpec:
 def _validate(t: _Table) -> ValidateSpec:
     max_bytes = t.take("max_bytes", int, ValidateSpec().max_bytes, what="a byte count")
     t.check("max_bytes", max_bytes, lambda v: v > 0, "must be > 0", "e.g. max_bytes = 4294967296 (4 GiB)")
+    max_voxels = t.take("max_voxels", int, ValidateSpec().max_voxels, what="a voxel count")
+    t.check("max_voxels", max_voxels, lambda v: v > 0, "must be > 0", "e.g. max_voxels = 2147483648")
     max_pixels = t.take("max_pixels", int, ValidateSpec().max_pixels, what="a pixel count")
     t.check("max_pixels", max_pixels, lambda v: v > 0, "must be > 0", "e.g. max_pixels = 178956970")
     non_finite = t.take("non_finite", str, ValidateSpec().non_finite, what='"reject" or "warn"')
     t.check("non_finite", non_finite, lambda v: v in ("reject", "warn"), 'allowed: "reject" | "warn"',
             'use "reject" (default) or "warn"')
     t.done()
-    return ValidateSpec(max_bytes=max_bytes, max_pixels=max_pixels, non_finite=cast(Literal["reject", "warn"], non_finite))
+    return ValidateSpec(max_bytes=max_bytes, max_voxels=max_voxels, max_pixels=max_pixels,
+                        non_finite=cast(Literal["reject", "warn"], non_finite))
+
+
+def _run(t: _Table) -> RunSpec:
+    timeout = t.take("item_timeout", (int, float), RunSpec().item_timeout, what="a number of seconds")
+    t.check("item_timeout", timeout, lambda v: v > 0, "must be > 0 seconds", "e.g. item_timeout = 600")
+    retries = t.take("crash_retries", int, RunSpec().crash_retries, what="a whole number")
+    t.check("crash_retries", retries, lambda v: 0 <= v <= 10, "allowed: 0..10", "e.g. crash_retries = 1")
+    readers = _str_list(t, "readers", RunSpec().readers)
+    for ref in readers:
+        try:
+            load_reader(ref)
+        except (ImportError, ValueError) as exc:
+            raise t.fail("readers", list(readers), f"cannot load {ref!r}: {exc}",
+                         "name readers as 'module.path:ClassName', importable here and on every worker") from exc
+    t.done()
+    return RunSpec(item_timeout=float(timeout), crash_retries=retries, readers=readers)
 
 
 def _column(t: _Table, key: str, value: object) -> ColumnRef:
@@ -423,6 +455,9 @@ def _labels(t: _Table, raw: Path) -> LabelsSpec:
     workbook = Path(os.path.normpath(_path(raw, given)))
     if not workbook.is_file():
         raise t.fail("workbook", str(workbook), "file not found", "fix the path; it is relative to [delivery] raw")
+    if raw.resolve() not in workbook.resolve().parents:
+        raise t.fail("workbook", str(workbook), f"resolves to {workbook.resolve()}, outside raw {raw}",
+                     "copy the workbook into the delivery folder; `..` and symlinks may not leave raw")
     sheet = t.take("sheet", (int, str), 1, what="a 1-based sheet index or a sheet name")
     if isinstance(sheet, int):
         t.check("sheet", sheet, lambda v: v >= 1, "sheet indexes start at 1", "use 1 for the first tab")

@@ -2,31 +2,51 @@
 
 Total and idempotent like `convert_item`: a bad image is a rejected row and an
 empty (zero) slot, never a failed task. The images are written in one call
-covering the task's whole slot range, so a shard is written once, by one task.
+covering the task's whole slot range, so a shard is written once, by one task,
+into the stack the driver staged (`folder`); then the task records what it
+wrote (rows and each slot's chunk digest, `resume.shard_record`) in `records`,
+so the driver can hash the stack and a rerun can carry the shard over unread.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from labzarr.readers import Reason, Rejected, Volume
 
-from .manifest import Row
+from .content import chunk_digest
+from .faults import fault_report, report_path
+from .manifest import Row, atomic_write
+from .resume import shard_record
 from .stacks import ShardTask, SlotItem
-from .store import write_slots
+from .store import StoreWriteError, write_slots
 from .task import TaskSettings, read_file
 from .validate import check_finite
 
-__all__ = ["convert_shard"]
+__all__ = ["convert_shard", "shard_report_key"]
 
 log = logging.getLogger(__name__)
 
 
-def convert_shard(task: ShardTask, settings: TaskSettings) -> list[Row]:
-    """Convert every image of one shard task; returns one row per image, in slot order."""
+def shard_report_key(task: ShardTask) -> str:
+    """The name its fault report goes by: the stack and the slot range."""
+    return f"{task.stack.array}@{task.first}-{task.stop}"
+
+
+def convert_shard(task: ShardTask, settings: TaskSettings, *, folder: str, records: str) -> list[Row]:
+    """Convert every image of one shard task into the staged stack at `folder`; one row per image, in slot order."""
+    store = Path(settings.store)
+    with fault_report(report_path(store, shard_report_key(task)), hang_after=settings.hang_report_after,
+                      enabled=settings.fault_reports):
+        return _convert(task, settings, Path(folder), Path(records))
+
+
+def _convert(task: ShardTask, settings: TaskSettings, folder: Path, records: Path) -> list[Row]:
     plane = task.stack.plane
     batch = np.zeros((task.stop - task.first, *plane.shape), dtype=plane.dtype)
     rows: list[Row] = []
@@ -48,13 +68,24 @@ def convert_shard(task: ShardTask, settings: TaskSettings) -> list[Row]:
         rows.append(Row(item_id=item.item_id, status="ok", source=item.source, kind=volume.kind, sha256=item.sha256,
                         shape=plane.shape, dtype=plane.dtype, spacing=volume.spacing, orientation=volume.orientation,
                         array=task.stack.array, slot=item.slot, warnings=warnings))
-    if any(r.status == "ok" for r in rows):
-        write_slots(Path(settings.store), task.stack.array, task.first, batch)
+    digests = [chunk_digest(batch[i : i + 1]) for i in range(len(batch))]
+    name, blob = shard_record(task, rows, digests, settings.settings)
+    with _store_io(settings.store, f"cannot write {task.stack.array} slots {task.first}..{task.stop - 1}"):
+        write_slots(folder, task.first, batch)  # rejected slots too: zeros, so every slot has its chunk
+        atomic_write(records / name, blob)
     return rows
 
 
+@contextmanager
+def _store_io(store: str, what: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise StoreWriteError(store, f"{what}: {exc}") from exc
+
+
 def _decode(item: SlotItem, task: ShardTask, settings: TaskSettings) -> tuple[Volume, tuple[str, ...]]:
-    volume = read_file(item.kind, Path(item.path), settings.limits)
+    volume = read_file(item.kind, Path(item.path), settings.limits, settings.readers)
     plane = task.stack.plane
     if volume.data.shape != plane.shape or volume.data.dtype != np.dtype(plane.dtype):
         # The header the plan trusted and the decoded pixels disagree: the image cannot go in this stack.

@@ -1,16 +1,27 @@
 """Writing the zarr v3 store: one array per ok volume, codecs from the spec, `complete` last.
 
-Invariant: an array whose `complete` attr equals its source sha256 holds the
-whole converted item; any other array is unfinished and is redone or removed.
-The root's `labzarr` attr is the store's own index of ok items, written once
-the run's rows are final, so a Dataset needs nothing but the store's path.
-A stack array (2D images, see `stacks`) is created by the driver before any
-task runs; tasks then write only whole slot ranges of the shards they own.
+Invariant: an array at its final path is whole. It is written in a private
+staging folder (`.labzarr/staging/`), every chunk file is written (also
+all-fill ones, so a missing file is always damage), checked present and
+fsynced, `content_sha256` and then `complete` are set, and only then is the
+folder renamed into place (`install`). A run killed at any point leaves at most
+a staged folder or a zarr `*.partial` file, which the next run sweeps. A volume
+is staged by its task (`writer.py`); a stack of 2D images (see `stacks`) is
+staged by the driver, filled by the shard tasks (each writes whole slot ranges
+of the shards it owns) and by shards carried over from the installed stack,
+then installed by the driver. The root's `labzarr` attr is the store's own
+index of ok items, written once the run's rows are final, so a Dataset needs
+nothing but the store's path.
 """
 
 from __future__ import annotations
 
+import errno
+import itertools
+import json
+import os
 import shutil
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,14 +33,16 @@ from zarr.abc.codec import BytesBytesCodec
 
 from labzarr.readers import MemorySource, Volume
 
-from .chunks import plan_chunks
+from .chunks import chunk_grid, plan_chunks
+from .lock import lock_owner
 from .manifest import Row
 from .spec import StoreSpec
 from .stacks import Stack
-from .writer import VolumeWriter
+from .state import STATE, staging_dir, trash_dir
 
-__all__ = ["FORMAT_VERSION", "INDEX_KEY", "STACK_AXES", "array_paths", "clear_slot", "codecs", "create_stack",
-           "finish_stack", "group_paths", "open_root", "remove_array", "set_array_labels", "write_index", "write_slots",
+__all__ = ["FORMAT_VERSION", "INDEX_KEY", "STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_paths",
+           "carry_shard", "codecs", "create_stack", "fill_missing_shards", "install", "missing_chunk_files",
+           "group_paths", "open_root", "remove_array", "set_array_labels", "staging_folder", "write_index", "write_slots",
            "write_volume"]
 
 FORMAT_VERSION = 1
@@ -55,12 +68,51 @@ def open_root(store: Path, *, mode: str = "a") -> zarr.Group:
     return zarr.open_group(zarr.storage.LocalStore(store), mode=mode, zarr_format=3)  # type: ignore[arg-type]
 
 
+class StoreWriteError(Exception):
+    """The store could not be written (disk full, read-only, I/O error): the run stops, the item is not to blame."""
+
+    def __init__(self, store: str, detail: str) -> None:
+        super().__init__(f"{store}: {detail}")
+        self.store, self.detail = store, detail
+
+    def __reduce__(self) -> tuple[type[StoreWriteError], tuple[str, str]]:
+        return (StoreWriteError, (self.store, self.detail))  # crosses process boundaries (dask workers)
+
+
+class Superseded(Exception):
+    """Another run took over the store while this task ran (its own run died); the work is dropped."""
+
+
+def staging_folder(store: Path, name: str) -> Path:
+    """A fresh private folder to write array `name` in before it is installed."""
+    return staging_dir(store) / f"{name.replace('/', '~')}.{uuid.uuid4().hex}"
+
+
+def install(store: Path, name: str, folder: Path, array: zarr.Array, *, complete: str, run_id: str) -> None:
+    """Seal the staged `array` (chunk files checked, fsynced, `complete` set last) and move it to `name`.
+
+    Raises `Superseded` when `run_id` no longer holds the store (a task of a dead run), and the folder
+    is left for the next sweep.
+    """
+    missing = missing_chunk_files(folder, array)
+    if missing:
+        raise RuntimeError(f"{name}: {len(missing)} chunk file(s) missing after writing, first {missing[0]}")
+    _fsync_tree(folder)
+    array.update_attributes({"complete": complete})  # last: the array is whole
+    _fsync_tree(folder, files=("zarr.json",))
+    if run_id and lock_owner(store) != run_id:
+        raise Superseded(f"{name}: the store is now held by another run")
+    _move_into_place(folder, store / name, trash_dir(store))
+
+
 def write_volume(store: Path, name: str, volume: Volume, *, spec: StoreSpec, attrs: Mapping[str, Any],
-                 complete: str) -> None:
-    """Write an in-memory `volume` as array `name`, replacing any earlier one; `complete` is set last."""
+                 complete: str, run_id: str = "") -> None:
+    """Write an in-memory `volume` as array `name`, replacing any earlier one, whole or not at all."""
+    from .writer import VolumeWriter  # writer.py builds on this module
+
     source = MemorySource(volume)
     chunks = plan_chunks(volume.data.shape, spec.chunks, voxel_bytes=volume.data.dtype.itemsize, stream_axis=None)
-    writer = VolumeWriter(store, name, source.header, chunks=chunks, codecs=codecs(spec), attrs=attrs)
+    writer = VolumeWriter(store, name, source.header, chunks=chunks, codecs=codecs(spec), attrs=attrs, run_id=run_id)
     try:
         for slab in source.slabs(chunks):
             writer.write(slab)
@@ -69,11 +121,11 @@ def write_volume(store: Path, name: str, volume: Volume, *, spec: StoreSpec, att
         writer.close()
 
 
-def create_stack(store: Path, stack: Stack, *, spec: StoreSpec) -> None:
-    """Create (replacing any earlier one) the empty stack array; done once, by the driver, before any task."""
-    zarr.create_array(
-        zarr.storage.LocalStore(store),
-        name=stack.array,
+def create_stack(folder: Path, stack: Stack, *, spec: StoreSpec) -> zarr.Array:
+    """Create the empty stack array in `folder` (a staging folder); done once, by the driver, before any task."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return zarr.create_array(
+        zarr.storage.LocalStore(folder),
         shape=stack.shape,
         dtype=stack.plane.dtype,
         chunks=stack.chunks,
@@ -82,35 +134,96 @@ def create_stack(store: Path, stack: Stack, *, spec: StoreSpec) -> None:
         fill_value=np.zeros((), dtype=stack.plane.dtype).item(),
         dimension_names=STACK_AXES,
         attributes={"kind": "stack", "axes": list(STACK_AXES), "per_shard": stack.per_shard},
-        overwrite=True,
+        config={"write_empty_chunks": True},  # every slot is stored, even an all-zero one
     )
 
 
-def _open_stack(store: Path, name: str, *, write_empty_chunks: bool) -> zarr.Array:
-    arr = zarr.open_array(zarr.storage.LocalStore(store), path=name, mode="r+", zarr_format=3,
-                          config={"write_empty_chunks": write_empty_chunks})
+def open_stack(folder: Path) -> zarr.Array:
+    """The (staged) stack array at `folder`, for writing whole slot ranges."""
+    arr = zarr.open_array(zarr.storage.LocalStore(folder), mode="r+", zarr_format=3,
+                          config={"write_empty_chunks": True})
     assert isinstance(arr, zarr.Array)
     return arr
 
 
-def write_slots(store: Path, name: str, first: int, images: np.ndarray) -> None:
+def write_slots(folder: Path, first: int, images: np.ndarray) -> None:
     """Write `images` (n, C, H, W) into slots first..first+n-1 in one call: a whole shard is written, not patched.
 
     Every chunk is stored, even an all-zero one, so an ok image is never a missing chunk.
     """
-    _open_stack(store, name, write_empty_chunks=True)[first : first + len(images)] = images
+    open_stack(folder)[first : first + len(images)] = images
 
 
-def clear_slot(store: Path, name: str, slot: int) -> None:
-    """Empty one slot of a stack (its chunk is dropped from the shard); the driver does this after all tasks."""
-    arr = _open_stack(store, name, write_empty_chunks=False)
-    arr[slot : slot + 1] = arr.fill_value
+def carry_shard(old: Path, new: Path, array: zarr.Array, shard: int) -> None:
+    """Link shard `shard` of the installed stack at `old` into the staged stack at `new` (same layout): no copy.
+
+    Installed arrays are never written again (a new version is staged and swapped in), so the two names
+    may share one file.
+    """
+    key = array.metadata.encode_chunk_key((shard, *(0 for _ in array.shape[1:])))
+    (new / key).parent.mkdir(parents=True, exist_ok=True)
+    os.link(old / key, new / key)
 
 
-def finish_stack(store: Path, name: str, *, complete: str, ok: int) -> None:
-    """Mark a stack written: `complete` is a digest of its ok slots' sources, set last, by the driver."""
-    arr = _open_stack(store, name, write_empty_chunks=False)
-    arr.attrs.update({"ok": ok, "complete": complete})
+def fill_missing_shards(folder: Path, array: zarr.Array) -> list[str]:
+    """Write zeros where no task wrote a shard (all its images failed); returns the keys still absent.
+
+    Slot by slot, since zarr skips a whole-shard write of fill values. A shard of one slot is then still
+    absent (zarr never stores an all-fill shard in one write): the caller records those keys in the
+    stack's `empty_shards` attr, so `verify` knows they are absent on purpose.
+    """
+    per_shard = (array.shards or array.chunks)[0]
+    for key in missing_chunk_files(folder, array):
+        shard = int(key.split("/")[1])
+        for slot in range(shard * per_shard, min(array.shape[0], (shard + 1) * per_shard)):
+            array[slot : slot + 1] = np.zeros((1, *array.shape[1:]), dtype=array.dtype)
+    return missing_chunk_files(folder, array)
+
+
+def missing_chunk_files(folder: Path, array: zarr.Array) -> list[str]:
+    """Storage keys (chunk or shard files) of `array`, stored at `folder`, that do not exist.
+
+    Keys the array's `empty_shards` attr lists (all-zero shards zarr will not store) do not count.
+    """
+    storage = array.shards or array.chunks
+    allowed = set(array.attrs.get("empty_shards", []))
+    return [key for key in (array.metadata.encode_chunk_key(coords)
+                            for coords in itertools.product(*(range(n) for n in chunk_grid(array.shape, storage))))
+            if key not in allowed and not (folder / key).is_file()]
+
+
+def _fsync_tree(folder: Path, files: Sequence[str] | None = None) -> None:
+    """fsync files (all under `folder`, or just `files`) and their folders: zarr never fsyncs."""
+    paths = [folder / f for f in files] if files is not None else [p for p in folder.rglob("*") if p.is_file()]
+    dirs = {folder} | {p.parent for p in paths}
+    for path in [*paths, *sorted(dirs, key=lambda d: len(d.parts), reverse=True)]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _move_into_place(src: Path, dest: Path, trash: Path) -> None:
+    """Rename `src` to `dest`, first moving any existing `dest` aside (a rename onto a full folder fails)."""
+    trash.mkdir(parents=True, exist_ok=True)
+    for _ in range(10):  # a retried task of this run may be installing the same array at the same moment
+        aside = trash / f"{dest.name}.{uuid.uuid4().hex}"
+        try:
+            dest.rename(aside)
+        except FileNotFoundError:
+            pass
+        else:
+            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            src.rename(dest)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                continue
+            raise
+        _fsync_tree(dest.parent, files=())
+        return
+    raise RuntimeError(f"{dest}: could not move the staged array into place (another writer keeps replacing it)")
 
 
 def array_paths(store: Path, group: str) -> list[str]:
@@ -133,9 +246,35 @@ def group_paths(store: Path, group: str) -> list[str]:
     return sorted(f"{group}/{name}" for name, _ in sub.groups())
 
 
+def array_nodes(store: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(zarr.json path, metadata) of every array in the hierarchy; never descends into chunk folders."""
+    out: list[tuple[Path, dict[str, Any]]] = []
+    for here, dirs, files in os.walk(store):
+        dirs[:] = sorted(d for d in dirs if d != STATE or Path(here) != store)
+        if "zarr.json" not in files:
+            if Path(here) != store:
+                dirs.clear()  # not a zarr node: nothing of the hierarchy below
+            continue
+        try:
+            meta = json.loads((Path(here) / "zarr.json").read_bytes())
+        except (OSError, ValueError):
+            dirs.clear()
+            continue
+        if isinstance(meta, dict) and meta.get("node_type") == "array":
+            dirs.clear()
+            out.append((Path(here) / "zarr.json", meta))
+    return out
+
+
 def remove_array(store: Path, path: str) -> None:
-    """Delete one array and its chunks."""
-    shutil.rmtree(store / path, ignore_errors=True)
+    """Delete one array and its chunks: renamed out of the hierarchy first, so it vanishes at once."""
+    target = store / path
+    if not target.exists():
+        return
+    aside = trash_dir(store) / f"{target.name}.{uuid.uuid4().hex}"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    target.rename(aside)
+    shutil.rmtree(aside)
 
 
 def set_array_labels(store: str, items: Sequence[tuple[str, Mapping[str, str]]]) -> int:

@@ -5,7 +5,10 @@ worker holds one slab, never the whole volume.
 
 A bad item returns a rejected row; only a bug in our own code or a decoder
 escapes as an exception other than `Rejected`, and that too becomes a
-`decoder_crash` row here, at the task boundary, and nowhere else.
+`decoder_crash` row here, at the task boundary, and nowhere else. Two failures
+are not the item's fault and do escape: `StoreWriteError` (disk full, read-only
+store) stops the run, and `Superseded` drops the work of a task whose own run
+died and was replaced. Running a task twice writes the same array twice.
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from labzarr.readers import (READERS, Limits, Reason, Rejected, Volume, VolumeHeader, VolumeSource, open_source,
-                             read_head)
+from labzarr.readers import (Limits, Reason, Rejected, Volume, VolumeHeader, VolumeSource, open_source, read_head,
+                             readers_with)
 from labzarr.readers.dicom import open_series
 
 from .chunks import SLAB_BYTES, plan_chunks
+from .faults import fault_report, report_path
 from .manifest import Row
 from .plan import Task
+from .resume import to_record
 from .spec import StoreSpec
-from .store import codecs
+from .store import StoreWriteError, Superseded, codecs
 from .validate import FiniteCheck
 from .writer import AXES, VolumeWriter
 
@@ -41,22 +46,33 @@ class TaskSettings:
     limits: Limits
     non_finite: Literal["reject", "warn"]
     slab_bytes: int = SLAB_BYTES  # memory for one slab of a streamed volume (see convert/chunks.py)
+    run_id: str = ""  # the lock holder's run id: a task of a dead run never installs an array
+    settings: str = ""  # the settings fingerprint recorded beside each array (resume.py)
+    readers: tuple[str, ...] = ()  # extra readers, "module:Name", before the built-in ones
+    hang_report_after: float | None = None  # seconds after which a hung item's stack is written to its report
+    fault_reports: bool = True  # only where a worker runs one task at a time (faulthandler is per process)
 
 
 def convert_item(task: Task, settings: TaskSettings) -> Row:
     """Convert one item, slab by slab; returns its manifest row for every outcome."""
+    store = Path(settings.store)
+    with fault_report(report_path(store, task.array), hang_after=settings.hang_report_after,
+                      enabled=settings.fault_reports):
+        return _convert(task, settings, store)
+
+
+def _convert(task: Task, settings: TaskSettings, store: Path) -> Row:
     base = Row(item_id=task.item_id, status="ok", source=task.source, kind=task.kind, sha256=task.sha256,
                n_files=max(1, len(task.members)), members=task.members)
     writer: VolumeWriter | None = None
     try:
-        source = _open(task, settings.limits)
+        source = _open(task, settings)
         h = source.header
         chunks = plan_chunks(h.shape, settings.store_spec.chunks, voxel_bytes=h.voxel_bytes,
                              stream_axis=h.stream_axis, budget=settings.slab_bytes)
         finite = FiniteCheck(h, settings.non_finite)
-        writer = VolumeWriter(Path(settings.store), task.array, h, chunks=chunks,
-                              codecs=codecs(settings.store_spec),
-                              attrs=attrs_for(task.item_id, task.source, task.sha256, h))
+        writer = VolumeWriter(store, task.array, h, chunks=chunks, codecs=codecs(settings.store_spec),
+                              attrs=attrs_for(task.item_id, task.source, task.sha256, h), run_id=settings.run_id)
         for slab in source.slabs(chunks):
             finite.update(slab)
             # A rejected item's voxels are not worth writing, but its stream is read to the end:
@@ -64,7 +80,12 @@ def convert_item(task: Task, settings: TaskSettings) -> Row:
             if not finite.rejecting:
                 writer.write(slab)
         warnings = task.warnings + h.warnings + finite.outcome()
-        writer.finish(complete=task.sha256)
+        row = replace(base, kind=h.kind, shape=tuple(h.shape), dtype=str(h.dtype), spacing=h.spacing,
+                      orientation=h.orientation, array=task.array, warnings=warnings)
+        # What a rerun reuses when the source is unchanged, recorded before `complete`.
+        writer.finish(attrs={"row": to_record(row), "settings": settings.settings}, complete=task.sha256)
+    except (StoreWriteError, Superseded):
+        raise
     except Rejected as exc:
         return base.rejected(exc.reason, exc.detail)
     except MemoryError as exc:
@@ -75,23 +96,20 @@ def convert_item(task: Task, settings: TaskSettings) -> Row:
     finally:
         if writer is not None:
             writer.close()
-    return replace(
-        base, kind=h.kind, shape=tuple(h.shape), dtype=str(h.dtype), spacing=h.spacing, orientation=h.orientation,
-        array=task.array, warnings=warnings,
-    )
+    return row
 
 
-def _open(task: Task, limits: Limits) -> VolumeSource:
+def _open(task: Task, settings: TaskSettings) -> VolumeSource:
     if task.stack is not None:  # a DICOM item: its series was laid out when planning
-        return open_series(task.stack, limits)
-    reader = next(r for r in READERS if r.kind == task.kind)
+        return open_series(task.stack, settings.limits)
+    reader = next(r for r in readers_with(settings.readers) if r.kind == task.kind)
     path = Path(task.path)
-    return open_source(reader, path, limits, read_head(path))
+    return open_source(reader, path, settings.limits, read_head(path))
 
 
-def read_file(kind: str, path: Path, limits: Limits) -> Volume:
+def read_file(kind: str, path: Path, limits: Limits, readers: tuple[str, ...] = ()) -> Volume:
     """Decode one whole file with the reader of `kind` (the kind its probe sniffed): how 2D images are read."""
-    reader = next(r for r in READERS if r.kind == kind)
+    reader = next(r for r in readers_with(readers) if r.kind == kind)
     return reader.read(path, limits, read_head(path))
 
 

@@ -1,8 +1,11 @@
 """Writing a volume's slabs into its zarr array, chunk-aligned, hashing each chunk as it goes.
 
 Invariant: every write covers whole chunks (edge chunks to the array's end),
-so zarr never reads a chunk back; an array claims `complete` only in
-`finish()`, after the source's last slab (and so its whole-stream checks).
+so zarr never reads a chunk back; the array is written in a staging folder,
+with every chunk file present (all-fill ones too), and claims `complete` and
+moves to its final path only in `finish()`, after the source's last slab (and
+so its whole-stream checks). `close()` without `finish()` removes the staged
+folder. A failure to write the store is `StoreWriteError`, never the item's fault.
 
 Speed: a slab arrives as a reoriented view of the source's buffer (x fastest
 in memory, the store wants C order, z fastest). numpy copies such a view
@@ -14,8 +17,10 @@ runs at ~1.5 GB/s, so the transposition costs little next to the codec.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +31,22 @@ import zarr
 from labzarr.readers import Slab, VolumeHeader
 
 from .content import ChunkDigests, block_digests, combine_digests
+from .store import StoreWriteError, install, staging_folder
 
 __all__ = ["AXES", "VolumeWriter", "c_order_copy"]
 
 _TILE = 64  # voxels per tile edge for the transposing copy: 64^3 x 8 B fits in L2
 _BLOCK_BYTES = 16 << 20  # voxels handed to zarr per call: enough chunks to keep its codec threads busy
 AXES = ("c", "x", "y", "z")
+
+
+@contextmanager
+def _store_io(store: Path, what: str) -> Iterator[None]:
+    """An OSError while writing the store (disk full, read-only) is the store's problem, not the item's."""
+    try:
+        yield
+    except OSError as exc:
+        raise StoreWriteError(str(store), f"{what}: {exc}") from exc
 
 
 def c_order_copy(view: npt.NDArray[Any], dtype: np.dtype[Any] | None = None) -> npt.NDArray[Any]:
@@ -50,20 +65,24 @@ class VolumeWriter:
     """One array being written from slabs; `finish` records the content hash and `complete`."""
 
     def __init__(self, store: Path, name: str, header: VolumeHeader, *, chunks: Sequence[int], codecs: Sequence[Any],
-                 attrs: Mapping[str, Any]) -> None:
+                 attrs: Mapping[str, Any], run_id: str = "") -> None:
         self.header, self.chunks = header, tuple(int(c) for c in chunks)
-        self.array = zarr.create_array(
-            zarr.storage.LocalStore(store),
-            name=name,
-            shape=header.shape,
-            dtype=header.dtype,
-            chunks=self.chunks,
-            compressors=tuple(codecs),
-            fill_value=np.zeros((), dtype=header.dtype).item(),
-            dimension_names=AXES[: len(header.shape)] if len(header.shape) == 4 else None,
-            attributes=dict(attrs),
-            overwrite=True,
-        )
+        self.store, self.name, self.run_id = store, name, run_id
+        self.folder = staging_folder(store, name)
+        with _store_io(store, f"cannot create {name}"):
+            self.folder.parent.mkdir(parents=True, exist_ok=True)
+            self.array = zarr.create_array(
+                zarr.storage.LocalStore(self.folder),
+                shape=header.shape,
+                dtype=header.dtype,
+                chunks=self.chunks,
+                compressors=tuple(codecs),
+                fill_value=np.zeros((), dtype=header.dtype).item(),
+                dimension_names=AXES[: len(header.shape)] if len(header.shape) == 4 else None,
+                attributes=dict(attrs),
+                config={"write_empty_chunks": True},  # every chunk has a file: a missing one is damage
+            )
+        self._installed = False
         self._digests: ChunkDigests = {}
         self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labzarr-hash")
         self._pending: Future[ChunkDigests] | None = None
@@ -84,21 +103,26 @@ class VolumeWriter:
             self._collect()
             # hashlib and numpy's copy release the GIL: hash this block while zarr encodes it
             self._pending = self._hasher.submit(block_digests, block, origin, self.chunks)
-            self.array[tuple(region)] = block
+            with _store_io(self.store, f"cannot write {self.name}"):
+                self.array[tuple(region)] = block
 
     def finish(self, *, attrs: Mapping[str, Any] | None = None, complete: str) -> str:
-        """Record `content_sha256` (and `attrs`), then `complete`; returns the content hash."""
+        """Record `content_sha256` (and `attrs`), then `complete`, and move the array into place; returns the hash."""
         self._collect()
         self._hasher.shutdown()
         h = self.header
         content = combine_digests(h.shape, h.dtype, self.chunks, self._digests)
-        self.array.update_attributes({**(attrs or {}), "content_sha256": content})
-        self.array.update_attributes({"complete": complete})
+        with _store_io(self.store, f"cannot write {self.name}"):
+            self.array.update_attributes({**(attrs or {}), "content_sha256": content})
+            install(self.store, self.name, self.folder, self.array, complete=complete, run_id=self.run_id)
+        self._installed = True
         return content
 
     def close(self) -> None:
-        """Stop the hashing thread (after an error; `finish` does it otherwise)."""
+        """Stop the hashing thread and, unless `finish` installed the array, remove the staged folder."""
         self._hasher.shutdown(cancel_futures=True)
+        if not self._installed:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def _collect(self) -> None:
         if self._pending is not None:

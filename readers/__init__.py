@@ -12,7 +12,7 @@ from .nifti import NiftiReader, NiftiSource
 from .png import PngReader
 from .reasons import Reason, Rejected
 from .records import Limits, Plane, Slab, Volume, VolumeHeader
-from .registry import READERS, PlanarReader, Reader, as_planar, reader_for
+from .registry import READERS, PlanarReader, Reader, as_planar, load_reader, reader_for, readers_with
 from .slabs import MemorySource, StreamingReader, VolumeSource, assemble, open_source
 from .tiff import TiffReader
 
@@ -50,10 +50,12 @@ __all__ = [
     "assemble",
     "check_plane",
     "looks_like_text",
+    "load_reader",
     "open_source",
     "read_dicom_header",
     "read_head",
     "read_label_sheet",
     "read_series",
     "reader_for",
+    "readers_with",
 ]

@@ -59,6 +59,19 @@ def nifti_version(data: bytes) -> int:
     return 0
 
 
+def _cut_header(data: bytes) -> int | None:
+    """1 or 2 when `data` starts like a NIfTI-1/2 header (sizeof_hdr, and the magic where it fits) but ends first."""
+    if len(data) < 4:
+        return None
+    for order in "<>":
+        (size,) = struct.unpack(order + "i", data[:4])
+        if size == 348 and len(data) < 348:
+            return 1
+        if size == 540 and len(data) < 540 and (len(data) < 8 or data[4:8] == b"n+2\x00"):
+            return 2
+    return None
+
+
 def _pair_or_analyze(data: bytes) -> str | None:
     if len(data) >= 348:
         for order in "<>":
@@ -73,8 +86,8 @@ class NiftiReader:
     kind: ClassVar[str] = "nifti"
 
     def sniff(self, head: bytes) -> bool:
-        """True for a NIfTI-1/2 single-file header, and for .hdr pairs/Analyze (read rejects those)."""
-        return nifti_version(head) > 0 or _pair_or_analyze(head) is not None
+        """True for a NIfTI-1/2 single-file header, .hdr pairs/Analyze, or a header cut short (read rejects those)."""
+        return nifti_version(head) > 0 or _pair_or_analyze(head) is not None or _cut_header(head) is not None
 
     def read(self, path: Path, limits: Limits, head: Head) -> Volume:
         """Validate the header, inflate and check the whole stream, return canonical (C, X, Y, Z)."""
@@ -85,6 +98,10 @@ class NiftiReader:
 
     def open(self, path: Path, limits: Limits, head: Head) -> NiftiSource:
         """Validate the header (and extensions); voxels are read only by `NiftiSource.slabs`."""
+        cut = _cut_header(head.data)
+        if cut is not None:
+            raise Rejected(Reason.TRUNCATED, f"{len(head.data)} B of content; a NIfTI-{cut} header alone is "
+                                             f"{348 if cut == 1 else 540} B")
         version = nifti_version(head.data)
         if version == 0:
             what = _pair_or_analyze(head.data) or "not a NIfTI header"
@@ -236,6 +253,8 @@ def _validate_header(
             f"{'x'.join(map(str, shape))} = {nvox:,} voxels x {dtype.itemsize} B = {nbytes:,} B, "
             f"cap {limits.max_bytes:,} B",
         )
+    if nvox > limits.max_voxels:
+        raise Rejected(Reason.TOO_LARGE, f"{'x'.join(map(str, shape))} = {nvox:,} voxels, cap {limits.max_voxels:,}")
     offset = int(hdr["vox_offset"])
     if not hdr.template_dtype.itemsize <= offset <= _MAX_VOX_OFFSET:
         raise Rejected(Reason.BAD_HEADER,

@@ -18,6 +18,7 @@ class Limits:
     """Caps a reader checks *before* decoding, so a bomb is refused with bounded memory."""
 
     max_bytes: int = 4 * GiB  # decoded size of one item (voxels x itemsize)
+    max_voxels: int = 1 << 31  # elements of one item (all channels), whatever their itemsize
     max_pixels: int = 178_956_970  # per 2D image; Pillow's DecompressionBombError default x 2
 
 

@@ -1,8 +1,15 @@
-"""Content sniffing and reader dispatch: one ordered tuple, first match wins; the extension is never consulted."""
+"""Content sniffing and reader dispatch: one ordered tuple, first match wins; the extension is never consulted.
+
+Extension point: a spec may name extra readers (`[run] readers = ["pkg.mod:MyReader"]`), tried before the
+built-in ones; `load_reader` imports one. That is how a lab plugs in an in-house format, and how the tests
+plug in readers that crash or hang on purpose.
+"""
 
 from __future__ import annotations
 
 import functools
+import importlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar, Final, Protocol, runtime_checkable
 
@@ -14,7 +21,7 @@ from .png import PngReader
 from .records import Limits, Plane, Volume
 from .tiff import TiffReader
 
-__all__ = ["PlanarReader", "Reader", "READERS", "as_planar", "reader_for"]
+__all__ = ["PlanarReader", "Reader", "READERS", "as_planar", "load_reader", "reader_for", "readers_with"]
 
 
 class Reader(Protocol):
@@ -55,6 +62,29 @@ def _has_plane(cls: type) -> bool:
     return callable(getattr(cls, "plane", None))
 
 
-def reader_for(head: bytes) -> Reader | None:
-    """The first reader in `READERS` that recognises `head`, or None."""
-    return next((r for r in READERS if r.sniff(head)), None)
+def reader_for(head: bytes, readers: Sequence[Reader] = READERS) -> Reader | None:
+    """The first reader in `readers` (default `READERS`) that recognises `head`, or None."""
+    return next((r for r in readers if r.sniff(head)), None)
+
+
+def load_reader(ref: str) -> Reader:
+    """Import the reader `module.path:Name` (a class taking no arguments, or an instance).
+
+    Raises ValueError (malformed reference, not a reader) or ImportError.
+    """
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr.isidentifier():
+        raise ValueError(f"{ref!r} is not of the form 'module.path:Name'")
+    obj = getattr(importlib.import_module(module_name), attr, None)
+    if obj is None:
+        raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
+    reader = obj() if isinstance(obj, type) else obj
+    missing = [name for name in ("kind", "sniff", "read") if not hasattr(reader, name)]
+    if missing or not isinstance(getattr(reader, "kind", None), str):
+        raise ValueError(f"{ref} is not a reader: it needs a str `kind` and `sniff`/`read` methods")
+    return reader  # type: ignore[no-any-return]
+
+
+def readers_with(plugins: Sequence[str]) -> tuple[Reader, ...]:
+    """The readers for a run: `plugins` (imported, in order) before the built-in `READERS`."""
+    return (*(load_reader(p) for p in plugins), *READERS)

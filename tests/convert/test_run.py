@@ -85,9 +85,13 @@ def test_store_codecs_and_root_attrs(converted_demo) -> None:
     assert view.attrs["delivery"] == "demo"
     assert view.attrs["manifest_sha256"] == result.summary["manifest_sha256"]
     assert view.attrs["spec_sha256"] == result.summary["spec_sha256"]
-    # only ok items have arrays: rejected ones (e.g. the duplicate) were removed
+    # only ok items have arrays, and items rejected only for their labels (kept outside the index, so a
+    # corrected workbook makes them ok without decoding again); other rejected ones (the duplicate) have none
     root = zarr.open_group(d.store, mode="r")
-    assert sorted(n for n, _ in root["volumes"].arrays()) == sorted(i.array.split("/")[1] for i in view.items)
+    label_rejected = [r["item_id"] for r in read_manifest(result.manifest) if r["reason"] in ("no_label", "label_conflict")]
+    assert label_rejected
+    assert sorted(n for n, _ in root["volumes"].arrays()) == sorted(
+        [i.array.split("/")[1] for i in view.items] + label_rejected)
 
 
 def test_manifest_byte_identical_across_workers_and_reruns(converted_demo, tmp_path: Path) -> None:
@@ -127,7 +131,7 @@ def test_dry_run_converts_nothing(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(d.spec), "--dry-run"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "18 to convert, 6 decided without decoding" in out.stdout
+    assert "17 to convert, 0 unchanged, 7 decided without decoding" in out.stdout
     assert not d.store.exists()
 
 

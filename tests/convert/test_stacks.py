@@ -107,5 +107,5 @@ def test_plan_decides_caps_and_broken_headers_without_decoding(tmp_path: Path) -
         "img_4.jpg": ("stacks/1x20x24_uint16", 0, ("named .jpg but the content is png; read as png",)),
     }
     assert the_plan.n_items == 3
-    assert the_plan.describe().startswith("3 to convert, 2 decided without decoding")
+    assert the_plan.describe().startswith("3 to convert, 0 unchanged, 2 decided without decoding")
     assert "img_1.jpg -> stacks/3x16x16_uint8[0] (shard 0)" in the_plan.describe()

@@ -1,0 +1,165 @@
+"""`labzarr verify`: re-read every chunk of every array and check it is what the run wrote.
+
+Per array: its metadata parses; `complete` is set and equals the recorded
+source sha256; every chunk (or shard) file exists (every chunk is written, so
+a missing file is damage even where zarr would quietly read fill values);
+every chunk decodes (crc32c and codec errors surface here); and the content
+hash of the decoded values equals `content_sha256`, recorded at write time.
+For the store: every item in the root index has its array. One chunk per
+thread is in memory at a time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+import zarr.storage
+
+from .chunks import chunk_grid
+from .content import chunk_digest, combine_digests
+from .state import STATE
+from .store import INDEX_KEY, array_nodes, missing_chunk_files
+
+__all__ = ["Problem", "VerifyReport", "verify_store"]
+
+_SHOWN_PER_ARRAY = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with one array (or with the store's index)."""
+
+    array: str
+    item_id: str
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What `verify_store` read and what it found wrong."""
+
+    store: Path
+    arrays: int
+    chunks: int
+    stored_bytes: int
+    problems: tuple[Problem, ...]
+    leftovers: int  # `*.partial` files and staged arrays of an interrupted run: harmless, swept by the next run
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is damaged."""
+        return not self.problems
+
+    def damaged(self) -> list[str]:
+        """The arrays (or '' for the index) with at least one problem, sorted."""
+        return sorted({p.array for p in self.problems})
+
+    def describe(self) -> str:
+        """A short verdict, and a table of damaged items when there are any."""
+        head = (f"{self.store}: {self.arrays} arrays, {self.chunks:,} chunks, {self.stored_bytes:,} B re-read")
+        lines = [head]
+        if self.leftovers:
+            lines.append(f"note: {self.leftovers} leftover(s) of an interrupted run (the next convert removes them)")
+        if self.ok:
+            lines.append("ok: every chunk present and intact, every content hash matches")
+            return "\n".join(lines)
+        lines += [f"DAMAGED: {len(self.damaged())} item(s), {len(self.problems)} problem(s)", "",
+                  f"{'item_id':<16} {'array':<28} problem"]
+        by_array: dict[str, list[Problem]] = {}
+        for p in self.problems:
+            by_array.setdefault(p.array, []).append(p)
+        for array in sorted(by_array):
+            found = by_array[array]
+            for p in found[:_SHOWN_PER_ARRAY]:
+                lines.append(f"{p.item_id or '-':<16} {p.array or '(index)':<28} {p.what}")
+            if len(found) > _SHOWN_PER_ARRAY:
+                lines.append(f"{'':<16} {'':<28} ... and {len(found) - _SHOWN_PER_ARRAY} more")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    chunks: int
+    stored_bytes: int
+    problems: tuple[Problem, ...]
+
+
+def verify_store(store: Path, *, threads: int | None = None) -> VerifyReport:
+    """Re-read every chunk of every array in `store`; raises FileNotFoundError/ValueError if it is no store."""
+    if not (store / "zarr.json").is_file():
+        raise FileNotFoundError(f"{store}: no zarr store here")
+    root_meta = json.loads((store / "zarr.json").read_bytes())
+    index = root_meta.get("attributes", {}).get(INDEX_KEY)
+    if not isinstance(index, dict):
+        raise ValueError(f"{store}: not a labzarr store (root attr {INDEX_KEY!r} missing)")
+    nodes = [(path.parent.relative_to(store).as_posix(), meta) for path, meta in array_nodes(store)]
+    with ThreadPoolExecutor(max_workers=threads or min(8, os.cpu_count() or 1)) as pool:
+        checked = list(pool.map(lambda node: _check_array(store, *node), nodes))
+    problems = [p for c in checked for p in c.problems]
+    present = {name for name, _ in nodes}
+    problems += [Problem(item["array"], item.get("item_id", ""), "in the index but the array is missing")
+                 for item in index.get("items", []) if item.get("array") not in present]
+    return VerifyReport(store=store, arrays=len(nodes), chunks=sum(c.chunks for c in checked),
+                        stored_bytes=sum(c.stored_bytes for c in checked), problems=tuple(problems),
+                        leftovers=_leftovers(store))
+
+
+def _check_array(store: Path, name: str, meta: dict[str, Any]) -> _Checked:
+    attrs = meta.get("attributes", {})
+    item_id = str(attrs.get("item_id", ""))
+
+    def problem(what: str) -> Problem:
+        return Problem(name, item_id, what)
+
+    try:
+        arr = zarr.open_array(zarr.storage.LocalStore(store / name, read_only=True), mode="r", zarr_format=3)
+    except Exception as exc:  # noqa: BLE001 - any failure to open is damage to report, not to raise
+        return _Checked(0, 0, (problem(f"metadata unreadable: {type(exc).__name__}: {exc}"),))
+    found: list[Problem] = []
+    # A sample's class locations are derived data, rewritten with their sample: checked chunk by chunk only.
+    sealed = not name.endswith("/locations")
+    if not sealed:
+        pass
+    elif "complete" not in attrs:
+        found.append(problem("no `complete` attr: the array was never finished"))
+    elif "sha256" in attrs and attrs["complete"] != attrs["sha256"]:
+        found.append(problem(f"`complete` {attrs['complete'][:12]}... differs from the source sha256 "
+                             f"{attrs['sha256'][:12]}..."))
+    found += [problem(f"chunk file {key} missing (zarr would read fill values)")
+              for key in missing_chunk_files(store / name, arr)]
+    digests: dict[tuple[int, ...], bytes] = {}
+    unreadable = 0
+    for index in itertools.product(*(range(n) for n in chunk_grid(arr.shape, arr.chunks))):
+        region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, arr.chunks, arr.shape))
+        try:
+            digests[index] = chunk_digest(np.asarray(arr[region]))
+        except Exception as exc:  # noqa: BLE001 - crc32c mismatch, codec error, torn file: all damage
+            unreadable += 1
+            found.append(problem(f"chunk at {_where(region)} unreadable: {type(exc).__name__}: {exc}"))
+    recorded = attrs.get("content_sha256")
+    if not sealed:
+        pass
+    elif recorded is None:
+        found.append(problem("no `content_sha256` attr to check the values against"))
+    elif not unreadable and combine_digests(arr.shape, arr.dtype, arr.chunks, digests) != recorded:
+        found.append(problem("content hash differs from the one recorded at write time (changed or missing chunks)"))
+    stored = sum(p.stat().st_size for p in (store / name).rglob("*") if p.is_file())
+    return _Checked(len(digests) + unreadable, stored, tuple(found))
+
+
+def _where(region: Sequence[slice]) -> str:
+    return "[" + ", ".join(f"{s.start}:{s.stop}" for s in region) + "]"
+
+
+def _leftovers(store: Path) -> int:
+    staged = sum(1 for _ in (store / STATE / "staging").glob("*")) if (store / STATE / "staging").is_dir() else 0
+    return staged + sum(1 for _ in store.rglob("*.partial"))

@@ -1,0 +1,151 @@
+"""Kill trials: `labzarr convert` SIGKILLed at random moments, then rerun, ends exactly like a clean run.
+
+Each trial starts the real CLI in its own session on a fresh copy of the demo delivery, waits until it
+holds the store's lock, then sleeps a random time drawn from that trial's stratum of the clean run's
+remaining duration, and SIGKILLs, in turn: the whole process group (driver and workers), the driver
+alone (its workers then exit by themselves), or one worker alone (the run must carry on). The rerun goes
+through the library on a shared cluster. The final store must hold the clean run's arrays with the same
+content hashes, pass `verify`, hold no `.partial` file and no staged leftovers, and the manifest must be
+byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from labzarr.convert import execute, load_spec
+from labzarr.convert.state import lock_path
+from labzarr.convert.verify import verify_store
+
+from ..conftest import Delivery, make_delivery
+from ..corpus._util import jpeg, put
+
+MODES = ("group", "driver", "worker")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    manifest: bytes
+    hashes: dict[str, str]
+    index: str
+
+
+def snapshot(d: Delivery) -> Snapshot:
+    hashes = {}
+    for meta in sorted([*(d.store / "volumes").glob("*/zarr.json"), *(d.store / "stacks").glob("*/zarr.json")]):
+        attrs = json.loads(meta.read_bytes())["attributes"]
+        hashes[meta.parent.relative_to(d.store).as_posix()] = (attrs["content_sha256"], attrs["complete"])
+    index = json.loads((d.store / "zarr.json").read_bytes())["attributes"]["labzarr"]
+    return Snapshot(manifest=(d.spec.parent / "manifest.csv").read_bytes(), hashes=hashes,
+                    index=json.dumps(index["items"], sort_keys=True))
+
+
+def delivery(root: Path) -> Delivery:
+    """The demo delivery plus 2D tiles of two sizes, so stacks are staged, filled and installed too."""
+    d = make_delivery(root)
+    for i in range(12):
+        put(d.raw, f"tiles/tile_{i:03d}.jpg", jpeg(i, (16, 16, 3) if i % 3 else (16, 24, 3)))
+    return d
+
+
+def start(d: Delivery) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "labzarr", "convert", str(d.spec), "--workers", "2", "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def wait_for_lock(d: Delivery, proc: subprocess.Popen[bytes]) -> float:
+    t0 = time.monotonic()
+    while proc.poll() is None:
+        path = lock_path(d.store)
+        if path.exists() and path.read_text().strip():
+            return time.monotonic() - t0
+        time.sleep(0.01)
+    raise AssertionError(f"the run exited ({proc.returncode}) before taking the lock")
+
+
+def workers_of(pid: int) -> list[psutil.Process]:
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [k for k in kids if "spawn_main" in " ".join(k.cmdline())]
+
+
+def kill_trials(tmp_path: Path, client: object, n: int, seed: int) -> list[str]:
+    clean = delivery(tmp_path / "clean")
+    proc = start(clean)
+    wait_for_lock(clean, proc)
+    t_lock = time.monotonic()
+    assert proc.wait(timeout=300) == 0
+    window = time.monotonic() - t_lock  # from "holds the lock" to "done", on an uninterrupted run
+    want = snapshot(clean)
+    rng = random.Random(seed)
+    log = []
+    for i in range(n):
+        d = delivery(tmp_path / f"trial{i}")
+        mode = MODES[i % len(MODES)]
+        delay = window * (i + rng.random()) / n  # stratified: the trials spread over the whole run
+        proc = start(d)
+        wait_for_lock(d, proc)
+        time.sleep(delay)
+        arrays_before = len(list((d.store / "volumes").glob("*"))) if (d.store / "volumes").exists() else 0
+        if mode == "group":
+            os.killpg(proc.pid, signal.SIGKILL)
+        elif mode == "driver":
+            proc.send_signal(signal.SIGKILL)
+        else:
+            victims = workers_of(proc.pid)
+            if victims:
+                rng.choice(victims).send_signal(signal.SIGKILL)
+        code = proc.wait(timeout=300)
+        if mode == "worker":
+            assert code == 0, f"trial {i}: a killed worker must not fail the run (exit {code})"
+        elif mode == "group":
+            os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
+        _wait_gone(proc.pid)
+        execute(load_spec(d.spec, cwd=tmp_path), client)
+        got = snapshot(d)
+        assert got == want, f"trial {i} ({mode} at +{delay:.2f} s) differs from the clean run"
+        report = verify_store(d.store)
+        assert report.ok and report.leftovers == 0, report.describe()
+        assert not list(d.store.rglob("*.partial"))
+        assert not any((d.store / ".labzarr" / "staging").iterdir())
+        log.append(f"{mode}@{delay:.2f}s/{arrays_before}arrays/exit{code}")
+    return log
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_gone(pgid: int) -> None:
+    """Workers of a killed driver exit on their own within moments; wait for the whole session to be gone."""
+    deadline = time.monotonic() + 60
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_ten_kill_trials(tmp_path: Path, dask_client) -> None:
+    log = kill_trials(tmp_path, dask_client, n=10, seed=10)
+    assert len(log) == 10
+
+
+@pytest.mark.slow
+def test_fifty_kill_trials(tmp_path: Path, dask_client) -> None:
+    log = kill_trials(tmp_path, dask_client, n=50, seed=50)
+    assert len(log) == 50

@@ -1,0 +1,214 @@
+"""Incremental runs: unchanged items are reused, changed/new ones converted, removed ones dropped."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+from PIL import Image
+
+from labzarr.convert import RunResult, execute, load_spec, read_manifest
+from labzarr.convert.cli import main
+from labzarr.convert.demo import EXPECTED, write_spec
+from labzarr.convert.discover import Candidate, FileEntry
+from labzarr.convert.manifest import Row
+from labzarr.convert.plan import plan
+from labzarr.convert.probe import Probe
+from labzarr.convert.resume import Outcome, Recorded, from_record, to_record
+from labzarr.convert.spec import Spec
+from labzarr.convert.verify import verify_store
+from labzarr.loaders import open_store
+from labzarr.readers import Reason
+
+from ..conftest import Delivery, make_delivery
+from ..corpus._util import jpeg, put
+
+# Decided from the probe alone, never decoded: empty, no ID, a copy, content no reader knows, not an image.
+_DECIDED = {"empty_file", "id_unmatched", "duplicate_content", "unsupported_format"}
+N_DECODED = sum(1 for status, reason in EXPECTED.values() if status != "ignored" and reason not in _DECIDED)
+
+
+def run(d: Delivery, client) -> RunResult:
+    return execute(load_spec(d.spec, cwd=Path.cwd()), client)
+
+
+def array_files(store: Path) -> dict[str, int]:
+    return {p.relative_to(store).as_posix(): p.stat().st_mtime_ns for p in (store / "volumes").rglob("*")
+            if p.is_file()}
+
+
+def rows_without_index(manifest: Path) -> dict[str, str]:
+    return {r["source"]: json.dumps({k: v for k, v in r.items() if k != "index"}) for r in read_manifest(manifest)}
+
+
+def nifti_gz(seed: int, shape: tuple[int, int, int] = (20, 18, 12)) -> bytes:
+    data = np.random.default_rng(seed).integers(-100, 100, shape).astype(np.int16)
+    return gzip.compress(bytes(nib.Nifti1Image(data, np.diag([1.0, 1.0, 2.0, 1.0])).to_bytes()), mtime=0)
+
+
+def test_rerun_of_unchanged_delivery_converts_nothing(tmp_path: Path, dask_client) -> None:
+    d = make_delivery(tmp_path)
+    first = run(d, dask_client)
+    before = first.manifest.read_bytes()
+    files = array_files(d.store)
+    second = run(d, dask_client)
+    assert (first.converted, first.unchanged) == (N_DECODED, 0)
+    assert (second.converted, second.unchanged) == (0, N_DECODED)
+    assert second.manifest.read_bytes() == before
+    assert array_files(d.store) == files  # not one chunk rewritten
+    assert second.summary["run"] == {"converted": 0, "unchanged": N_DECODED}
+
+
+def test_changed_added_and_removed_files(tmp_path: Path, dask_client) -> None:
+    d = make_delivery(tmp_path)
+    first = run(d, dask_client)
+    old_rows = rows_without_index(first.manifest)
+    (d.raw / "case_001" / "anatomical.nii").write_bytes(gzip.decompress(nifti_gz(1)))  # changed content
+    (d.raw / "case_003" / "example4d.nii.gz").unlink()  # removed
+    (d.raw / "case_099.nii.gz").write_bytes(nifti_gz(99))  # added (the workbook has its label already)
+    files = array_files(d.store)
+    second = run(d, dask_client)
+    assert second.converted == 2 and second.unchanged == N_DECODED - 2
+    new_rows = rows_without_index(second.manifest)
+    assert "case_003/example4d.nii.gz" not in new_rows and not (d.store / "volumes" / "case3").exists()
+    assert json.loads(new_rows["case_099.nii.gz"])["status"] == "ok"
+    assert json.loads(new_rows["case_001/anatomical.nii"])["shape"] == "1x20x18x12"
+    untouched = set(old_rows) - {"case_001/anatomical.nii", "case_003/example4d.nii.gz"}
+    assert {s: new_rows[s] for s in untouched} == {s: old_rows[s] for s in untouched}  # byte-identical rows
+    still = {k: v for k, v in files.items() if not k.startswith(("volumes/case1/", "volumes/case3/"))}
+    assert {k: array_files(d.store)[k] for k in still} == still
+    assert verify_store(d.store).ok
+    assert sorted(i["array"] for i in _index(d.store)) == sorted(
+        json.loads(r)["array"] for r in new_rows.values() if json.loads(r)["status"] == "ok")
+
+
+def _index(store: Path) -> list[dict[str, object]]:
+    return json.loads((store / "zarr.json").read_bytes())["attributes"]["labzarr"]["items"]
+
+
+def test_settings_change_converts_again(tmp_path: Path, dask_client) -> None:
+    d = make_delivery(tmp_path)
+    run(d, dask_client)
+    d.spec.write_text(d.spec.read_text().replace("level = 5", "level = 3"))
+    again = run(d, dask_client)
+    assert (again.converted, again.unchanged) == (N_DECODED, 0)
+
+
+def test_unfinished_or_tampered_arrays_are_redone_and_leftovers_swept(tmp_path: Path, dask_client) -> None:
+    d = make_delivery(tmp_path)
+    first = run(d, dask_client)
+    meta_path = d.store / "volumes" / "case2" / "zarr.json"
+    meta = json.loads(meta_path.read_bytes())
+    del meta["attributes"]["complete"]  # as if the run died before sealing it
+    meta_path.write_text(json.dumps(meta))
+    staged = d.store / ".labzarr" / "staging" / "volumes~case9.deadbeef"
+    staged.mkdir(parents=True)
+    (staged / "zarr.json").write_text("{}")
+    (d.store / "volumes" / "case5" / "c" / "0" / "0" / "0" / "0.0123.partial").write_bytes(b"half a chunk")
+    again = run(d, dask_client)
+    assert again.converted == 1 and again.unchanged == N_DECODED - 1
+    assert again.manifest.read_bytes() == first.manifest.read_bytes()
+    assert not list(d.store.rglob("*.partial")) and not any((d.store / ".labzarr" / "staging").iterdir())
+    assert verify_store(d.store).ok
+
+
+def test_unicode_normalisation_of_a_name_is_the_same_file(tmp_path: Path, dask_client) -> None:
+    d = make_delivery(tmp_path)
+    nfd = d.raw / "Muse\u0301e" / "case_099.nii.gz"  # a folder named on macOS (NFD)
+    nfd.parent.mkdir()
+    nfd.write_bytes(nifti_gz(99))
+    first = run(d, dask_client)
+    rows = {r["source"]: r for r in read_manifest(first.manifest)}
+    assert rows["Mus\u00e9e/case_099.nii.gz"]["status"] == "ok"  # the manifest speaks NFC
+    nfd.parent.rename(d.raw / "Mus\u00e9e")
+    again = run(d, dask_client)
+    assert again.converted == 0 and again.manifest.read_bytes() == first.manifest.read_bytes()
+
+
+def test_cli_says_nothing_to_convert(tmp_path: Path, dask_client, capsys: pytest.CaptureFixture[str]) -> None:
+    d = make_delivery(tmp_path)
+    run(d, dask_client)
+    assert main(["convert", str(d.spec), "--workers", "1"]) == 0
+    assert f"0 converted, {N_DECODED} unchanged" in capsys.readouterr().out
+
+
+def test_stacks_are_reused_shard_by_shard(tmp_path: Path, dask_client) -> None:
+    raw = tmp_path / "raw"
+    for i in range(1100):  # 16x16 RGB tiles: 1024 to a shard, so two shards (slots 0..1023 and 1024..1099)
+        put(raw, f"tiles/tile_{i:05d}.jpg", jpeg(i))
+    spec = write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr", name="t", labels=False)
+    stack = tmp_path / "s.zarr" / "stacks" / "3x16x16_uint8"
+    first = execute(load_spec(spec, cwd=tmp_path), dask_client)
+    assert (first.converted, first.unchanged) == (1100, 0)
+    shard0 = (stack / "c/0/0/0/0").stat().st_ino
+    meta = (stack / "zarr.json").stat().st_mtime_ns
+    again = execute(load_spec(spec, cwd=tmp_path), dask_client)
+    assert (again.converted, again.unchanged) == (0, 1100)
+    assert (stack / "zarr.json").stat().st_mtime_ns == meta  # the stack was not touched at all
+    last = next(r["source"] for r in read_manifest(first.manifest) if r["slot"] == "1099")
+    put(raw, last, jpeg(5000))  # changed content, same size, in the second shard: only that shard is redone
+    third = execute(load_spec(spec, cwd=tmp_path), dask_client)
+    assert (third.converted, third.unchanged) == (76, 1024)
+    assert (stack / "c/0/0/0/0").stat().st_ino == shard0  # carried over (hard link), not rewritten
+    assert verify_store(tmp_path / "s.zarr").ok
+    view = open_store(tmp_path / "s.zarr")
+    item = next(i for i in view.items if i.source == last)
+    want = np.asarray(Image.open(raw / item.source).convert("RGB")).transpose(2, 0, 1)
+    assert np.abs(view.array(item)[item.slot].astype(int) - want.astype(int)).max() <= 2
+    rows = {r["source"]: r for r in read_manifest(third.manifest)}
+    before = {r["source"]: r for r in read_manifest(again.manifest)}
+    assert {s: r for s, r in rows.items() if s != item.source} == {s: r for s, r in before.items() if s != item.source}
+
+
+# --- planning with recorded outcomes is pure -------------------------------------------------------------
+
+def _spec(tmp_path: Path) -> Spec:
+    d = make_delivery(tmp_path)
+    return load_spec(d.spec, cwd=tmp_path)
+
+
+def _inputs(rel: str, sha: str) -> tuple[list[Candidate], dict[str, Probe]]:
+    entry = FileEntry(rel, Path("/raw") / rel, 10)
+    probe = Probe(rel=rel, size=10, sha256=sha, kind="nifti", text=False, gzipped=False, gzip_error=None, magic=b"")
+    return [Candidate(entry, "case1")], {rel: probe}
+
+
+@pytest.mark.parametrize(("change", "reused"), [
+    pytest.param({}, True, id="same"),
+    pytest.param({"sha256": "f" * 64}, False, id="bytes-changed"),
+    pytest.param({"settings": "other"}, False, id="settings-changed"),
+    pytest.param({"array": "volumes/case1~2"}, False, id="array-renamed"),
+    pytest.param({"item_id": "case2"}, False, id="id-changed"),
+])
+def test_plan_reuses_an_outcome_only_when_nothing_changed(tmp_path: Path, change: dict[str, str],
+                                                          reused: bool) -> None:
+    spec = _spec(tmp_path)
+    candidates, probes = _inputs("case_001.nii", "a" * 64)
+    fields = {"sha256": "a" * 64, "array": "volumes/case1", "item_id": "case1", **change}
+    settings = change.get("settings", "s1")
+    fields.pop("settings", None)
+    row = Row(status="ok", source="case_001.nii", kind="nifti", shape=(1, 2, 3, 4), dtype="int16", **fields)
+    p = plan(spec, candidates, probes, Recorded(volumes={"case_001.nii": Outcome(settings=settings, row=row)}),
+             settings="s1")
+    assert (len(p.unchanged), len(p.tasks)) == ((1, 0) if reused else (0, 1))
+    if reused:
+        assert p.unchanged[0] == row
+
+
+def test_row_records_round_trip() -> None:
+    row = Row(item_id="c1", status="rejected", source="a/b.nii", reason=Reason.TRUNCATED, detail="cut at 60 %",
+              kind="nifti", sha256="ab", shape=(1, 2), spacing=(0.5, 1.25), warnings=("w1",), members=("x", "y"))
+    assert from_record(json.loads(json.dumps(to_record(row)))) == row
+
+
+def test_duplicates_are_decided_before_decoding(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    (c1,), p1 = _inputs("b.nii", "a" * 64)
+    (c2,), p2 = _inputs("a.nii", "a" * 64)
+    p = plan(spec, [c1, c2], {**p1, **p2})
+    assert [t.source for t in p.tasks] == ["a.nii"]
+    assert [(r.source, r.reason) for r in p.rows] == [("b.nii", Reason.DUPLICATE_CONTENT)]

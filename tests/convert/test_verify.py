@@ -1,0 +1,129 @@
+"""`labzarr verify` catches every flipped byte and every missing chunk file, and passes an intact store."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import zarr
+
+from labzarr.convert import execute, load_spec
+from labzarr.convert.cli import main
+from labzarr.convert.demo import write_spec
+from labzarr.convert.verify import verify_store
+
+
+@pytest.fixture
+def store(converted_demo, tmp_path: Path) -> Path:
+    """A private copy of the converted demo store, free to damage."""
+    d, _ = converted_demo
+    return Path(shutil.copytree(d.store, tmp_path / "demo.zarr"))
+
+
+def chunk_files(store: Path) -> list[Path]:
+    return sorted(p for p in (store / "volumes").rglob("*") if p.is_file() and "c" in p.relative_to(store).parts)
+
+
+def test_intact_store_passes(store: Path) -> None:
+    report = verify_store(store)
+    assert report.ok, report.describe()
+    assert report.arrays == len(list((store / "volumes").glob("*/zarr.json")))
+    assert report.chunks == len(chunk_files(store))
+
+
+def test_every_flipped_byte_is_caught(store: Path) -> None:
+    rng = random.Random(8)
+    files = chunk_files(store)
+    assert len(files) >= 30
+    for path in files:
+        blob = bytearray(path.read_bytes())
+        pos = rng.randrange(len(blob))
+        blob[pos] ^= 1 << rng.randrange(8)
+        original = path.read_bytes()
+        path.write_bytes(bytes(blob))
+        report = verify_store(store)
+        array = path.relative_to(store).parts[0] + "/" + path.relative_to(store).parts[1]
+        assert report.damaged() == [array], f"{path} byte {pos}: {report.describe()}"
+        path.write_bytes(original)
+    assert verify_store(store).ok
+
+
+def test_every_missing_chunk_file_is_caught(store: Path) -> None:
+    files = chunk_files(store)
+    for path in files:
+        original = path.read_bytes()
+        path.unlink()
+        report = verify_store(store)
+        array = "/".join(path.relative_to(store).parts[:2])
+        assert report.damaged() == [array], report.describe()
+        assert any("missing" in p.what for p in report.problems)
+        path.write_bytes(original)
+
+
+def test_all_fill_chunks_are_written_and_a_missing_one_is_caught(tmp_path: Path, dask_client) -> None:
+    """A chunk of zeros reads back as zeros when its file is gone: only the file check can see it."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    data = np.zeros((80, 20, 20), np.int16)
+    data[64:] = 7  # x < 64, the first chunk, is all fill value
+    (raw / "case_001.nii").write_bytes(bytes(nib.Nifti1Image(data, np.eye(4)).to_bytes()))
+    spec = write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr", labels=False)
+    execute(load_spec(spec, cwd=tmp_path), dask_client)
+    store, name = tmp_path / "s.zarr", "volumes/case1"
+    assert verify_store(store).ok
+    zero_chunk = store / name / "c" / "0" / "0" / "0" / "0"
+    assert zero_chunk.is_file()  # written although all fill value
+    zero_chunk.unlink()
+    assert not zarr.open_array(store / name, mode="r")[0, :64].any()  # zarr hides the loss
+    report = verify_store(store)
+    assert report.damaged() == [name] and "c/0/0/0/0 missing" in report.problems[0].what
+
+
+def test_index_entry_without_array_and_unsealed_array(store: Path) -> None:
+    shutil.rmtree(store / "volumes" / "case2")
+    meta_path = store / "volumes" / "case3" / "zarr.json"
+    meta = json.loads(meta_path.read_bytes())
+    del meta["attributes"]["complete"]
+    meta_path.write_text(json.dumps(meta))
+    report = verify_store(store)
+    assert report.damaged() == ["volumes/case2", "volumes/case3"]
+    assert "never finished" in report.describe()
+
+
+def test_cli_exit_codes_and_table(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", str(store)]) == 0
+    assert "ok: every chunk present and intact" in capsys.readouterr().out
+    victim = chunk_files(store)[0]
+    blob = bytearray(victim.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    victim.write_bytes(bytes(blob))
+    assert main(["verify", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert "DAMAGED: 1 item(s)" in out and "/".join(victim.relative_to(store).parts[:2]) in out
+    assert main(["verify", str(tmp_path / "nope.zarr")]) == 2
+    assert "hint:" in capsys.readouterr().err
+
+
+def test_stacks_flipped_bytes_and_missing_shards_are_caught(converted_images, tmp_path: Path) -> None:
+    d, _, _ = converted_images
+    store = Path(shutil.copytree(d.store, tmp_path / "images.zarr"))
+    assert verify_store(store).ok
+    shards = sorted(p for p in (store / "stacks").rglob("*") if p.is_file() and p.name != "zarr.json")
+    assert len(shards) >= 4
+    rng = random.Random(5)
+    for path in shards:
+        original = path.read_bytes()
+        blob = bytearray(original)
+        blob[rng.randrange(len(blob))] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(blob))
+        assert verify_store(store).damaged() == ["/".join(path.relative_to(store).parts[:2])], path
+        path.unlink()
+        report = verify_store(store)
+        assert report.damaged() == ["/".join(path.relative_to(store).parts[:2])] and "missing" in report.describe()
+        path.write_bytes(original)
+    assert verify_store(store).ok
