@@ -22,7 +22,7 @@ _EPILOG = """examples:
   labzarr convert manifests/demo/delivery.toml        # -> data/stores/demo.zarr + manifests/demo/manifest.csv
   labzarr report manifests/demo/delivery.toml         # -> data/reports/demo/index.html
   labzarr diff git:HEAD:manifests/demo/manifest.csv manifests/demo/manifest.csv
-  labzarr verify data/stores/demo.zarr           # re-read every chunk, check checksums and hashes
+  labzarr verify data/stores/demo.zarr                # re-read every chunk, check checksums and hashes
   labzarr inspect data/stores/demo.zarr
 
 Run `labzarr COMMAND --help` for each command's options and a worked example.
@@ -49,6 +49,8 @@ _CONVERT_EPILOG = """worked example:
       workbook IDs matching no item: 'case_099' (Annotations v2!A20)
       items without a label: 7 (see manifest.csv)
 
+    17 converted, 0 unchanged
+
     time 4.7 s (start 4.4 s, discover 0.0 s, probe 0.0 s, convert 0.2 s)
     read 0.8 MB in 4.7 s (0.16 MB/s overall), decoded 0.8 MB in 0.2 s (3.34 MB/s)
 
@@ -59,6 +61,9 @@ Writes the store named in the spec, and manifest.csv + summary.json beside the s
 Progress goes to stderr: a bar on a terminal; when stderr is not a terminal (a CI log)
 a line like `labzarr: converting 9/18 items (50%), 583kB/771kB, 2.6MB/s, ETA 00:01`
 every --progress-every seconds; nothing with --quiet (errors only).
+A rerun decodes only new and changed files ("0 converted, 17 unchanged") and resumes an
+interrupted run; one run per store at a time: a second one exits at once (code 2) naming
+the first one's pid, host and start time.
 """
 
 _REPORT_EPILOG = """worked example:
