@@ -29,7 +29,7 @@ from typing import Any
 
 from labzarr.readers import Reason
 
-from .manifest import Row, atomic_write
+from .manifest import ClassCount, RoleSource, Row, atomic_write
 from .spec import Spec
 from .stacks import ShardTask
 from .state import outcomes_path, records_dir
@@ -133,17 +133,25 @@ def from_record(record: Mapping[str, Any]) -> Row:
     """The row `to_record` recorded; raises KeyError/ValueError/TypeError on a record it did not write."""
     known = {f.name for f in dataclasses.fields(Row)}
     values = {k: _tuples(v) for k, v in record.items() if k in known}
+    for name, cls in _NESTED.items():
+        if name in values:
+            values[name] = tuple(cls(**item) for item in values[name])
     if values.get("reason") is not None:
         values["reason"] = Reason(values["reason"])
     return Row(**values)
 
 
 def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return [_jsonable(v) for v in value] if isinstance(value, tuple) else value
 
 
 def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+_NESTED: dict[str, type] = {"roles": RoleSource, "classes": ClassCount}  # Row fields holding records
 
 
 def read_outcomes(store: Path) -> Recorded:

@@ -231,7 +231,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
                   | {s.array for s in the_plan.stacks})
     prune_records(store, keep=_records_in_use(store))
     planar = {r.source for r in decoded if r.slot is not None} | {i.source for s in the_plan.shards for i in s.items}
-    write_outcomes(store, [r for r in decoded if r.source not in planar], settings)
+    write_outcomes(store, [r for r in decoded if r.source not in planar and not r.group], settings)
     _write_array_labels(client, store, rows)
     manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles])
     manifest_sha = hashlib.sha256(manifest).hexdigest()

@@ -15,7 +15,7 @@ from labzarr.convert import RunResult, execute, load_spec, read_manifest
 from labzarr.convert.cli import main
 from labzarr.convert.demo import EXPECTED, write_spec
 from labzarr.convert.discover import Candidate, FileEntry
-from labzarr.convert.manifest import Row
+from labzarr.convert.manifest import ClassCount, RoleSource, Row
 from labzarr.convert.plan import plan
 from labzarr.convert.probe import Probe
 from labzarr.convert.resume import Outcome, Recorded, from_record, to_record
@@ -201,7 +201,9 @@ def test_plan_reuses_an_outcome_only_when_nothing_changed(tmp_path: Path, change
 
 def test_row_records_round_trip() -> None:
     row = Row(item_id="c1", status="rejected", source="a/b.nii", reason=Reason.TRUNCATED, detail="cut at 60 %",
-              kind="nifti", sha256="ab", shape=(1, 2), spacing=(0.5, 1.25), warnings=("w1",), members=("x", "y"))
+              kind="nifti", sha256="ab", shape=(1, 2), spacing=(0.5, 1.25), warnings=("w1",), members=("x", "y"),
+              roles=(RoleSource("image", "a/b.nii", "ab", "volumes/c1/image", "int16"),),
+              classes=(ClassCount(1, 20, 0, 20),), group="volumes/c1")
     assert from_record(json.loads(json.dumps(to_record(row)))) == row
 
 
