@@ -17,7 +17,7 @@ import subprocess
 import sys
 import termios
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -139,6 +139,23 @@ def _no_workbook(d: Delivery) -> str:
                           extra='\n[labels]\nworkbook = "labels.xlsx"\n'))
 
 
+def _locked(d: Delivery) -> str:
+    """The spec of a store that another run (this process, for the test's duration) holds the lock of."""
+    from labzarr.convert.lock import store_lock
+
+    _HELD.enter_context(store_lock(d.store))
+    return str(d.spec)
+
+
+_HELD = contextlib.ExitStack()  # locks taken by _locked, released after each test
+
+
+@pytest.fixture(autouse=True)
+def _release_locks() -> Iterator[None]:
+    yield
+    _HELD.close()
+
+
 # (build argv from a fresh demo delivery, what the error line must say)
 _USAGE = [
     pytest.param(lambda d: [], r"^labzarr: error: the following arguments are required: COMMAND$", id="no-command"),
@@ -162,6 +179,9 @@ _USAGE = [
     pytest.param(lambda d: ["convert", _spec(d, "d", d.spec.read_text().replace("sheet = 3", "sheet = 9"))],
                  r"\[labels\] sheet: labels/annotations.xlsx: sheet 9 is past the end: .* has 4 sheets",
                  id="workbook-sheet-past-end"),
+    pytest.param(lambda d: ["convert", _locked(d)],
+                 rf"demo.zarr: in use by another labzarr run: pid {os.getpid()} on host {socket.gethostname()}, started 20",
+                 id="store-locked"),
     pytest.param(lambda d: ["convert", str(d.spec), "--scheduler", "foo://x"],
                  r"--scheduler foo://x: not a scheduler address", id="scheduler-scheme"),
     pytest.param(lambda d: ["convert", str(d.spec), "--scheduler", "localhost"],
