@@ -20,6 +20,13 @@ from .._chromium import Chromium
 from ..conftest import make_delivery
 
 
+def _png(path: Path) -> Image.Image:
+    """A PNG read into memory, its file closed."""
+    with Image.open(path) as img:
+        img.load()
+        return img.copy()
+
+
 def _copy_converted(converted_demo, root: Path) -> Path:
     """A private copy of the converted demo (spec, manifest, summary, store) that a test may damage."""
     d, _ = converted_demo
@@ -70,7 +77,7 @@ def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> No
     assert "demo: QC report" in text and "notes.txt" in text
     assert f"Items without a label ({len(summary['unlabelled_items'])})" in text
 
-    img = np.asarray(Image.open(shot).convert("L"))
+    img = np.asarray(_png(shot).convert("L"))
     assert img.shape[1] == 1280 and img.shape[0] > 1500  # the whole page, not the viewport
     assert img.std() > 20 and len(np.unique(img)) > 50  # text, tables and thumbnails, not a blank page
 
@@ -107,7 +114,7 @@ def test_report_shows_labels_and_unmatched_workbook_ids(converted_demo, tmp_path
     assert "<tr><td>T</td><td class=\"num\">6</td></tr>" in html and "(empty)" in html
     assert "<li><code>case_099 (Sheet3!A17)</code></li>" in html
     assert "<li><code>case-100&lt;script&gt;alert(1)&lt;/script&gt;</code></li>" in html  # workbook text is escaped
-    chart = Image.open(tmp_path / "r" / "label_1.png")
+    chart = _png(tmp_path / "r" / "label_1.png")
     assert chart.height < 1200  # 40 values: the top 25 and one "other" bar
 
 
@@ -181,11 +188,11 @@ def test_report_draws_2d_images_from_their_stacks(tmp_path: Path) -> None:
     out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
     assert (out.thumbnails, out.failed) == (4, 0)
     for i in range(3):
-        thumb = Image.open(out.index.parent / f"thumbs/{int(rows[f'case_{i:03d}.jpg']['index']):06d}.png")
+        thumb = _png(out.index.parent / f"thumbs/{int(rows[f'case_{i:03d}.jpg']['index']):06d}.png")
         assert thumb.mode == "RGB" and thumb.size == (256, 192)  # downscaled, aspect kept
         r, g, b = thumb.getpixel((128, 96))
         assert r > 180 and g < 60 and b < 60  # the red square, where it was
-    gray = Image.open(out.index.parent / f"thumbs/{int(rows['case_003.png']['index']):06d}.png")
+    gray = _png(out.index.parent / f"thumbs/{int(rows['case_003.png']['index']):06d}.png")
     assert gray.mode == "L" and gray.getpixel((0, 50)) < 10 and gray.getpixel((gray.width - 1, 50)) > 245
 
 
@@ -213,7 +220,7 @@ def test_report_lays_each_mask_over_its_image(converted_seg, tmp_path: Path) -> 
     assert out.thumbnails == len(ok) > 0
     for row in ok:
         assert f"mask classes: {row['classes']}" in html
-        img = np.asarray(Image.open(out.index.parent / f"thumbs/{int(row['index']):06d}.png"))
+        img = np.asarray(_png(out.index.parent / f"thumbs/{int(row['index']):06d}.png"))
         assert img.ndim == 3  # colour: the classes are drawn
         tinted = (img.max(axis=2).astype(int) - img.min(axis=2)) > 40
         assert 0.05 < tinted.mean() < 0.9  # some of the anatomy is labelled, not all of it

@@ -77,7 +77,9 @@ def test_thumbnail_refuses_an_unknown_layout(tmp_path: Path) -> None:
 def test_bar_chart_is_a_stable_png() -> None:
     counts = {"T": 6, "B": 3, "NK": 3}
     one, two = bar_chart(counts, title="cell_type"), bar_chart(dict(reversed(counts.items())), title="cell_type")
-    assert one == two and Image.open(io.BytesIO(one)).format == "PNG"
+    assert one == two
+    with Image.open(io.BytesIO(one)) as img:
+        assert img.format == "PNG"
     assert top_values({str(i): i for i in range(1, 31)}, top=3) == {"30": 30, "29": 29, "28": 28,
                                                                      "other (27 values)": sum(range(1, 28))}
 
