@@ -1,7 +1,8 @@
 """The bad-input corpus, converted as one delivery mixed with good items: nothing crashes, nothing is lost.
 
-Every bad input gets its exact expected outcome, every good item is present and equal to its source,
-and ok + rejected + ignored accounts for every file under raw.
+Every bad input (NIfTI, DICOM, JPEG/PNG/TIFF, generic, paths, bombs) gets its exact expected outcome, every
+good item is present and equal to its source (DICOM: to what dcm2niix writes), and ok + rejected + ignored
+accounts for every file under raw. Unusable label workbooks stop the run before any conversion.
 """
 
 from __future__ import annotations

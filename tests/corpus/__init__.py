@@ -11,13 +11,14 @@ Every entry's bytes are unique, so no entry turns into another's `duplicate_cont
 
 from __future__ import annotations
 
+from .dicom import DICOM, DICOM_GOOD
 from .generic import GENERIC
 from .nifti import NIFTI, NIFTI_GOOD
 from .paths import PATHS, PATHS_GOOD
 from .planar import PLANAR, PLANAR_GOOD
 from .workbook import WORKBOOK
 
-CORPUS = [*NIFTI, *PLANAR, *GENERIC, *PATHS]
-GOOD = [*NIFTI_GOOD, *PLANAR_GOOD, *PATHS_GOOD]
+CORPUS = [*NIFTI, *DICOM, *PLANAR, *GENERIC, *PATHS]
+GOOD = [*NIFTI_GOOD, *DICOM_GOOD, *PLANAR_GOOD, *PATHS_GOOD]
 
 __all__ = ["CORPUS", "GOOD", "WORKBOOK"]
