@@ -28,7 +28,7 @@ import numpy as np
 import psutil
 from distributed import Client, LocalCluster, as_completed
 
-from labzarr.readers import LabelSheet, readers_with
+from labzarr.readers import LabelSheet, Reason, readers_with
 
 from .discover import Candidate, discover, walk
 from .errors import UsageError

@@ -140,12 +140,14 @@ def _wait_gone(pgid: int) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.timeout(900)
 def test_ten_kill_trials(tmp_path: Path, dask_client) -> None:
     log = kill_trials(tmp_path, dask_client, n=10, seed=10)
     assert len(log) == 10
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_fifty_kill_trials(tmp_path: Path, dask_client) -> None:
     log = kill_trials(tmp_path, dask_client, n=50, seed=50)
     assert len(log) == 50

@@ -121,5 +121,6 @@ def test_double_start_of_the_cli(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_twenty_double_starts_of_the_cli(tmp_path: Path) -> None:
     _double_start(tmp_path, rounds=20)

@@ -214,3 +214,16 @@ def test_duplicates_are_decided_before_decoding(tmp_path: Path) -> None:
     p = plan(spec, [c1, c2], {**p1, **p2})
     assert [t.source for t in p.tasks] == ["a.nii"]
     assert [(r.source, r.reason) for r in p.rows] == [("b.nii", Reason.DUPLICATE_CONTENT)]
+
+
+def test_samples_with_the_same_bytes_are_duplicates_after_decoding(tmp_path: Path) -> None:
+    """Samples are grouped after probing, so their duplicates are found among decoded rows; the later one goes."""
+    from labzarr.convert.run import _drop_duplicates
+
+    (tmp_path / "volumes" / "b").mkdir(parents=True)
+    rows = [Row(item_id=i, status="ok", source=f"{i}_img.nii", sha256="a" * 64, group=f"volumes/{i}",
+                array=f"volumes/{i}/image") for i in ("b", "a")]
+    out = _drop_duplicates(rows, tmp_path)
+    assert [(r.item_id, r.status, r.reason) for r in out] == [("a", "ok", None),
+                                                               ("b", "rejected", Reason.DUPLICATE_CONTENT)]
+    assert not (tmp_path / "volumes" / "b").exists()
