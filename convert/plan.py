@@ -23,7 +23,7 @@ from .discover import Candidate
 from .manifest import Row
 from .probe import Probe
 from .series import group_series
-from .samples import SampleTask, group_samples
+from .samples import Part, SampleTask, file_part, group_samples, series_part
 from .resume import KeptShard, Outcome, Recorded
 from .spec import Spec
 from .stacks import ShardTask, Stack, StackEntry, plan_stacks
@@ -89,7 +89,8 @@ class Plan:
                   + (f" [{len(t.members)} files]" if len(t.members) > 1 else "") + f" -> {t.array}"
                   for t in self.tasks]
         lines += [f"  sample   {s.reference.kind:<6} {s.item_id:<16} "
-                  + ", ".join(f"{f.role} {f.source}" for f in s.files) + f" -> {s.group}" for s in self.samples]
+                  + ", ".join(f"{f.role} {f.source}" + (f" [{len(f.members)} files]" if len(f.members) > 1 else "")
+                              for f in s.files) + f" -> {s.group}" for s in self.samples]
         for st in self.stacks:
             lines.append(f"  stack    {st.array}: {st.n} images, {st.per_shard} per shard, {st.n_shards} shards")
         lines += [f"  convert  {i.kind:<6} {i.item_id:<16} {i.source} -> {s.stack.array}[{i.slot}] (shard {s.shard})"
@@ -195,21 +196,32 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
 def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe]) -> Plan:
     """With `[items] roles`: every file of an item joins its sample; see `samples.group_samples`.
 
-    Samples are decoded on every run (not yet reused from earlier runs).
+    DICOM files are grouped into series first (as without roles), so a series is one part of its
+    sample. Samples are decoded on every run (not yet reused from earlier runs).
     """
     rows: list[Row] = []
-    members: list[tuple[Candidate, Row | Probe]] = []
+    parts: list[Part] = []
+    dicom: list[tuple[Candidate, Probe]] = []
     for c in candidates:
         decided = _decide(spec, c, probes.get(c.rel))
-        belongs = c.item_id and (not isinstance(decided, Row) or decided.status == "rejected")
-        if belongs:
-            members.append((c, decided))
+        if isinstance(decided, Probe) and decided.kind == DicomReader.kind:
+            dicom.append((c, decided))  # item IDs are checked per series
+        elif c.item_id and (not isinstance(decided, Row) or decided.status == "rejected"):
+            parts.append(file_part(c, decided))
         else:
             assert isinstance(decided, Row)
             rows.append(decided)
-    ids = sorted({c.item_id or "" for c, _ in members})
+    series, series_rows = group_series(dicom, spec.dicom.rules(), id_pattern=spec.items.id_pattern)
+    for r in series_rows:
+        if r.item_id:
+            parts.append(series_part(r))
+        else:  # no item ID: not part of any sample
+            rows.append(r)
+    parts += [series_part(s, path=str(spec.delivery.raw / s.members[0]), size=sum(probes[m].size for m in s.members))
+              for s in series]
+    ids = sorted({p.item_id for p in parts})
     names = dict(zip(ids, _array_names(ids)))
-    samples, sample_rows = group_samples(spec.items, members, names)
+    samples, sample_rows = group_samples(spec.items, parts, names)
     return Plan(tasks=(), rows=(*rows, *sample_rows), samples=tuple(samples))
 
 

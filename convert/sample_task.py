@@ -1,5 +1,9 @@
 """The per-sample task: image and mask (and any other role) checked against each other, then written side by side.
 
+A member is a file or a DICOM series (decoded from its planned layout, as a
+DICOM item without roles is); either way its reader gives canonical RAS
+geometry, so a series is compared with a NIfTI mask on the same terms.
+
 A sample's arrays share one group `volumes/<name>/` (`image`, `mask`, ...): the
 same canonical RAS orientation (each reader reorients its own file), the same
 chunk shape (planned from the image), and the mask as the smallest integer
@@ -29,6 +33,7 @@ import zarr
 import zarr.storage
 
 from labzarr.readers import READERS, Limits, Reason, Rejected, Slab, VolumeHeader, VolumeSource, open_source, read_head
+from labzarr.readers.dicom import open_series
 
 from .chunks import plan_chunks
 from .manifest import ClassCount, RoleSource, Row
@@ -143,6 +148,8 @@ def _fmt_affine(affine: Sequence[Sequence[float]]) -> str:
 
 
 def _open(f: RoleFile, limits: Limits) -> VolumeSource:
+    if f.stack is not None:  # a DICOM series: laid out when planning, streamed in canonical slabs like a file
+        return open_series(f.stack, limits)
     reader = next(r for r in READERS if r.kind == f.kind)
     path = Path(f.path)
     return open_source(reader, path, limits, read_head(path))

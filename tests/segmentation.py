@@ -94,3 +94,39 @@ def write_seg_delivery(raw: Path) -> dict[str, tuple[str, str]]:
     (raw / "notes.txt").write_text("case 5: mask still with the annotator\n")
     expected["notes.txt"] = ("ignored", "")
     return expected
+
+
+DICOM_SEG_ROLES = ("[items]\nid_pattern = '(?P<id>case_\\d+)'\n"
+                   'roles = { image = "*/ct/*", mask = "*_seg*" }\n[masks]\nclasses = [0, 1]\n')
+
+
+def write_dicom_seg_delivery(raw: Path, work: Path) -> dict[str, tuple[str, str]]:
+    """Real CT series (pydicom's CT5N slices, `case_NNN/ct/`) each paired with a NIfTI mask.
+
+    The matching mask is drawn on dcm2niix's conversion of the series (what an annotator opens in
+    ITK-SNAP), so its affine is dcm2niix's, written as float32; the others move it off the image's grid.
+    Returns each item's expected (status, reason).
+    """
+    from .dicom_data import ct_series, dcm2niix
+
+    expected: dict[str, tuple[str, str]] = {}
+
+    def case(n: int, outcome: tuple[str, str], grid: np.ndarray | None = None) -> None:
+        folder = raw / f"case_{n:03d}"
+        ct_series(folder / "ct", f"case{n}")
+        expected[f"case{n:03d}"] = outcome
+        if grid is None:
+            return
+        (nii,) = dcm2niix(folder / "ct", work / f"case_{n:03d}")
+        img = nib.load(nii)
+        data = np.asanyarray(img.dataobj)
+        mask = (data > np.percentile(data, 80)).astype(np.uint8)
+        save(folder / f"case_{n:03d}_seg.nii.gz", mask, img.affine @ grid)
+
+    case(1, ("ok", ""), np.eye(4))
+    case(2, ("rejected", "geometry_mismatch"), np.diag([1.0, 1.0, 1.2, 1.0]))  # slices 3 mm apart, not 2.5 mm
+    shift = np.eye(4)
+    shift[0, 3] = 2.0  # two voxels along the first axis: same shape and spacing, another place
+    case(3, ("rejected", "geometry_mismatch"), shift)
+    case(4, ("rejected", "missing_role"))  # the series without its mask
+    return expected

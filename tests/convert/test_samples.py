@@ -10,14 +10,16 @@ import numpy as np
 import pytest
 import zarr
 
-from labzarr.convert import UsageError, convert_delivery, load_spec, read_manifest
+from labzarr.convert import UsageError, convert_delivery, execute, load_spec, read_manifest
 from labzarr.convert.discover import discover, walk
 from labzarr.convert.plan import plan
 from labzarr.convert.probe import probe_files
 from labzarr.loaders import open_store
 
 from ..conftest import nib_load, seg_delivery
-from ..segmentation import SEG_MASKS, SEG_ROLES, anatomy, classes_of, save
+from ..dicom_data import canonical as dicom_canonical
+from ..dicom_data import ct_series
+from ..segmentation import DICOM_SEG_ROLES, SEG_MASKS, SEG_ROLES, anatomy, classes_of, save, write_dicom_seg_delivery
 
 
 def canonical(path: Path) -> np.ndarray:
@@ -231,3 +233,78 @@ def test_roles_spec_defaults(tmp_path: Path) -> None:
     assert [r for r, _ in spec.items.roles] == ["image", "mask"] == list(spec.items.required_roles)
     assert spec.masks.classes == (0, 1, 2) and spec.masks.policy == "reject"
     assert spec.masks.tolerance == 1e-3 and spec.masks.locations == 10_000
+
+
+@pytest.fixture(scope="module")
+def converted_dicom_seg(tmp_path_factory: pytest.TempPathFactory, dask_client):
+    """CT series + NIfTI masks (tests/segmentation.py), converted once on the shared cluster."""
+    root = tmp_path_factory.mktemp("dicomseg")
+    d = seg_delivery(root, DICOM_SEG_ROLES)
+    expected = write_dicom_seg_delivery(d.raw, root / "dcm2niix")
+    return d, execute(load_spec(d.spec, cwd=root), dask_client), expected
+
+
+def test_dicom_series_is_one_member_of_its_sample(converted_dicom_seg) -> None:
+    d, result, expected = converted_dicom_seg
+    rows = read_manifest(result.manifest)
+    by_item = {r["item_id"]: r for r in rows}
+    assert len(rows) == len(expected)  # one row per sample, none per slice
+    for item, (status, reason) in expected.items():
+        row = by_item[item]
+        assert (row["status"], row["reason"]) == (status, reason), (item, row["detail"])
+        assert row["kind"] == "dicom" and row["source"] == row["role.image"] == f"case_{item[4:]}/ct/ (series 5)"
+    assert int(by_item["case004"]["n_files"]) == 5 and by_item["case004"]["role.mask"] == ""
+    assert "no file for required role 'mask'" in by_item["case004"]["detail"]
+    on_disk = [p for p in d.raw.rglob("*") if p.is_file()]
+    assert sum(int(r["n_files"]) for r in rows) == len(on_disk) == result.summary["counts"]["files"]
+    assert [int(r["n_files"]) for r in rows if r["role.mask"]] == [6, 6, 6]
+
+
+@pytest.mark.parametrize(("item", "needle"), [
+    pytest.param("case002", ["spacing (0.488281, 0.488281, 3) mm vs image (0.488281, 0.488281, 2.5) mm"],
+                 id="spacing"),
+    pytest.param("case003", ["affine [(0.488281, 0, 0, 63.8992)", "vs image [(0.488281, 0, 0, 64.8758)",
+                            "differs by up to 0.9766 mm"], id="origin"),
+])
+def test_dicom_series_geometry_mismatch_names_both_values(converted_dicom_seg, item: str, needle: list[str]) -> None:
+    _, result, _ = converted_dicom_seg
+    row = next(r for r in read_manifest(result.manifest) if r["item_id"] == item)
+    assert row["detail"].startswith("mask case_")
+    for text in needle:
+        assert text in row["detail"], row["detail"]
+
+
+def test_dicom_series_and_nifti_mask_stored_on_one_grid(converted_dicom_seg) -> None:
+    d, _, _ = converted_dicom_seg
+    view = open_store(d.store)
+    (item,) = view.items
+    assert item.item_id == "case001" and set(item.roles) == {"image", "mask"}
+    image, mask = view.array(item.roles["image"]), view.array(item.roles["mask"])
+    assert image.shape == mask.shape == (1, 16, 16, 5) and image.chunks == mask.chunks and mask.dtype == np.uint8
+    # the series decodes to what dcm2niix writes (canonical), the mask to its own canonical voxels
+    (nii,) = sorted((d.raw.parent.parent / "dcm2niix" / "case_001").glob("*.nii"))
+    want_image, want_affine = dicom_canonical(nii)
+    np.testing.assert_allclose(image[...], want_image, rtol=0, atol=1e-3)
+    np.testing.assert_array_equal(mask[...], canonical(d.raw / "case_001" / "case_001_seg.nii.gz"))
+    np.testing.assert_allclose(mask.attrs["affine"], image.attrs["affine"], atol=1e-3)
+    np.testing.assert_allclose(image.attrs["affine"], want_affine, atol=1e-3)
+    values, counts = np.unique(mask[...], return_counts=True)
+    assert {v: c.voxels for v, c in item.classes.items()} == dict(zip(values.tolist(), counts.tolist()))
+
+
+def test_plan_rejects_a_series_split_between_roles(tmp_path: Path) -> None:
+    tail = ("[items]\nid_pattern = '(?P<id>case_\\d+)'\n"
+            'roles = { image = "*/ct/*", mask = "*/seg/*" }\nrequired_roles = ["image"]\n')
+    d = seg_delivery(tmp_path, tail)
+    slices = ct_series(d.raw / "case_001" / "ct", "case1")
+    (d.raw / "case_001" / "seg").mkdir()
+    for p in slices[3:]:  # two slices of the one series filed under the mask's folder
+        p.rename(d.raw / "case_001" / "seg" / p.name)
+    spec = load_spec(d.spec, cwd=tmp_path)
+    candidates = discover(walk(spec.delivery.raw), spec.items)
+    the_plan = plan(spec, candidates, {p.rel: p for p in probe_files([(c.rel, str(c.entry.path))
+                                                                        for c in candidates])})
+    assert not the_plan.samples
+    (row,) = the_plan.rows
+    assert (row.status, row.reason.value, row.n_files) == ("rejected", "missing_role", 5)
+    assert "its 5 files match different roles (image: 3 files, mask: 2 files)" in row.detail
