@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["SLAB_BYTES", "chunk_grid", "plan_chunks", "slab_bytes"]
+__all__ = ["SLAB_BYTES", "chunk_grid", "plan_chunks", "plan_shards", "slab_bytes"]
 
 # Memory one worker holds for the slab being converted (on-disk + output copies of
 # one chunk-row), before the codec's per-chunk buffers. 128 MiB keeps a 1024 x 1024
@@ -35,6 +35,28 @@ def plan_chunks(shape: Sequence[int], patch: Sequence[int], *, voxel_bytes: int,
     if chunks[stream_axis] > fit:
         chunks[stream_axis] = 1 << (fit.bit_length() - 1)  # the largest power of two that fits
     return tuple(chunks)
+
+
+def plan_shards(shape: Sequence[int], chunks: Sequence[int], shards: Sequence[int] | None, *, voxel_bytes: int,
+                stream_axis: int | None, budget: int = SLAB_BYTES) -> tuple[int, ...] | None:
+    """Shard shape for a (C, *spatial) array of `chunks`, or None (no sharding): the spec's `shards` in whole
+    chunks, no more chunks than an axis has, and along `stream_axis` no thicker than a slab `budget` allows.
+
+    A source streams one shard-row per slab and the writer writes whole shards, so zarr never reads a
+    shard back to patch it (a partial write rewrites the whole shard file).
+    """
+    if shards is None:
+        return None
+    out = [1]
+    for s, c, n in zip(shards, chunks[1:], shape[1:]):
+        per = max(1, int(s) // int(c))
+        out.append(min(per, -(-int(n) // int(c))) * int(c))
+    if stream_axis is not None:
+        plane = voxel_bytes * math.prod(int(n) for i, n in enumerate(shape) if i not in (0, stream_axis))
+        c = int(chunks[stream_axis])
+        fit = max(1, budget // max(1, plane * c))  # whole chunks of the stream axis a slab may hold
+        out[stream_axis] = min(out[stream_axis] // c, fit) * c
+    return tuple(out)
 
 
 def slab_bytes(shape: Sequence[int], chunks: Sequence[int], *, voxel_bytes: int, stream_axis: int | None) -> int:

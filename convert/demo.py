@@ -207,7 +207,7 @@ def write_spec(path: Path, *, raw: Path | str, store: Path | str, name: str = "d
         '[items]\nid_pattern = \'(?P<id>[A-Za-z]+[-_ ]?\\d+)\'\n'
         'id_normalize = ["strip", "casefold", "drop_separators", "strip_leading_zeros"]\n'
         'exclude = ["**/.DS_Store", "**/Thumbs.db"]\n\n'
-        '[store]\nchunks = [64, 64, 64]\ncompressor = "zstd"\nlevel = 5\nchecksum = true\n'
-        + (LABELS_SPEC if labels else "") + extra
+        '[store]\nchunks = [32, 32, 32]\nshards = [256, 256, 128]\ncompressor = "blosc-lz4"\nlevel = 5\n'
+        'checksum = true\n' + (LABELS_SPEC if labels else "") + extra
     )
     return path

@@ -35,7 +35,7 @@ import zarr.storage
 from labzarr.readers import READERS, Limits, Reason, Rejected, Slab, VolumeHeader, VolumeSource, open_source, read_head
 from labzarr.readers.dicom import open_series
 
-from .chunks import plan_chunks
+from .chunks import plan_chunks, plan_shards
 from .manifest import ClassCount, RoleSource, Row
 from .masks import ClassLocator, MaskScan, as_classes
 from .samples import RoleFile, SampleTask
@@ -88,6 +88,8 @@ def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -
             warnings += src.header.warnings
         chunks = plan_chunks(ref.shape, settings.store_spec.chunks, voxel_bytes=ref.voxel_bytes,
                              stream_axis=ref.stream_axis, budget=settings.slab_bytes)
+        shards = plan_shards(ref.shape, chunks, settings.store_spec.shards, voxel_bytes=ref.voxel_bytes,
+                             stream_axis=ref.stream_axis, budget=settings.slab_bytes)
         shutil.rmtree(store / task.group, ignore_errors=True)  # a rerun replaces the whole sample
         group = zarr.create_group(zarr.storage.LocalStore(store), path=task.group,
                                   attributes={"item_id": task.item_id, "kind": "sample",
@@ -97,10 +99,10 @@ def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -
         for f, src in sources:
             with _blame(f):
                 if f.role == MASK_ROLE:
-                    dtype, classes, more = _write_mask(store, task, f, src, chunks, settings, masks)
+                    dtype, classes, more = _write_mask(store, task, f, src, chunks, shards, settings, masks)
                     warnings += more
                 else:
-                    dtype, more = _write_volume(store, task, f, src, chunks, settings)
+                    dtype, more = _write_volume(store, task, f, src, chunks, shards, settings)
                     warnings += more
             roles.append(RoleSource(f.role, f.source, f.sha256, array=f"{task.group}/{f.role}", dtype=dtype))
         group.attrs.update({"classes": {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]}
@@ -156,13 +158,14 @@ def _open(f: RoleFile, limits: Limits) -> VolumeSource:
 
 
 def _write_volume(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
-                  settings: TaskSettings) -> tuple[str, list[str]]:
+                  shards: Sequence[int] | None, settings: TaskSettings) -> tuple[str, list[str]]:
     h = src.header
     finite = FiniteCheck(h, settings.non_finite)
-    writer = VolumeWriter(store, f"{task.group}/{f.role}", h, chunks=chunks, codecs=codecs(settings.store_spec),
+    writer = VolumeWriter(store, f"{task.group}/{f.role}", h, chunks=chunks, shards=shards,
+                          codecs=codecs(settings.store_spec),
                           attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
     try:
-        for slab in src.slabs(chunks):
+        for slab in src.slabs(shards or chunks):  # a slab holds whole shards along the stream axis
             finite.update(slab)
             if not finite.rejecting:
                 writer.write(slab)
@@ -174,17 +177,19 @@ def _write_volume(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource,
 
 
 def _write_mask(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
-                settings: TaskSettings, masks: MasksSpec) -> tuple[str, tuple[ClassCount, ...], list[str]]:
+                shards: Sequence[int] | None, settings: TaskSettings,
+                masks: MasksSpec) -> tuple[str, tuple[ClassCount, ...], list[str]]:
     scan = MaskScan(classes=masks.classes, policy=masks.policy)
-    for slab in src.slabs(chunks):  # pass 1: counts and checks (and the whole stream's validity)
+    for slab in src.slabs(shards or chunks):  # pass 1: counts and checks (and the whole stream's validity)
         scan.update(slab)
     summary = scan.outcome()
     h: VolumeHeader = replace(src.header, dtype=summary.dtype)
     locator = ClassLocator(summary.counts, cap=masks.locations, seed=int(f.sha256[:16], 16))
-    writer = VolumeWriter(store, f"{task.group}/{f.role}", h, chunks=chunks, codecs=codecs(settings.store_spec),
+    writer = VolumeWriter(store, f"{task.group}/{f.role}", h, chunks=chunks, shards=shards,
+                          codecs=codecs(settings.store_spec),
                           attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
     try:
-        for slab in src.slabs(chunks):  # pass 2: the same slabs, as class values in the stored dtype
+        for slab in src.slabs(shards or chunks):  # pass 2: the same slabs, as class values in the stored dtype
             classes = Slab(region=slab.region, data=_as_dtype(slab.data, summary.dtype))
             locator.update(classes)
             writer.write(classes)

@@ -107,8 +107,12 @@ class LabelsSpec:
 
 @dataclass(frozen=True, slots=True)
 class StoreSpec:
-    chunks: tuple[int, int, int] = (64, 64, 64)
-    compressor: Compressor = "zstd"
+    """How volumes are stored; the defaults are what `make bench` measured fastest for random 64³ patch reads
+    (README.md, "Store layout")."""
+
+    chunks: tuple[int, int, int] = (32, 32, 32)
+    shards: tuple[int, int, int] | None = (256, 256, 128)  # default: chunks x (8, 8, 4); None: a file per chunk
+    compressor: Compressor = "blosc-lz4"
     level: int = 5
     checksum: bool = True
 
@@ -377,8 +381,27 @@ def _store(t: _Table) -> StoreSpec:
     t.check("level", level, lambda v: lo <= v <= hi, f"{compressor} levels are {lo}..{hi}",
             f"pick one in range or drop the key (default {default_level})")
     checksum = t.take("checksum", bool, StoreSpec().checksum, what="true or false")
+    shards = _shards(t, chunks)
     t.done()
-    return StoreSpec(chunks=(chunks[0], chunks[1], chunks[2]), compressor=cast(Compressor, compressor), level=level, checksum=checksum)
+    return StoreSpec(chunks=(chunks[0], chunks[1], chunks[2]), shards=shards, compressor=cast(Compressor, compressor),
+                     level=level, checksum=checksum)
+
+
+_CHUNKS_PER_SHARD = (8, 8, 4)  # the default shard: 256 chunks, 16 MiB of int16 at 32³ chunks
+
+
+def _shards(t: _Table, chunks: list[int]) -> tuple[int, int, int] | None:
+    default = [c * m for c, m in zip(chunks, _CHUNKS_PER_SHARD)]
+    value = t.take("shards", (list, bool), default, what="three positive integers, or false")
+    if value is False:
+        return None
+    t.check("shards", value, lambda s: isinstance(s, list) and len(s) == 3 and all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in s),
+        "expected three positive integers, or false for no sharding", "e.g. shards = [256, 256, 128]")
+    t.check("shards", value, lambda s: all(v % c == 0 for v, c in zip(s, chunks)),
+            f"each shard extent must be a multiple of the chunk extent (chunks = {chunks})",
+            f"e.g. shards = {default} (the default for these chunks), or false")
+    return (value[0], value[1], value[2])
 
 
 def _validate(t: _Table) -> ValidateSpec:

@@ -33,7 +33,7 @@ from zarr.abc.codec import BytesBytesCodec
 
 from labzarr.readers import MemorySource, Volume
 
-from .chunks import chunk_grid, plan_chunks
+from .chunks import chunk_grid, plan_chunks, plan_shards
 from .lock import lock_owner
 from .manifest import Row
 from .spec import StoreSpec
@@ -112,7 +112,10 @@ def write_volume(store: Path, name: str, volume: Volume, *, spec: StoreSpec, att
 
     source = MemorySource(volume)
     chunks = plan_chunks(volume.data.shape, spec.chunks, voxel_bytes=volume.data.dtype.itemsize, stream_axis=None)
-    writer = VolumeWriter(store, name, source.header, chunks=chunks, codecs=codecs(spec), attrs=attrs, run_id=run_id)
+    shards = plan_shards(volume.data.shape, chunks, spec.shards, voxel_bytes=volume.data.dtype.itemsize,
+                         stream_axis=None)
+    writer = VolumeWriter(store, name, source.header, chunks=chunks, shards=shards, codecs=codecs(spec), attrs=attrs,
+                          run_id=run_id)
     try:
         for slab in source.slabs(chunks):
             writer.write(slab)

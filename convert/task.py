@@ -22,7 +22,7 @@ from labzarr.readers import (Limits, Reason, Rejected, Volume, VolumeHeader, Vol
                              readers_with)
 from labzarr.readers.dicom import open_series
 
-from .chunks import SLAB_BYTES, plan_chunks
+from .chunks import SLAB_BYTES, plan_chunks, plan_shards
 from .faults import fault_report, report_path
 from .manifest import Row
 from .plan import Task
@@ -70,10 +70,12 @@ def _convert(task: Task, settings: TaskSettings, store: Path) -> Row:
         h = source.header
         chunks = plan_chunks(h.shape, settings.store_spec.chunks, voxel_bytes=h.voxel_bytes,
                              stream_axis=h.stream_axis, budget=settings.slab_bytes)
+        shards = plan_shards(h.shape, chunks, settings.store_spec.shards, voxel_bytes=h.voxel_bytes,
+                             stream_axis=h.stream_axis, budget=settings.slab_bytes)
         finite = FiniteCheck(h, settings.non_finite)
-        writer = VolumeWriter(store, task.array, h, chunks=chunks, codecs=codecs(settings.store_spec),
+        writer = VolumeWriter(store, task.array, h, chunks=chunks, shards=shards, codecs=codecs(settings.store_spec),
                               attrs=attrs_for(task.item_id, task.source, task.sha256, h), run_id=settings.run_id)
-        for slab in source.slabs(chunks):
+        for slab in source.slabs(shards or chunks):  # a slab holds whole shards along the stream axis
             finite.update(slab)
             # A rejected item's voxels are not worth writing, but its stream is read to the end:
             # truncation and corruption keep precedence over non_finite, as when read whole.

@@ -65,8 +65,10 @@ class VolumeWriter:
     """One array being written from slabs; `finish` records the content hash and `complete`."""
 
     def __init__(self, store: Path, name: str, header: VolumeHeader, *, chunks: Sequence[int], codecs: Sequence[Any],
-                 attrs: Mapping[str, Any], run_id: str = "") -> None:
+                 attrs: Mapping[str, Any], run_id: str = "", shards: Sequence[int] | None = None) -> None:
         self.header, self.chunks = header, tuple(int(c) for c in chunks)
+        # What one write covers whole: a shard when sharded (zarr rewrites a shard file on a partial write).
+        self.unit = tuple(int(s) for s in shards) if shards is not None else self.chunks
         self.store, self.name, self.run_id = store, name, run_id
         self.folder = staging_folder(store, name)
         with _store_io(store, f"cannot create {name}"):
@@ -76,6 +78,7 @@ class VolumeWriter:
                 shape=header.shape,
                 dtype=header.dtype,
                 chunks=self.chunks,
+                shards=None if shards is None else self.unit,
                 compressors=tuple(codecs),
                 fill_value=np.zeros((), dtype=header.dtype).item(),
                 dimension_names=AXES[: len(header.shape)] if len(header.shape) == 4 else None,
@@ -88,10 +91,10 @@ class VolumeWriter:
         self._pending: Future[ChunkDigests] | None = None
 
     def write(self, slab: Slab) -> None:
-        """Write one chunk-aligned slab, in blocks of whole chunk-rows along one axis."""
+        """Write one slab aligned to the write unit, in blocks of whole chunk-rows (shard-rows) along one axis."""
         axis = self._block_axis(slab)
         start, stop = slab.region[axis].start, slab.region[axis].stop
-        step = self._rows_per_block(slab, axis) * self.chunks[axis]
+        step = self._rows_per_block(slab, axis) * self.unit[axis]
         for lo in range(start, stop, step):
             hi = min(stop, lo + step)
             sel = [slice(None)] * slab.data.ndim
@@ -132,10 +135,10 @@ class VolumeWriter:
     def _block_axis(self, slab: Slab) -> int:
         """The first spatial axis the slab spans fully (any but the stream axis), else the stream axis."""
         for axis in range(1, slab.data.ndim):
-            if axis != self.header.stream_axis and slab.data.shape[axis] > self.chunks[axis]:
+            if axis != self.header.stream_axis and slab.data.shape[axis] > self.unit[axis]:
                 return axis
         return self.header.stream_axis or 1
 
     def _rows_per_block(self, slab: Slab, axis: int) -> int:
-        row = self.header.dtype.itemsize * slab.data.size // max(1, slab.data.shape[axis]) * self.chunks[axis]
+        row = self.header.dtype.itemsize * slab.data.size // max(1, slab.data.shape[axis]) * self.unit[axis]
         return max(1, _BLOCK_BYTES // max(1, row))

@@ -1,54 +1,81 @@
-"""PatchDataset: random sub-volumes (or 2D patches, or whole images) sliced straight from a labzarr store.
+"""PatchDataset: patches sliced straight from a labzarr store at training and inference time.
 
 Invariant: `ds[i]` is a pure function of `(seed, epoch, i)`; nothing depends on
 global RNG state, worker id or call order. Every role of a sample (`image`,
 `mask`, ...) is sliced at the same region: the roles share one voxel grid
-(conversion rejects a mask that does not lie on its image's grid). Array handles are per process and
-are never pickled, so fork, spawn and forkserver workers all open their own.
+(conversion rejects a mask that does not lie on its image's grid). Array
+handles are per process and are never pickled, so fork, spawn and forkserver
+workers all open their own.
+A sampler can carry the epoch inside the index (`ds[(epoch, i)]`), so workers
+that outlive an epoch (`persistent_workers=True`) still draw that epoch's patches.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 import torch
-import zarr
 from torch.utils.data import Dataset
 
-from .store import IndexItem, open_zarr_store, read_index
+from ._handles import Handles, ReadOptions
+from ._regions import Region, centered_origin, grid_axis, random_origin, region
+from .samplers import StratifiedSampler
+from .store import IndexItem, class_names, read_index
 
-__all__ = ["PatchDataset"]
+__all__ = ["Mode", "PatchDataset", "Sample"]
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["random", "grid"]
+Sample = dict[str, Any]
+Transform = Callable[[Sample], Sample]
 
 
-class PatchDataset(Dataset[dict[str, Any]]):
-    """Random patches of every ok item of a store, `patches_per_item` per item per epoch.
+class PatchDataset(Dataset[Sample]):
+    """Patches of every ok item of a store: random (`patches_per_item` per item per epoch) or a grid of tiles.
 
-    Volumes are (C, X, Y, Z) arrays; 2D images are slots of a stack array
-    (N, C, H, W) and give (C, h, w) patches, or whole images with ``patch_size=None``.
+    Each sample is a dict: ``image`` (a ``(C, *patch)`` tensor in the store's dtype), ``item_id``,
+    ``origin`` (the patch's first voxel in item coordinates; negative where the item is smaller than
+    the patch), ``valid`` (per axis, the ``(start, stop)`` of the patch that holds item voxels; the rest
+    is ``pad_value``) and, when ``label`` is given, ``label`` (the class index into ``ds.classes``).
+    With ``roles``, each role's patch of the same region comes under its role's key instead of ``image``.
 
     Parameters
     ----------
     store:
-        Path of a converted store (folder or ``.zip``).
+        Path of a converted store (folder or zipped store).
     patch_size:
-        Spatial patch shape, e.g. ``(64, 64, 64)`` or ``(256, 256)`` for 2D images; one entry per spatial
-        axis. ``None`` returns whole items (origin all zeros); batching then needs items of one shape.
+        Spatial patch shape, one entry per spatial axis, e.g. ``(64, 64, 64)``; ``None`` reads whole items.
     patches_per_item:
-        Samples drawn from each item per epoch; ``len(ds) = n_items * patches_per_item``.
+        Random mode: samples drawn from each item per epoch; ``len(ds) = n_items * patches_per_item``.
+    label:
+        A label name from the store's index (e.g. ``"cell_type"``); its values become class indices.
     seed:
         With the epoch and the index, fixes every patch origin.
+    mode:
+        ``"random"`` (training) or ``"grid"`` (inference: tiles covering every voxel of every item).
+    overlap:
+        Grid mode: voxels shared by neighbouring tiles, one int or one per axis.
     pad_value:
-        Fills the part of a patch that lies outside a smaller volume (a mask is padded with 0).
+        Fills the part of a patch that lies outside a smaller item (a mask is padded with 0).
+    transform:
+        Called on each sample dict before it is returned.
+    classes:
+        The class names in index order, to pin the mapping across stores (default: the sorted values found).
+    read:
+        The read path (``ReadOptions``: backend, decoded-chunk cache, open handles).
     roles:
         The arrays of each sample to return, each under its role's key, all of the same region:
         ``("image", "mask")`` for a segmentation store (``[items] roles``). Default ``("image",)``.
     foreground:
-        Probability that a patch is centred on a voxel of a foreground class (nnU-Net's
+        Random mode: probability that a patch is centred on a voxel of a foreground class (nnU-Net's
         oversampling): a class present in the item (value != 0) is chosen (uniformly, or by
         ``class_weights``), then one of its locations stored at conversion, the patch centred on it
         with a jitter of up to a quarter patch per axis and clipped to the volume, so that voxel
@@ -61,32 +88,69 @@ class PatchDataset(Dataset[dict[str, Any]]):
     Raises
     ------
     FileNotFoundError, ValueError
-        ``store`` is missing or not a labzarr store; an item lacks a requested role; ``foreground``
-        is set but the store has no class locations (not converted with a ``mask`` role).
+        ``store`` is missing or not a labzarr store; an argument does not fit the store; an item lacks a
+        requested role; ``foreground`` is set but the store has no class locations (no ``mask`` role).
     """
 
-    def __init__(self, store: Path | str, patch_size: Sequence[int] | None, patches_per_item: int = 1,
-                 seed: int = 0, *, pad_value: float = 0, roles: Sequence[str] = ("image",),
-                 foreground: float = 0.0, class_weights: Mapping[int, float] | None = None) -> None:
-        if patches_per_item < 1:
-            raise ValueError(f"patches_per_item = {patches_per_item}; expected >= 1")
-        if patch_size is not None and (not patch_size or any(int(p) < 1 for p in patch_size)):
-            raise ValueError(f"patch_size = {tuple(patch_size)}; expected positive extents, e.g. (64, 64, 64), "
-                             "or None for whole items")
+    def __init__(self, store: Path | str, patch_size: Sequence[int] | None, *, patches_per_item: int = 1,
+                 label: str | None = None, seed: int = 0, mode: Mode = "random", overlap: int | Sequence[int] = 0,
+                 pad_value: float = 0, transform: Transform | None = None, classes: Sequence[str] | None = None,
+                 read: ReadOptions = ReadOptions(), roles: Sequence[str] = ("image",), foreground: float = 0.0,
+                 class_weights: Mapping[int, float] | None = None) -> None:
         self.store = Path(store)
+        self.attrs, self.items = read_index(self.store)
         self.patch_size = None if patch_size is None else tuple(int(p) for p in patch_size)
-        self.patches_per_item = patches_per_item
-        self.seed = seed
-        self.pad_value = pad_value
-        self.epoch = 0
-        if not 0.0 <= foreground <= 1.0:
-            raise ValueError(f"foreground = {foreground}; expected a probability in [0, 1], e.g. 0.33")
+        self.patches_per_item, self.seed, self.mode, self.pad_value = patches_per_item, seed, mode, pad_value
+        self.transform, self.read_options, self.label = transform, read, label
         if isinstance(roles, str) or not roles:
             raise ValueError(f"roles = {roles!r}; expected a sequence of role names, e.g. ('image', 'mask')")
-        self.roles = tuple(roles)
-        self.foreground = float(foreground)
+        self.roles, self.foreground = tuple(roles), float(foreground)
         self.class_weights = None if class_weights is None else {int(k): float(v) for k, v in class_weights.items()}
-        self.attrs, self.items = read_index(self.store)
+        self.epoch = 0
+        self._check_args()
+        self._check_roles()
+        self.overlap = self._overlap(overlap)
+        self.classes: tuple[str, ...] = ()
+        self.targets: tuple[int, ...] = ()  # class index of each item
+        if label is not None:
+            self.classes, self.targets = self.encode(label, classes)
+        self._tiles = self._grid() if mode == "grid" else None
+        # Where each item's tiles end in the dataset's index space (grid mode): a sample finds its item by bisection.
+        self._tile_ends: list[int] = (np.cumsum([int(np.prod([len(a) for a in axes])) for axes in self._tiles]).tolist()
+                                      if self._tiles is not None else [])
+        self._handles: Handles | None = None
+
+    # -- configuration -------------------------------------------------------------------------------------
+
+    def _check_args(self) -> None:
+        where = f"PatchDataset({self.store})"
+        if self.mode not in ("random", "grid"):
+            raise ValueError(f"{where}: mode = {self.mode!r}; expected 'random' or 'grid'")
+        if self.patches_per_item < 1:
+            raise ValueError(f"{where}: patches_per_item = {self.patches_per_item}; expected >= 1")
+        if self.mode == "grid" and self.patches_per_item != 1:
+            raise ValueError(f"{where}: patches_per_item = {self.patches_per_item} with mode='grid'; "
+                             "grid mode yields every tile once, leave patches_per_item at 1")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"{where}: seed = {self.seed!r}; expected an int >= 0")
+        if self.patch_size is None:
+            if self.mode == "grid":
+                raise ValueError(f"{where}: mode='grid' needs a patch_size")
+            return
+        if not self.patch_size or any(p < 1 for p in self.patch_size):
+            raise ValueError(f"{where}: patch_size = {self.patch_size}; expected positive extents, e.g. (64, 64, 64)")
+        for item in self.items:
+            if len(item.shape) - 1 != len(self.patch_size):
+                raise ValueError(f"{where}: item {item.item_id!r} has {len(item.shape) - 1} spatial axes "
+                                 f"(shape {item.shape}), patch_size {self.patch_size} has {len(self.patch_size)}")
+        for item in self.items:
+            if np.array(self.pad_value).astype(item.dtype) != self.pad_value:
+                raise ValueError(f"{where}: pad_value = {self.pad_value!r} does not fit dtype {item.dtype} of "
+                                 f"item {item.item_id!r}")
+
+    def _check_roles(self) -> None:
+        if not 0.0 <= self.foreground <= 1.0:
+            raise ValueError(f"foreground = {self.foreground}; expected a probability in [0, 1], e.g. 0.33")
         for item in self.items:
             for role in self.roles:
                 try:
@@ -96,45 +160,78 @@ class PatchDataset(Dataset[dict[str, Any]]):
             if self.foreground and item.locations is None:
                 raise ValueError(f"{self.store}: item {item.item_id!r} has no class locations; foreground= needs "
                                  "a store converted with [items] roles including a 'mask' role")
-        for item in self.items:
-            if self.patch_size is not None and len(item.shape) - 1 != len(self.patch_size):
-                raise ValueError(f"{self.store}: item {item.item_id!r} has {len(item.shape) - 1} spatial axes, "
-                                 f"patch_size has {len(self.patch_size)}")
-        self._arrays: dict[str, zarr.Array] = {}
-        self._pid = os.getpid()
+
+    def _overlap(self, overlap: int | Sequence[int]) -> tuple[int, ...]:
+        if self.patch_size is None:
+            return ()
+        ov = (overlap,) * len(self.patch_size) if isinstance(overlap, int) else tuple(int(o) for o in overlap)
+        if len(ov) != len(self.patch_size) or any(not 0 <= o < p for o, p in zip(ov, self.patch_size)):
+            raise ValueError(f"PatchDataset({self.store}): overlap = {overlap!r}; expected 0 <= overlap < patch "
+                             f"size {self.patch_size} on every axis")
+        return ov
+
+    def encode(self, label: str, classes: Sequence[str] | None = None) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The class names for `label` and every item's class index; items without that label are refused."""
+        values = [item.labels.get(label, "") for item in self.items]
+        missing = [item.item_id for item, v in zip(self.items, values) if v == ""]
+        if missing:
+            known = sorted({k for item in self.items for k in item.labels})
+            raise ValueError(f"PatchDataset({self.store}): label {label!r} is missing for {len(missing)} item(s) "
+                             f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); labels in the "
+                             f"store: {', '.join(known) or 'none'}")
+        names = tuple(classes) if classes is not None else class_names(values)
+        index = {name: k for k, name in enumerate(names)}
+        if len(index) != len(names):
+            raise ValueError(f"PatchDataset({self.store}): classes = {list(names)} has duplicates")
+        unknown = sorted(set(values) - set(index))
+        if unknown:
+            raise ValueError(f"PatchDataset({self.store}): label {label!r} has values {unknown} that are not in "
+                             f"classes = {list(names)}")
+        return names, tuple(index[v] for v in values)
+
+    def _grid(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        assert self.patch_size is not None
+        return tuple(tuple(grid_axis(n, p, o) for n, p, o in zip(item.shape[1:], self.patch_size, self.overlap))
+                     for item in self.items)
+
+    # -- indexing ------------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
+        if self._tiles is not None:
+            return self._tile_ends[-1] if self._tile_ends else 0
         return len(self.items) * self.patches_per_item
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch; patch origins change with it."""
-        self.epoch = int(epoch)
+        """Select the epoch for plain integer indexes; patch origins change with it."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch = {epoch!r}; expected an int >= 0")
+        self.epoch = epoch
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_arrays"] = {}  # handles hold an event loop and file state: never cross processes
-        return state
+    def locate(self, key: int | tuple[int, int]) -> tuple[int, Region]:
+        """The item (its position in `items`) and patch region of sample `key`, without reading anything.
 
-    def _array(self, name: str) -> zarr.Array:
-        if self._pid != os.getpid():  # a new worker: forget inherited handles
-            self._arrays, self._pid = {}, os.getpid()
-        if name not in self._arrays:
-            arr = zarr.open_array(open_zarr_store(self.store), path=name, mode="r", zarr_format=3)
-            assert isinstance(arr, zarr.Array)
-            self._arrays[name] = arr
-        return self._arrays[name]
-
-    def origin(self, i: int) -> tuple[int, ...]:
-        """The patch origin of sample `i` in this epoch (may be negative only when padding is needed)."""
-        item = self.items[self._check(i) // self.patches_per_item]
+        `key` is an index (in the epoch `set_epoch` chose) or an `(epoch, index)` pair.
+        """
+        epoch, i = self._key(key)
+        if self._tiles is not None:
+            k = bisect_right(self._tile_ends, i)
+            axes = self._tiles[k]
+            local = i - (self._tile_ends[k - 1] if k else 0)
+            pos = np.unravel_index(local, [len(a) for a in axes])
+            assert self.patch_size is not None
+            tile = tuple(int(a[j]) for a, j in zip(axes, pos))
+            return k, region(self.items[k].shape[1:], tile, self.patch_size)
+        k = i // self.patches_per_item
+        spatial = self.items[k].shape[1:]
         if self.patch_size is None:
-            return (0,) * (len(item.shape) - 1)
-        rng = np.random.default_rng([self.seed, self.epoch, i])
-        if self.foreground and rng.random() < self.foreground:
-            centred = self._centred(item, rng, self.patch_size)
-            if centred is not None:
-                return centred
-        return tuple(int(rng.integers(0, max(n - p, 0) + 1)) for n, p in zip(item.shape[1:], self.patch_size))
+            return k, region(spatial, (0,) * len(spatial), spatial)
+        rng = np.random.default_rng([self.seed, epoch, i])  # keyed, never global: the same in every process
+        origin: tuple[int, ...] | None = None
+        if self.foreground and rng.random() < self.foreground:  # no draw at all when foreground is 0
+            origin = self._centred(self.items[k], rng, self.patch_size)
+        if origin is None:
+            origin = random_origin(rng, spatial, self.patch_size)
+        return k, region(spatial, origin, self.patch_size)
 
     def _centred(self, item: IndexItem, rng: np.random.Generator, patch: tuple[int, ...]) -> tuple[int, ...] | None:
         """An origin that puts a stored location of a chosen foreground class near the patch centre."""
@@ -149,36 +246,80 @@ class PatchDataset(Dataset[dict[str, Any]]):
             w = np.array([self.class_weights[v] for v, _ in present])
             _, info = present[int(rng.choice(len(present), p=w / w.sum()))]
         row = int(rng.integers(info.start, info.stop))
-        voxel = np.asarray(self._array(item.locations)[row])
+        voxel = self.handles().read(item.locations, (row, slice(None)))
         origin = []
         for v, p, n in zip(voxel, patch, item.shape[1:]):
             jitter = int(rng.integers(-(p // 4), p // 4 + 1))
-            origin.append(int(np.clip(int(v) - p // 2 + jitter, 0, max(n - p, 0))))
+            origin.append(int(np.clip(int(v) - p // 2 + jitter, 0, n - p)) if n >= p else centered_origin(n, p))
         return tuple(origin)
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        item = self.items[self._check(i) // self.patches_per_item]
-        origin = self.origin(i)
-        out: dict[str, Any] = {}
-        for role in self.roles:
-            pad = 0 if role == "mask" else self.pad_value
-            out[role] = torch.from_numpy(self._read(item, origin, item.role_array(role), pad))
-        return {**out, "item_id": item.item_id, "origin": origin}
+    def origin(self, key: int | tuple[int, int]) -> tuple[int, ...]:
+        """The patch origin of sample `key` (negative only where the item is smaller than the patch)."""
+        return self.locate(key)[1].origin
 
-    def _check(self, i: object) -> int:
+    def item_positions(self) -> npt.NDArray[np.int64]:
+        """For every sample index, the position in `items` of its item (the same in every epoch)."""
+        per_item = ([self.patches_per_item] * len(self.items) if self._tiles is None
+                    else np.diff([0, *self._tile_ends]).tolist())
+        return np.repeat(np.arange(len(self.items), dtype=np.int64), per_item)
+
+    def _key(self, key: object) -> tuple[int, int]:
+        if isinstance(key, tuple) and len(key) == 2:
+            epoch, i = key
+            if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
+                raise IndexError(f"key {key!r}: the epoch must be an int >= 0")
+        else:
+            epoch, i = self.epoch, key
         if isinstance(i, bool) or not isinstance(i, int | np.integer) or not 0 <= int(i) < len(self):
             raise IndexError(f"index {i!r} out of range; valid indexes are 0..{len(self) - 1}")
-        return int(i)
+        return int(epoch), int(i)
 
-    def _read(self, item: IndexItem, origin: tuple[int, ...], array: str, pad_value: float) -> npt.NDArray[Any]:
-        arr = self._array(array)
-        slot = () if item.slot is None else (item.slot,)  # a 2D image is one row of its stack
-        spatial = item.shape[1:]
-        size = spatial if self.patch_size is None else self.patch_size
-        stops = [min(o + p, n) for o, p, n in zip(origin, size, spatial)]
-        region = np.asarray(arr[(*slot, slice(None), *(slice(o, s) for o, s in zip(origin, stops)))])
-        if region.shape[1:] == size:
-            return region
-        out = np.full((region.shape[0], *size), pad_value, dtype=region.dtype)
-        out[(slice(None), *(slice(0, s - o) for o, s in zip(origin, stops)))] = region
+    # -- reading -------------------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_handles"] = None  # handles hold event loops, threads and file state: never cross processes
+        return state
+
+    def handles(self) -> Handles:
+        """This process's open arrays; a new process (fork, spawn, forkserver) opens its own."""
+        if self._handles is None or not self._handles.current():
+            self._handles = Handles(self.store, self.read_options)
+            log.debug("pid %d reads %s through %s", os.getpid(), self.store, self._handles.backend)
+        return self._handles
+
+    def read_region(self, item: IndexItem, reg: Region, role: str = "image") -> npt.NDArray[Any]:
+        """The `(C, *reg.size)` voxels of `item`'s `role` in `reg`, padded where the region leaves the item
+        (with `pad_value`; a mask with 0)."""
+        lead: tuple[int | slice, ...] = (item.slot,) if item.slot is not None else ()
+        data = self.handles().read(item.role_array(role), (*lead, slice(None), *reg.source))
+        if not reg.padded:
+            return data
+        out = np.full((data.shape[0], *reg.size), 0 if role == "mask" else self.pad_value, dtype=data.dtype)
+        out[(slice(None), *reg.valid)] = data
         return out
+
+    def __getitem__(self, key: int | tuple[int, int]) -> Sample:
+        k, reg = self.locate(key)
+        item = self.items[k]
+        sample: Sample = {role: torch.from_numpy(self.read_region(item, reg, role)) for role in self.roles}
+        sample.update({
+            "item_id": item.item_id,
+            "origin": reg.origin,
+            "valid": tuple((v.start, v.stop) for v in reg.valid),
+        })
+        if self.label is not None:
+            sample["label"] = self.targets[k]
+        return self.transform(sample) if self.transform is not None else sample
+
+    def stratified_sampler(self, label: str | None = None, *, replacement: bool = False,
+                           num_samples: int | None = None, num_replicas: int | None = None, rank: int | None = None,
+                           seed: int | None = None) -> StratifiedSampler:
+        """A class-balanced, DDP-aware sampler over this dataset that follows its epoch (see `StratifiedSampler`)."""
+        return StratifiedSampler(self, label, replacement=replacement, num_samples=num_samples,
+                                 num_replicas=num_replicas, rank=rank, seed=seed)
+
+    def __repr__(self) -> str:
+        return (f"PatchDataset({str(self.store)!r}, patch_size={self.patch_size}, mode={self.mode!r}, "
+                f"items={len(self.items)}, len={len(self)}, label={self.label!r}, seed={self.seed}, "
+                f"epoch={self.epoch})")

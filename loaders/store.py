@@ -1,20 +1,23 @@
 """Read-only access to a converted store: its index of ok items, their labels and arrays.
 
-Works on a store folder and on a zipped store (`.zip`, via `zarr.storage.ZipStore`).
-Opening reads only the root's small index; arrays open on demand.
+Works on a store folder and on a zipped store (a zip of the folder's contents, via
+`zarr.storage.ZipStore`). Opening reads only the root's small index; arrays open on demand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import zarr
 import zarr.storage
 
-__all__ = ["ClassInfo", "IndexItem", "StoreView", "open_store", "open_zarr_store"]
+__all__ = ["ClassInfo", "IndexItem", "StoreView", "class_names", "open_store", "open_zarr_store"]
 
 INDEX_KEY = "labzarr"  # the root attr convert.store writes; loaders never import convert
 
@@ -60,10 +63,21 @@ class IndexItem:
 
 
 def open_zarr_store(path: Path) -> zarr.storage.StoreLike:
-    """A read-only zarr store for a folder or a `.zip` file."""
-    if path.is_file() and path.suffix == ".zip":
+    """A read-only zarr store for a folder or a zip file (recognised by content, whatever its name)."""
+    if path.is_file():
+        if not zipfile.is_zipfile(path):
+            raise ValueError(f"{path}: a file but not a zip; a store is a folder or a zip of one")
         return zarr.storage.ZipStore(path, mode="r")
     return zarr.storage.LocalStore(path, read_only=True)
+
+
+def class_names(values: Iterable[str]) -> tuple[str, ...]:
+    """The distinct label values in a stable order: numerically when every value is a number, else by text."""
+    distinct = set(values)
+    try:
+        return tuple(sorted(distinct, key=lambda v: (float(v), v)))
+    except ValueError:
+        return tuple(sorted(distinct))
 
 
 def read_index(path: Path) -> tuple[dict[str, Any], tuple[IndexItem, ...]]:
@@ -71,7 +85,7 @@ def read_index(path: Path) -> tuple[dict[str, Any], tuple[IndexItem, ...]]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such store; run `labzarr convert` first")
     root = zarr.open_group(open_zarr_store(path), mode="r", zarr_format=3)
-    meta = dict(root.attrs.get(INDEX_KEY) or {})
+    meta: dict[str, Any] = dict(root.attrs.get(INDEX_KEY) or {})  # type: ignore[arg-type]  # JSON from the store
     if "items" not in meta:
         raise ValueError(f"{path}: not a labzarr store (root attr {INDEX_KEY!r} missing)")
     items = tuple(
@@ -95,16 +109,39 @@ class StoreView:
     attrs: Mapping[str, Any]
     items: Sequence[IndexItem]
 
-    def array(self, item: IndexItem | str) -> zarr.Array:
+    def array(self, item: IndexItem | str) -> zarr.Array[Any]:
         """Open one item's array (by IndexItem or array path) read-only."""
         name = item.array if isinstance(item, IndexItem) else item
         arr = zarr.open_array(open_zarr_store(self.path), path=name, mode="r", zarr_format=3)
         assert isinstance(arr, zarr.Array)
         return arr
 
+    def read(self, item: IndexItem | str) -> npt.NDArray[Any]:
+        """One item's voxels, `(C, *spatial)` (its own image, for an item of a 2D stack); by IndexItem or item_id."""
+        if isinstance(item, str):
+            item = self.item(item)
+        arr = self.array(item)
+        return np.asarray(arr[item.slot] if item.slot is not None else arr[...])
+
+    def item(self, item_id: str) -> IndexItem:
+        """The item with this ID; KeyError names a few known IDs."""
+        for i in self.items:
+            if i.item_id == item_id:
+                return i
+        raise KeyError(f"{self.path}: no ok item {item_id!r}; items are e.g. "
+                       f"{', '.join(i.item_id for i in self.items[:5])}")
+
     def labels(self, name: str) -> list[str]:
         """The label `name` of every item, in index order ('' where missing)."""
         return [i.labels.get(name, "") for i in self.items]
+
+    def label_names(self) -> tuple[str, ...]:
+        """Every label name some item carries, sorted."""
+        return tuple(sorted({k for i in self.items for k in i.labels}))
+
+    def classes(self, name: str) -> tuple[str, ...]:
+        """The distinct values of label `name` in the order PatchDataset numbers them."""
+        return class_names(v for v in self.labels(name) if v)
 
 
 def open_store(path: Path | str) -> StoreView:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import zarr
 
-from labzarr.convert.chunks import plan_chunks, slab_bytes
+from labzarr.convert.chunks import plan_chunks, plan_shards, slab_bytes
 from labzarr.convert.content import array_content_sha256
 from labzarr.convert.spec import StoreSpec
 from labzarr.convert.store import codecs
@@ -61,3 +61,44 @@ def test_streamed_array_equals_canonical_and_content_hash_recomputes(tmp_path: P
     assert tuple(arr.chunks) == chunks
     assert arr.attrs["content_sha256"] == content == array_content_sha256(arr)
     assert arr.attrs["complete"] == "abc" and arr.attrs["a"] == 1
+
+
+@pytest.mark.parametrize(("shape", "chunks", "axis", "budget", "want"), [
+    pytest.param((1, 512, 512, 300), (1, 32, 32, 32), 3, 128 * MiB, (1, 256, 256, 128), id="ct"),
+    pytest.param((1, 100, 40, 20), (1, 32, 32, 20), 3, 128 * MiB, (1, 128, 64, 20), id="whole-chunks-clipped"),
+    pytest.param((1, 1024, 1024, 1000), (1, 32, 32, 32), 3, 64 * MiB, (1, 256, 256, 32), id="thinned-to-budget"),
+    pytest.param((1, 300, 512, 512), (1, 32, 32, 32), 1, 16 * MiB, (1, 32, 256, 128), id="stream-axis-x"),
+    pytest.param((2, 64, 64, 64), (1, 32, 32, 32), None, 1, (1, 64, 64, 64), id="in-memory-not-thinned"),
+])
+def test_plan_shards(shape, chunks, axis, budget, want) -> None:
+    got = plan_shards(shape, chunks, (256, 256, 128), voxel_bytes=2, stream_axis=axis, budget=budget)
+    assert got == want
+    assert all(s % c == 0 for s, c in zip(got, chunks))  # a shard holds whole chunks
+    if axis is not None and got[axis] > chunks[axis]:
+        assert slab_bytes(shape, got, voxel_bytes=2, stream_axis=axis) <= budget
+    assert plan_shards(shape, chunks, None, voxel_bytes=2, stream_axis=axis) is None
+
+
+@pytest.mark.parametrize("name", ["lps", "sagittal"])
+def test_sharded_stream_equals_canonical_in_few_files(tmp_path: Path, name: str) -> None:
+    rng = np.random.default_rng(4)
+    path = _write(tmp_path, rng.integers(-1000, 1000, (70, 45, 33, 2)).astype(np.int16), AFFINES[name])
+    source = NiftiReader().open(path, Limits(), read_head(path))
+    h = source.header
+    plane = h.voxel_bytes * int(np.prod([n for i, n in enumerate(h.shape) if i not in (0, h.stream_axis)]))
+    budget = 16 * plane  # slabs of 16 planes: shards are thinned along the stream axis
+    chunks = plan_chunks(h.shape, (8, 8, 8), voxel_bytes=h.voxel_bytes, stream_axis=h.stream_axis, budget=budget)
+    shards = plan_shards(h.shape, chunks, (32, 32, 32), voxel_bytes=h.voxel_bytes, stream_axis=h.stream_axis,
+                         budget=budget)
+    assert shards is not None and shards[h.stream_axis] < 32
+    writer = VolumeWriter(tmp_path / "s.zarr", "v", h, chunks=chunks, shards=shards, codecs=codecs(StoreSpec()),
+                          attrs={})
+    for slab in source.slabs(shards):
+        writer.write(slab)
+    content = writer.finish(complete="abc")
+    arr = zarr.open_array(tmp_path / "s.zarr", path="v", mode="r")
+    np.testing.assert_array_equal(arr[...], _canonical(path))
+    assert tuple(arr.chunks) == chunks and tuple(arr.shards) == shards
+    assert arr.attrs["content_sha256"] == content == array_content_sha256(arr)
+    files = [p for p in (tmp_path / "s.zarr" / "v").rglob("*") if p.is_file() and p.name != "zarr.json"]
+    assert len(files) == np.prod([-(-n // s) for n, s in zip(h.shape, shards)])  # one file per shard

@@ -168,7 +168,7 @@ _USAGE = [
     pytest.param(lambda d: ["convert", str(d.spec.parent)], r"is a folder, not a spec file$", id="spec-is-a-folder"),
     pytest.param(lambda d: ["convert", _spec(d, "a", "[delivery\n")], r"delivery.toml: not valid TOML", id="spec-not-toml"),
     pytest.param(lambda d: ["convert", _spec(d, "b", d.spec.read_text().replace("level = 5", "level = 40"))],
-                 r"delivery.toml: \[store\] level = 40: zstd levels are 1..22$", id="spec-bad-value"),
+                 r"delivery.toml: \[store\] level = 40: blosc-lz4 levels are 1..9$", id="spec-bad-value"),
     pytest.param(lambda d: ["convert", _spec(d, "c", f'[delivery]\nname = "x"\nraw = "{d.raw}-gone"\nstore = "s.zarr"\n')],
                  r"\[delivery\] raw = '.*-gone': folder not found$", id="raw-missing"),
     pytest.param(lambda d: ["convert", _no_workbook(d)], r"\[labels\] workbook = '.*labels.xlsx': file not found$",

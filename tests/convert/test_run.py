@@ -81,7 +81,12 @@ def test_store_codecs_and_root_attrs(converted_demo) -> None:
     view = open_store(d.store)
     arr = view.array(view.items[0])
     names = [type(c).__name__ for c in arr.compressors]
-    assert names == ["ZstdCodec", "Crc32cCodec"]
+    assert names == ["BloscCodec", "Crc32cCodec"]
+    shape = view.items[0].shape
+    chunks = [min(32, n) for n in shape[1:]]
+    assert arr.chunks == (1, *chunks)
+    # a shard holds whole chunks: clipped to the volume, rounded up to its chunks
+    assert arr.shards == (1, *(min(s, -(-n // c) * c) for s, c, n in zip((256, 256, 128), chunks, shape[1:])))
     assert view.attrs["delivery"] == "demo"
     assert view.attrs["manifest_sha256"] == result.summary["manifest_sha256"]
     assert view.attrs["spec_sha256"] == result.summary["spec_sha256"]

@@ -26,8 +26,8 @@ def write(tmp: Path, text: str) -> Path:
 def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, GOOD), cwd=tmp_path)
     assert spec.delivery.raw == tmp_path / "raw"
-    assert spec.store.compressor == "zstd" and spec.store.level == 5 and spec.store.checksum
-    assert spec.store.chunks == (64, 64, 64)
+    assert spec.store.compressor == "blosc-lz4" and spec.store.level == 5 and spec.store.checksum
+    assert spec.store.chunks == (32, 32, 32) and spec.store.shards == (256, 256, 128)
     assert spec.items.id_normalize == ("strip", "casefold", "drop_separators")
     assert spec.manifest_dir == tmp_path
 
@@ -42,7 +42,13 @@ def test_dicom_section_sets_the_series_rules(tmp_path: Path) -> None:
 
 
 BAD = [
-    pytest.param(GOOD + "[store]\nlevel = 40\n", r"\[store\] level = 40: zstd levels are 1\.\.22", id="level-range"),
+    pytest.param(GOOD + "[store]\ncompressor = \"zstd\"\nlevel = 40\n", r"\[store\] level = 40: zstd levels are 1\.\.22",
+                 id="level-range"),
+    pytest.param(GOOD + "[store]\nlevel = 10\n", r"\[store\] level = 10: blosc-lz4 levels are 1\.\.9", id="level-default"),
+    pytest.param(GOOD + "[store]\nshards = [100, 256, 128]\n", r"shards = \[100, 256, 128\]: each shard extent must be a "
+                 r"multiple of the chunk extent", id="shards-not-multiple"),
+    pytest.param(GOOD + "[store]\nshards = true\n", r"shards = True: expected three positive integers, or false",
+                 id="shards-true"),
     pytest.param(GOOD + "[store]\ncompressor = \"lzma\"\n", r"compressor = 'lzma': allowed: zstd", id="compressor"),
     pytest.param(GOOD + "[store]\nchunks = [64, 64]\n", r"chunks = \[64, 64\]: expected three", id="chunks"),
     pytest.param(GOOD + "[store]\nchecksum = \"yes\"\n", r"checksum = 'yes': expected true or false", id="type"),
@@ -87,13 +93,18 @@ def test_bad_spec_is_one_clear_error(tmp_path: Path, text: str, match: str) -> N
 def test_cli_bad_spec_prints_one_line_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    spec = write(tmp_path, GOOD + "[store]\nlevel = 40\n")
+    spec = write(tmp_path, GOOD + "[store]\ncompressor = \"zstd\"\nlevel = 40\n")
     assert main(["convert", str(spec), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("labzarr: error: ") and lines[1].startswith("  hint: ")
     assert "zstd levels are 1..22" in lines[0]
+
+
+def test_shards_false_turns_sharding_off(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, GOOD + "[store]\nchunks = [64, 64, 64]\nshards = false\n"), cwd=tmp_path)
+    assert spec.store.shards is None and spec.store.chunks == (64, 64, 64)
 
 
 def test_cli_missing_spec_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,18 +37,38 @@ def test_whole_images_with_patch_size_none(converted_images) -> None:
         np.testing.assert_array_equal(s["image"].numpy(), view.array(item)[item.slot])
 
 
-def test_patch_larger_than_image_is_padded(converted_images) -> None:
+def test_patch_larger_than_image_is_centred_and_padded(converted_images) -> None:
     d, _, _ = converted_images
+    view = open_store(d.store)
     ds = PatchDataset(d.store, patch_size=(36, 48), pad_value=7)
     i = next(k for k, item in enumerate(ds.items) if item.shape == (3, 32, 40))
-    image = ds[i]["image"].numpy()
-    assert ds[i]["origin"] == (0, 0) and image.shape == (3, 36, 48)
-    assert (image[:, 32:, :] == 7).all() and (image[:, :, 40:] == 7).all()
+    s = ds[i]
+    image = s["image"].numpy()
+    assert s["origin"] == (-2, -4) and s["valid"] == ((2, 34), (4, 44)) and image.shape == (3, 36, 48)
+    np.testing.assert_array_equal(image[:, 2:34, 4:44], view.read(ds.items[i]))
+    inside = np.zeros((36, 48), bool)
+    inside[2:34, 4:44] = True
+    assert (image[:, ~inside] == 7).all()
+
+
+def test_grid_tiles_cover_every_pixel_of_every_image(converted_images) -> None:
+    d, _, _ = converted_images
+    view = open_store(d.store)
+    ds = PatchDataset(d.store, patch_size=(32, 32), mode="grid", overlap=8)
+    cover = {item.item_id: np.zeros(item.shape[1:], np.int32) for item in ds.items}
+    for i in range(len(ds)):
+        s = ds[i]
+        (y0, y1), (x0, x1) = s["valid"]
+        oy, ox = s["origin"]
+        src = view.read(s["item_id"])
+        np.testing.assert_array_equal(s["image"].numpy()[:, y0:y1, x0:x1], src[:, oy + y0:oy + y1, ox + x0:ox + x1])
+        cover[s["item_id"]][oy + y0:oy + y1, ox + x0:ox + x1] += 1
+    assert all((c >= 1).all() for c in cover.values())
 
 
 def test_3d_patch_on_2d_items_is_refused(converted_images) -> None:
     d, _, _ = converted_images
-    with pytest.raises(ValueError, match="has 2 spatial axes, patch_size has 3"):
+    with pytest.raises(ValueError, match=r"has 2 spatial axes \(shape \(3, 32, 40\)\), patch_size \(8, 8, 8\) has 3"):
         PatchDataset(d.store, patch_size=(8, 8, 8))
 
 
