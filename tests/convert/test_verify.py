@@ -29,11 +29,17 @@ def chunk_files(store: Path) -> list[Path]:
     return sorted(p for p in (store / "volumes").rglob("*") if p.is_file() and "c" in p.relative_to(store).parts)
 
 
+def inner_chunks(store: Path) -> int:
+    """Chunks of every volume array (several per shard file)."""
+    arrays = [zarr.open_array(meta.parent, mode="r") for meta in (store / "volumes").glob("*/zarr.json")]
+    return sum(int(np.prod([-(-n // c) for n, c in zip(a.shape, a.chunks)])) for a in arrays)
+
+
 def test_intact_store_passes(store: Path) -> None:
     report = verify_store(store)
     assert report.ok, report.describe()
     assert report.arrays == len(list((store / "volumes").glob("*/zarr.json")))
-    assert report.chunks == len(chunk_files(store))
+    assert report.chunks == inner_chunks(store) > len(chunk_files(store))  # volumes are sharded
 
 
 def test_every_flipped_byte_is_caught(store: Path) -> None:
@@ -66,11 +72,11 @@ def test_every_missing_chunk_file_is_caught(store: Path) -> None:
 
 
 def test_all_fill_chunks_are_written_and_a_missing_one_is_caught(tmp_path: Path, dask_client) -> None:
-    """A chunk of zeros reads back as zeros when its file is gone: only the file check can see it."""
+    """A shard of zeros reads back as zeros when its file is gone: only the file check can see it."""
     raw = tmp_path / "raw"
     raw.mkdir()
-    data = np.zeros((80, 20, 20), np.int16)
-    data[64:] = 7  # x < 64, the first chunk, is all fill value
+    data = np.zeros((300, 20, 20), np.int16)
+    data[256:] = 7  # x < 256, the first shard (8 chunks of 32), is all fill value
     (raw / "case_001.nii").write_bytes(bytes(nib.Nifti1Image(data, np.eye(4)).to_bytes()))
     spec = write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr", labels=False)
     execute(load_spec(spec, cwd=tmp_path), dask_client)
@@ -79,7 +85,7 @@ def test_all_fill_chunks_are_written_and_a_missing_one_is_caught(tmp_path: Path,
     zero_chunk = store / name / "c" / "0" / "0" / "0" / "0"
     assert zero_chunk.is_file()  # written although all fill value
     zero_chunk.unlink()
-    assert not zarr.open_array(store / name, mode="r")[0, :64].any()  # zarr hides the loss
+    assert not zarr.open_array(store / name, mode="r")[0, :256].any()  # zarr hides the loss
     report = verify_store(store)
     assert report.damaged() == [name] and "c/0/0/0/0 missing" in report.problems[0].what
 
