@@ -108,7 +108,7 @@ class LabelsSpec:
 @dataclass(frozen=True, slots=True)
 class StoreSpec:
     """How volumes are stored; the defaults are what `make bench` measured fastest for random 64³ patch reads
-    (README.md, "Store layout")."""
+    (README.md, Training: "Why these defaults")."""
 
     chunks: tuple[int, int, int] = (32, 32, 32)
     shards: tuple[int, int, int] | None = (256, 256, 128)  # default: chunks x (8, 8, 4); None: a file per chunk

@@ -16,6 +16,7 @@ import logging
 import multiprocessing
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -51,18 +52,19 @@ class ReadOptions:
     rarely revisit a chunk, and the cache held several times its nominal size (bench/loaders.py); it
     helps overlapping grid tiles a little.
     `max_open`: array handles kept open per process (least recently used closed first).
-    `threads`: tensorstore decode threads per process; 1 suits DataLoader workers that already run in parallel.
+    `threads`: tensorstore decode threads per process; default one in a DataLoader worker (the workers
+    already run in parallel), else one per CPU core up to 4 (`num_workers=0`: the main process decodes).
     """
 
     backend: Backend = "auto"
     cache_bytes: int = 0
     max_open: int = 64
-    threads: int = 1
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in _BACKENDS:
             raise ValueError(f"backend = {self.backend!r}; expected one of {', '.join(map(repr, _BACKENDS))}")
-        if self.cache_bytes < 0 or self.max_open < 1 or self.threads < 1:
+        if self.cache_bytes < 0 or self.max_open < 1 or (self.threads is not None and self.threads < 1):
             raise ValueError(f"ReadOptions(cache_bytes={self.cache_bytes}, max_open={self.max_open}, "
                              f"threads={self.threads}): expected cache_bytes >= 0, max_open >= 1, threads >= 1")
 
@@ -87,6 +89,10 @@ class ReadOptions:
         # Not get_start_method() without allow_none: asking that way would fix the start method for good.
         method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
         return "zarr" if method == "fork" else "tensorstore"
+
+
+def _default_threads() -> int:
+    return 1 if get_worker_info() is not None else max(1, min(4, os.cpu_count() or 1))
 
 
 # The pid of the process in which this module first started tensorstore, or None. A fact about the process
@@ -125,10 +131,16 @@ class Handles:
 
     def read(self, name: str, selection: Selection) -> npt.NDArray[Any]:
         """The voxels at `selection` of array `name`, as a new numpy array."""
-        arr = self._array(name)
+        return self.read_many([(name, selection)])[0]
+
+    def read_many(self, requests: Sequence[tuple[str, Selection]]) -> list[npt.NDArray[Any]]:
+        """Several reads at once: tensorstore overlaps their file reads and decoding (a batch is ~1.4x faster
+        than one read after another, bench/loaders.py); zarr-python reads them in turn."""
+        arrays = [self._array(name) for name, _ in requests]
         if self._backend == "tensorstore":
-            return np.asarray(arr[selection].read().result())
-        return np.asarray(arr[selection])
+            futures = [arr[selection].read() for arr, (_, selection) in zip(arrays, requests)]
+            return [np.asarray(f.result()) for f in futures]
+        return [np.asarray(arr[selection]) for arr, (_, selection) in zip(arrays, requests)]
 
     def _array(self, name: str) -> Any:
         if name in self._open:
@@ -152,7 +164,7 @@ class Handles:
             _starting_tensorstore()
             self._context = ts.Context({
                 "cache_pool": {"total_bytes_limit": self.options.cache_bytes},
-                "data_copy_concurrency": {"limit": self.options.threads},
+                "data_copy_concurrency": {"limit": self.options.threads or _default_threads()},
             })
         if self.store.is_file():
             kvstore: dict[str, Any] = {"driver": "zip", "base": {"driver": "file", "path": str(self.store.resolve())},

@@ -291,26 +291,40 @@ class PatchDataset(Dataset[Sample]):
     def read_region(self, item: IndexItem, reg: Region, role: str = "image") -> npt.NDArray[Any]:
         """The `(C, *reg.size)` voxels of `item`'s `role` in `reg`, padded where the region leaves the item
         (with `pad_value`; a mask with 0)."""
-        lead: tuple[int | slice, ...] = (item.slot,) if item.slot is not None else ()
-        data = self.handles().read(item.role_array(role), (*lead, slice(None), *reg.source))
-        if not reg.padded:
-            return data
-        out = np.full((data.shape[0], *reg.size), 0 if role == "mask" else self.pad_value, dtype=data.dtype)
-        out[(slice(None), *reg.valid)] = data
+        return self._read_regions([(item, reg, role)])[0]
+
+    def _read_regions(self, requests: Sequence[tuple[IndexItem, Region, str]]) -> list[npt.NDArray[Any]]:
+        reads = []
+        for item, reg, role in requests:
+            lead: tuple[int | slice, ...] = (item.slot,) if item.slot is not None else ()
+            reads.append((item.role_array(role), (*lead, slice(None), *reg.source)))
+        out = []
+        for (item, reg, role), data in zip(requests, self.handles().read_many(reads)):
+            if reg.padded:
+                full = np.full((data.shape[0], *reg.size), 0 if role == "mask" else self.pad_value, dtype=data.dtype)
+                full[(slice(None), *reg.valid)] = data
+                data = full
+            out.append(data)
         return out
 
     def __getitem__(self, key: int | tuple[int, int]) -> Sample:
-        k, reg = self.locate(key)
-        item = self.items[k]
-        sample: Sample = {role: torch.from_numpy(self.read_region(item, reg, role)) for role in self.roles}
-        sample.update({
-            "item_id": item.item_id,
-            "origin": reg.origin,
-            "valid": tuple((v.start, v.stop) for v in reg.valid),
-        })
-        if self.label is not None:
-            sample["label"] = self.targets[k]
-        return self.transform(sample) if self.transform is not None else sample
+        return self.__getitems__([key])[0]
+
+    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[Sample]:
+        """Samples for a batch of keys, read together (the DataLoader calls this with each batch's keys)."""
+        located = [self.locate(key) for key in keys]
+        requests = [(self.items[k], reg, role) for k, reg in located for role in self.roles]
+        data = iter(self._read_regions(requests))
+        samples = []
+        for k, reg in located:
+            item = self.items[k]
+            sample: Sample = {role: torch.from_numpy(next(data)) for role in self.roles}
+            sample.update({"item_id": item.item_id, "origin": reg.origin,
+                           "valid": tuple((v.start, v.stop) for v in reg.valid)})
+            if self.label is not None:
+                sample["label"] = self.targets[k]
+            samples.append(self.transform(sample) if self.transform is not None else sample)
+        return samples
 
     def stratified_sampler(self, label: str | None = None, *, replacement: bool = False,
                            num_samples: int | None = None, num_replicas: int | None = None, rank: int | None = None,

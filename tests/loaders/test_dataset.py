@@ -49,6 +49,18 @@ def test_small_item_is_centred_in_its_patch(labeled_store: Path) -> None:
     assert o[2] == -2 and ds[k]["valid"][2] == (2, 5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_batch_read_together_equals_the_samples_read_one_by_one(labeled_store: Path, backend: str) -> None:
+    ds = PatchDataset(labeled_store, (24, 24, 24), patches_per_item=2, seed=4, label="cell_type",
+                      read=ReadOptions(backend=backend))
+    keys = [3, (2, 5), 0, 17, 3]
+    together = ds.__getitems__(keys)  # what the DataLoader calls with each batch's keys
+    for key, s in zip(keys, together):
+        one = ds[key]
+        assert s.keys() == one.keys() and s["origin"] == one["origin"] and s["label"] == one["label"]
+        assert torch.equal(s["image"], one["image"])
+
+
 def test_same_seed_and_epoch_same_samples_in_any_order(labeled_store: Path) -> None:
     a = PatchDataset(labeled_store, (8, 8, 8), patches_per_item=2, seed=5, read=ReadOptions(backend="zarr"))
     b = PatchDataset(labeled_store, (8, 8, 8), patches_per_item=2, seed=5, read=ReadOptions(backend="tensorstore"))
