@@ -125,7 +125,8 @@ class MaskScan:
             assert self._first is not None
             value, where = self._first
             detail = (f"{self.non_integer:,} of {self.voxels:,} mask voxels are not integers "
-                      f"(first {value:g} at (c,x,y,z) = {where}); expected integer class values")
+                      f"(first {value:g} at {'(c,x,y,z)' if len(where) == 4 else '(c,y,x)'} = {where}); "
+                      "expected integer class values")
             if self._policy == "reject":
                 raise Rejected(Reason.CORRUPT_DATA, detail + ' ([masks] policy = "reject")')
             warnings.append(f"mask values: {detail}; rounded to the nearest integer ([masks] policy = \"warn\")")
@@ -145,7 +146,8 @@ class MaskScan:
 class ClassLocator:
     """Second pass: keeps the voxels of each class whose rank (in slab/piece/C order) was drawn up front."""
 
-    def __init__(self, counts: Sequence[tuple[int, int]], *, cap: int, seed: int) -> None:
+    def __init__(self, counts: Sequence[tuple[int, int]], *, cap: int, seed: int, axes: int = 3) -> None:
+        self._axes = axes  # spatial axes: a location's columns (3 for a volume, 2 for a 2D image)
         self._chosen: dict[int, npt.NDArray[np.int64]] = {}
         for i, (value, n) in enumerate(counts):
             rng = np.random.default_rng([seed, i])
@@ -174,15 +176,15 @@ class ClassLocator:
                 self._found[value].append(coords[:, 1:])
 
     def locations(self) -> tuple[npt.NDArray[np.int32], list[tuple[int, int, int, int]]]:
-        """All kept locations (N, 3) int32 grouped by class ascending, each class sorted; and per class
+        """All kept locations (N, axes) int32 grouped by class ascending, each class sorted; and per class
         (value, voxels, start, stop) rows into that array."""
         blocks, ranges, at = [], [], 0
         for value in sorted(self._chosen):
             found = self._found[value]
-            block = np.concatenate(found) if found else np.empty((0, 3), dtype=np.int64)
+            block = np.concatenate(found) if found else np.empty((0, self._axes), dtype=np.int64)
             block = block[np.lexsort(block.T[::-1])] if len(block) else block
             blocks.append(block.astype(np.int32))
             ranges.append((value, int(self._seen[value]), at, at + len(block)))
             at += len(block)
-        out = np.concatenate(blocks) if blocks else np.empty((0, 3), dtype=np.int32)
+        out = np.concatenate(blocks) if blocks else np.empty((0, self._axes), dtype=np.int32)
         return out, ranges

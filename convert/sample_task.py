@@ -32,7 +32,8 @@ import numpy as np
 import zarr
 import zarr.storage
 
-from labzarr.readers import READERS, Limits, Reason, Rejected, Slab, VolumeHeader, VolumeSource, open_source, read_head
+from labzarr.readers import (READERS, LabelMapReader, Limits, MemorySource, Reason, Rejected, Slab, VolumeHeader,
+                             VolumeSource, open_source, read_head)
 from labzarr.readers.dicom import open_series
 
 from .chunks import plan_chunks, plan_shards
@@ -49,7 +50,7 @@ __all__ = ["LOCATIONS", "convert_sample", "geometry_problem", "sample_complete"]
 
 log = logging.getLogger(__name__)
 
-LOCATIONS = "locations"  # the mask's class locations, (N, 3) int32 canonical (x, y, z), beside the role arrays
+LOCATIONS = "locations"  # the mask's class locations, (N, 3) int32 canonical (x, y, z) ((N, 2) (y, x) in 2D)
 _LOCATION_ROWS = 4096  # rows per chunk: a Dataset reads one location per foreground patch, so keep chunks small
 
 
@@ -86,10 +87,14 @@ def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -
                 warnings.append(f"{f.role} stored {src.header.orientation}, image {ref.orientation}; "
                                 "both reoriented to RAS")
             warnings += src.header.warnings
-        chunks = plan_chunks(ref.shape, settings.store_spec.chunks, voxel_bytes=ref.voxel_bytes,
-                             stream_axis=ref.stream_axis, budget=settings.slab_bytes)
-        shards = plan_shards(ref.shape, chunks, settings.store_spec.shards, voxel_bytes=ref.voxel_bytes,
-                             stream_axis=ref.stream_axis, budget=settings.slab_bytes)
+        if len(ref.shape) == 3:  # a 2D image: one chunk per channel plane, as in the stacks of 2D images; no shards
+            chunks: tuple[int, ...] = (1, *ref.shape[1:])
+            shards = None
+        else:
+            chunks = plan_chunks(ref.shape, settings.store_spec.chunks, voxel_bytes=ref.voxel_bytes,
+                                 stream_axis=ref.stream_axis, budget=settings.slab_bytes)
+            shards = plan_shards(ref.shape, chunks, settings.store_spec.shards, voxel_bytes=ref.voxel_bytes,
+                                 stream_axis=ref.stream_axis, budget=settings.slab_bytes)
         shutil.rmtree(store / task.group, ignore_errors=True)  # a rerun replaces the whole sample
         group = zarr.create_group(zarr.storage.LocalStore(store), path=task.group,
                                   attributes={"item_id": task.item_id, "kind": "sample",
@@ -124,12 +129,20 @@ def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -
 
 
 def geometry_problem(role: str, h: VolumeHeader, ref: VolumeHeader, tolerance: float) -> str | None:
-    """Why `h` (canonical) does not lie on `ref`'s voxel grid, with both values; None when it does."""
-    if tuple(h.shape[1:]) != tuple(ref.shape[1:]):
-        return (f"shape (x,y,z) {'x'.join(map(str, h.shape[1:]))} vs image {'x'.join(map(str, ref.shape[1:]))} "
-                "(both in canonical RAS order); expected equal")
+    """Why `h` (canonical) does not lie on `ref`'s voxel grid, with both values; None when it does.
+
+    2D images (C, H, W) are compared by height and width, and by spacing and affine only where
+    both have them: PNG, JPEG and TIFF carry no physical frame (a DICOM radiograph does).
+    """
+    axes, order = ("(h,w)", "") if len(ref.shape) == 3 else ("(x,y,z)", " (both in canonical RAS order)")
+    if len(h.shape) != len(ref.shape) or tuple(h.shape[1:]) != tuple(ref.shape[1:]):
+        return (f"shape {axes} {'x'.join(map(str, h.shape[1:]))} vs image {'x'.join(map(str, ref.shape[1:]))}"
+                f"{order}; expected equal")
     if role == MASK_ROLE and h.shape[0] != 1:
-        return f"{h.shape[0]} channels; a mask has 1"
+        return (f"{h.shape[0]} channels; a mask has 1 (a colour-coded label map needs its colours mapped to class "
+                "values first; a palette image's indices are read as classes)")
+    if not (h.spacing and ref.spacing):
+        return None
     spacing = np.abs(np.subtract(h.spacing, ref.spacing))
     if spacing.max(initial=0.0) > tolerance:
         return (f"spacing {_fmt(h.spacing)} mm vs image {_fmt(ref.spacing)} mm; "
@@ -154,6 +167,8 @@ def _open(f: RoleFile, limits: Limits) -> VolumeSource:
         return open_series(f.stack, limits)
     reader = next(r for r in READERS if r.kind == f.kind)
     path = Path(f.path)
+    if f.role == MASK_ROLE and isinstance(reader, LabelMapReader):  # a palette PNG mask: its indices are the classes
+        return MemorySource(reader.read_labels(path, limits, read_head(path)))
     return open_source(reader, path, limits, read_head(path))
 
 
@@ -184,7 +199,7 @@ def _write_mask(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, c
         scan.update(slab)
     summary = scan.outcome()
     h: VolumeHeader = replace(src.header, dtype=summary.dtype)
-    locator = ClassLocator(summary.counts, cap=masks.locations, seed=int(f.sha256[:16], 16))
+    locator = ClassLocator(summary.counts, cap=masks.locations, seed=int(f.sha256[:16], 16), axes=len(h.shape) - 1)
     writer = VolumeWriter(store, f"{task.group}/{f.role}", h, chunks=chunks, shards=shards,
                           codecs=codecs(settings.store_spec),
                           attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
@@ -199,7 +214,7 @@ def _write_mask(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, c
     located, ranges = locator.locations()
     zarr.create_array(zarr.storage.LocalStore(store), name=f"{task.group}/{LOCATIONS}", data=located,
                       chunks=(max(1, min(len(located), _LOCATION_ROWS)), 3), compressors=codecs(settings.store_spec),
-                      attributes={"axes": ["x", "y", "z"], "role": f.role}, overwrite=True)
+                      attributes={"axes": ["x", "y", "z"] if len(h.shape) == 4 else ["y", "x"], "role": f.role}, overwrite=True)
     counts = tuple(ClassCount(value=v, voxels=n, start=a, stop=b) for v, n, a, b in ranges)
     return str(summary.dtype), counts, list(summary.warnings)
 

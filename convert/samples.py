@@ -232,9 +232,18 @@ def _problem(items: ItemsSpec, item_id: str, members: Sequence[_Roled]) -> tuple
             what = "files" if all(len(p.files) == 1 for p in parts) else "members"
             return Reason.MISSING_ROLE, (f"role {role!r} of item {item_id!r} is ambiguous: {len(parts)} {what} "
                                          f"({', '.join(p.source for p in parts)}); expected exactly one")
-    for x in members:
-        d = x.part.decided
-        if (isinstance(d, Probe) and d.plane is not None) or (isinstance(d, SeriesItem) and d.stack.layout != "volume"):
-            return Reason.UNSUPPORTED_FORMAT, (f"{x.role} {x.part.source}: a 2D {x.part.kind} image; samples with "
-                                               "[items] roles pair volumes (NIfTI files, DICOM series)")
+    flat = {x.role: _is_2d(x.part) for x in members}
+    if len(set(flat.values())) > 1:
+        ref = members[0]
+        other = next(x for x in members if flat[x.role] != flat[ref.role])
+        what = {True: "a 2D image", False: "a volume"}
+        return Reason.UNSUPPORTED_FORMAT, (f"{ref.role} {ref.part.source} is {what[flat[ref.role]]}, {other.role} "
+                                           f"{other.part.source} {what[flat[other.role]]}; a sample pairs volumes "
+                                           "with volumes (NIfTI files, DICOM series) or 2D images with 2D images")
     return None
+
+
+def _is_2d(part: Part) -> bool:
+    """A 2D image (JPEG, PNG, TIFF, a DICOM radiograph) rather than a volume."""
+    d = part.decided
+    return (isinstance(d, Probe) and d.plane is not None) or (isinstance(d, SeriesItem) and d.stack.layout != "volume")

@@ -110,24 +110,32 @@ def volume_thumbnail(arr: zarr.Array[Any], spacing: Sequence[float], *, size: in
     return sheet
 
 
-def image_thumbnail(pixels: np.ndarray, *, size: int = 256) -> Image.Image:
-    """One 2D image `(C, H, W)`: gray for one channel, RGB for three or more; downscaled to fit `size`."""
+def image_thumbnail(pixels: np.ndarray, *, size: int = 256, mask: np.ndarray | None = None) -> Image.Image:
+    """One 2D image `(C, H, W)`: gray for one channel, RGB for three or more; downscaled to fit `size`.
+
+    With `mask` (`(1, H, W)` classes), the image is shown in grey with the classes blended in, as volumes are.
+    """
     if pixels.ndim != 3:
         raise ValueError(f"expected (C, H, W), got shape {pixels.shape}")
+    if mask is not None and tuple(mask.shape[1:]) != tuple(pixels.shape[1:]):
+        raise ValueError(f"mask shape {mask.shape} does not match image shape {pixels.shape}")
     chans = pixels[:3] if pixels.shape[0] >= 3 else pixels[:1]
     planes = list(chans) if pixels.dtype == np.uint8 else window(list(chans))
     img = Image.fromarray(np.stack(planes, axis=-1) if len(planes) == 3 else planes[0])
     img.thumbnail((size, size), Image.Resampling.LANCZOS)
+    if mask is not None:  # classes resized by nearest neighbour: no invented in-between class
+        classes = np.asarray(Image.fromarray(mask[0].astype(np.int32)).resize(img.size, Image.Resampling.NEAREST))
+        img = _overlay(img.convert("L"), classes)
     return img
 
 
 def thumbnail(arr: zarr.Array[Any], *, slot: int | None, spacing: Sequence[float],
               mask: zarr.Array[Any] | None = None) -> Image.Image:
-    """The thumbnail of one store item: a slot of a 2D stack, or a `(C, X, Y, Z)` volume with its mask, if any."""
+    """The thumbnail of one store item: a slot of a 2D stack, a 2D image or a `(C, X, Y, Z)` volume with its mask."""
     if slot is not None:
         return image_thumbnail(np.asarray(arr[slot]))
-    if arr.ndim == 3:
-        return image_thumbnail(np.asarray(arr[...]))
+    if arr.ndim == 3:  # a 2D image of a sample (`volumes/<id>/image`), with its mask if any
+        return image_thumbnail(np.asarray(arr[...]), mask=None if mask is None else np.asarray(mask[...]))
     if arr.ndim != 4:
         raise ValueError(f"expected a (C, X, Y, Z) volume, got shape {arr.shape}")
     return volume_thumbnail(arr, spacing, mask=mask)

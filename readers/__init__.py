@@ -12,7 +12,7 @@ from .nifti import NiftiReader, NiftiSource
 from .png import PngReader
 from .reasons import Reason, Rejected
 from .records import Limits, Plane, Slab, Volume, VolumeHeader
-from .registry import READERS, PlanarReader, Reader, as_planar, load_reader, reader_for, readers_with
+from .registry import READERS, LabelMapReader, PlanarReader, Reader, as_planar, load_reader, reader_for, readers_with
 from .slabs import MemorySource, StreamingReader, VolumeSource, assemble, open_source
 from .tiff import TiffReader
 
@@ -22,6 +22,7 @@ __all__ = [
     "DicomReader",
     "Head",
     "JpegReader",
+    "LabelMapReader",
     "LabelCell",
     "LabelRow",
     "LabelSheet",

@@ -44,6 +44,8 @@ _MODES: dict[str, tuple[str, int, str]] = {
     "I": ("I", 1, "int32"),
     "F": ("F", 1, "float32"),
 }
+# Modes whose stored values are class indices when the image is a label map (`read_labels`): kept as they are.
+_LABEL_MODES = frozenset({"P", "1"})
 
 
 class PillowReader:
@@ -64,9 +66,20 @@ class PillowReader:
 
     def read(self, path: Path, limits: Limits, head: Head) -> Volume:
         """Check header and caps, verify, decode the whole image; raise `Rejected` on any decoder complaint."""
+        return self._read(path, limits, head, labels=False)
+
+    def read_labels(self, path: Path, limits: Limits, head: Head) -> Volume:
+        """Read a label map: as `read`, except that a palette image gives its indices (the classes, as in Pascal
+        VOC's masks; `read` gives the colours) and a bilevel one 0/1 (`read`: 0/255), one channel each."""
+        return self._read(path, limits, head, labels=True)
+
+    def _read(self, path: Path, limits: Limits, head: Head, *, labels: bool) -> Volume:
         self._verify(path, head)
         with self._open(path, head) as im:
             plane, target, orientation, warnings = self._facts(im, head)
+            if labels and im.mode in _LABEL_MODES:
+                target = im.mode
+                plane = Plane(channels=1, height=plane.height, width=plane.width, dtype="uint8")
             check_plane(plane, limits)
             try:
                 im.load()
@@ -75,6 +88,8 @@ class PillowReader:
             except (OSError, SyntaxError, ValueError, EOFError, zlib.error) as exc:
                 raise _decode_error(exc, self.format) from exc
             pillow_oriented = orientation != 1 and self.oriented_on_load(im)
+        if hwc.dtype == np.bool_:  # a bilevel label map: classes 0 and 1
+            hwc = hwc.astype(np.uint8)  # not a view: Pillow backs its True with 255
         if hwc.ndim == 2:
             hwc = hwc[:, :, np.newaxis]
         if not pillow_oriented:

@@ -21,7 +21,7 @@ from .png import PngReader
 from .records import Limits, Plane, Volume
 from .tiff import TiffReader
 
-__all__ = ["PlanarReader", "Reader", "READERS", "as_planar", "load_reader", "reader_for", "readers_with"]
+__all__ = ["LabelMapReader", "PlanarReader", "Reader", "READERS", "as_planar", "load_reader", "reader_for", "readers_with"]
 
 
 class Reader(Protocol):
@@ -44,6 +44,15 @@ class PlanarReader(Reader, Protocol):
 
     def plane(self, path: Path, head: Head) -> Plane:
         """The image's Plane from its header alone (no pixel decoded); raise `Rejected` on a broken header."""
+        ...
+
+
+@runtime_checkable
+class LabelMapReader(Reader, Protocol):
+    """A 2D format whose stored values can be class indices (a palette PNG): read as a label map, not as colours."""
+
+    def read_labels(self, path: Path, limits: Limits, head: Head) -> Volume:
+        """The image as class values, one channel; raise `Rejected` as `read` does."""
         ...
 
 

@@ -130,3 +130,72 @@ def write_dicom_seg_delivery(raw: Path, work: Path) -> dict[str, tuple[str, str]
     case(3, ("rejected", "geometry_mismatch"), shift)
     case(4, ("rejected", "missing_role"))  # the series without its mask
     return expected
+
+
+def palette_png(classes: np.ndarray) -> bytes:
+    """A palette PNG label map (Pascal VOC's convention: the index is the class, the palette only shows it)."""
+    import io
+
+    from PIL import Image
+
+    im = Image.fromarray(classes.astype(np.uint8), mode="P")
+    im.putpalette([0, 0, 0, 128, 0, 0, 0, 128, 0, 128, 128, 0] + [0] * (256 * 3 - 12))
+    out = io.BytesIO()
+    im.save(out, "PNG")
+    return out.getvalue()
+
+
+def write_2d_seg_delivery(raw: Path) -> dict[str, tuple[str, str]]:
+    """2D image/mask pairs: real MR slices as PNG/JPEG (tests/imaging.py), label maps thresholded from them.
+
+    Returns each item's expected (status, reason).
+    """
+    from PIL import Image
+
+    from .imaging import mr_slices, pillow_image, turbo_jpeg
+
+    raw.mkdir(parents=True, exist_ok=True)
+    expected: dict[str, tuple[str, str]] = {}
+
+    def put(name: str, blob: bytes) -> None:
+        (raw / name).write_bytes(blob)
+
+    def labels(hwc: np.ndarray) -> np.ndarray:
+        return classes_of(hwc[:, :, 0].astype(np.int16))
+
+    img = mr_slices(48, 64, seed=1)
+    put("case_001_img.png", pillow_image(img, "PNG"))  # RGB PNG + palette PNG mask
+    put("case_001_seg.png", palette_png(labels(img)))
+    expected["case001"] = ("ok", "")
+    img = mr_slices(48, 64, channels=1, seed=2)
+    put("case_002_img.jpg", turbo_jpeg(img))  # grey JPEG + 8-bit grey PNG mask holding the class values
+    put("case_002_seg.png", pillow_image(labels(img)[:, :, None], "PNG"))
+    expected["case002"] = ("ok", "")
+    img = mr_slices(40, 32, seed=3)  # stored 40x32 with EXIF orientation 6: shown (and stored by labzarr) 32x40
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    put("case_003_img.jpg", pillow_image(img, "JPEG", quality=95, exif=exif.tobytes()))
+    shown = np.rot90(img, k=-1)  # what a viewer shows, and what the annotator drew on
+    put("case_003_seg.png", palette_png(labels(shown)))
+    expected["case003"] = ("ok", "")
+    img = mr_slices(48, 64, seed=4)
+    put("case_004_img.png", pillow_image(img, "PNG"))  # the mask one column short
+    put("case_004_seg.png", palette_png(labels(img)[:, :-1]))
+    expected["case004"] = ("rejected", "geometry_mismatch")
+    img = mr_slices(48, 64, seed=5)
+    put("case_005_img.png", pillow_image(img, "PNG"))  # a colour-coded RGB mask: 3 channels
+    put("case_005_seg.png", pillow_image(np.repeat(labels(img)[:, :, None] * 100, 3, axis=2).astype(np.uint8), "PNG"))
+    expected["case005"] = ("rejected", "geometry_mismatch")
+    img = mr_slices(48, 64, seed=6)
+    put("case_006_img.png", pillow_image(img, "PNG"))  # a 0/255 mask where the classes are 0, 1, 2
+    put("case_006_seg.png", pillow_image((labels(img) > 0)[:, :, None].astype(np.uint8) * 255, "PNG"))
+    expected["case006"] = ("rejected", "corrupt_data")
+    img = mr_slices(48, 64, seed=7)
+    put("case_007_img.png", pillow_image(img, "PNG"))  # a bilevel (1-bit) mask: classes 0 and 1
+    put("case_007_seg.png", pillow_image((labels(img) > 0)[:, :, None].astype(np.uint8) * 255, "PNG", mode="1"))
+    expected["case007"] = ("ok", "")
+    data, affine = anatomy()
+    put("case_008_img.png", pillow_image(mr_slices(33, 41, seed=8), "PNG"))  # a 2D image with a NIfTI mask
+    save(raw / "case_008_seg.nii.gz", classes_of(data), affine)
+    expected["case008"] = ("rejected", "unsupported_format")
+    return expected

@@ -9,17 +9,20 @@ import nibabel as nib
 import numpy as np
 import pytest
 import zarr
+from PIL import Image
 
 from labzarr.convert import UsageError, convert_delivery, execute, load_spec, read_manifest
 from labzarr.convert.discover import discover, walk
 from labzarr.convert.plan import plan
 from labzarr.convert.probe import probe_files
-from labzarr.loaders import open_store
+from labzarr.convert.thumbs import thumbnail
+from labzarr.loaders import PatchDataset, open_store
 
 from ..conftest import nib_load, seg_delivery
 from ..dicom_data import canonical as dicom_canonical
 from ..dicom_data import ct_series
-from ..segmentation import DICOM_SEG_ROLES, SEG_MASKS, SEG_ROLES, anatomy, classes_of, save, write_dicom_seg_delivery
+from ..segmentation import (DICOM_SEG_ROLES, SEG_MASKS, SEG_ROLES, anatomy, classes_of, save, write_2d_seg_delivery,
+                            write_dicom_seg_delivery)
 
 
 def canonical(path: Path) -> np.ndarray:
@@ -308,3 +311,67 @@ def test_plan_rejects_a_series_split_between_roles(tmp_path: Path) -> None:
     (row,) = the_plan.rows
     assert (row.status, row.reason.value, row.n_files) == ("rejected", "missing_role", 5)
     assert "its 5 files match different roles (image: 3 files, mask: 2 files)" in row.detail
+
+
+@pytest.fixture(scope="module")
+def converted_2d_seg(tmp_path_factory: pytest.TempPathFactory, dask_client):
+    """2D image/mask pairs (tests/segmentation.py), converted once on the shared cluster."""
+    root = tmp_path_factory.mktemp("seg2d")
+    d = seg_delivery(root, SEG_ROLES + SEG_MASKS)
+    expected = write_2d_seg_delivery(d.raw)
+    return d, execute(load_spec(d.spec, cwd=root), dask_client), expected
+
+
+def test_2d_pairs_get_their_documented_outcomes(converted_2d_seg) -> None:
+    d, result, expected = converted_2d_seg
+    rows = {r["item_id"]: r for r in read_manifest(result.manifest)}
+    assert set(rows) == set(expected)
+    for item, (status, reason) in expected.items():
+        assert (rows[item]["status"], rows[item]["reason"]) == (status, reason), (item, rows[item]["detail"])
+        assert rows[item]["n_files"] == "2"
+    assert "shape (h,w) 48x63 vs image 48x64" in rows["case004"]["detail"]
+    assert "mask case_005_seg.png: 3 channels; a mask has 1" in rows["case005"]["detail"]
+    assert "classes 255 (" in rows["case006"]["detail"]
+    assert ("image case_008_img.png is a 2D image, mask case_008_seg.nii.gz a volume"
+            in rows["case008"]["detail"])
+    assert "EXIF orientation 6 applied" in rows["case003"]["warnings"]
+
+
+def test_2d_masks_are_stored_as_class_values_beside_their_images(converted_2d_seg) -> None:
+    d, _, _ = converted_2d_seg
+    view = open_store(d.store)
+    items = {i.item_id: i for i in view.items}
+    assert sorted(items) == ["case001", "case002", "case003", "case007"]
+    for item in items.values():
+        image, mask = view.array(item.roles["image"]), view.array(item.roles["mask"])
+        assert image.shape[1:] == mask.shape[1:] and mask.shape[0] == 1 and mask.dtype == np.uint8
+        assert image.chunks == (1, *image.shape[1:]) and mask.chunks == (1, *mask.shape[1:])  # a plane per chunk
+        source = d.raw / view.array(item.roles["mask"]).attrs["source"]
+        with Image.open(source) as im:
+            stored = np.asarray(im).astype(np.uint8)  # a palette's indices; a bilevel image's True/False
+        np.testing.assert_array_equal(mask[0], stored)
+        locations = view.array(item.locations)[...]
+        assert locations.shape[1] == 2 and view.array(item.locations).attrs["axes"] == ["y", "x"]
+        for value, info in item.classes.items():
+            block = locations[info.start:info.stop]
+            assert len(block) == min(info.voxels, 10_000) and (mask[0][block[:, 0], block[:, 1]] == value).all()
+    assert sorted(items["case001"].classes) == [0, 1, 2] and sorted(items["case007"].classes) == [0, 1]
+    # the EXIF-rotated JPEG is stored as shown (32x40), the mask drawn on what was shown lies on it
+    assert view.array(items["case003"].roles["image"]).shape == (3, 32, 40)
+    case = items["case001"]  # the report draws the mask over its image
+    tile = thumbnail(view.array(case), slot=None, spacing=case.spacing, mask=view.array(case.roles["mask"]))
+    assert tile.mode == "RGB" and tile.size == (64, 48)
+
+
+def test_2d_pairs_give_patches_of_one_region(converted_2d_seg) -> None:
+    d, _, _ = converted_2d_seg
+    view = open_store(d.store)
+    ds = PatchDataset(d.store, (16, 16), roles=("image", "mask"), patches_per_item=8, foreground=1.0, seed=3)
+    items = {i.item_id: i for i in view.items}
+    for i in range(len(ds)):
+        s = ds[i]
+        item = items[s["item_id"]]
+        (y, x) = s["origin"]
+        for role in ("image", "mask"):
+            np.testing.assert_array_equal(s[role].numpy(), view.array(item.roles[role])[:, y:y + 16, x:x + 16])
+        assert (s["mask"] > 0).any()  # foreground=1: centred on a stored location of a foreground class

@@ -105,3 +105,17 @@ def test_mask_classes_are_drawn_where_they_are(tmp_path: Path) -> None:
     np.testing.assert_allclose(top_left, want, atol=2)  # class 2 blended over the same grey
     with pytest.raises(ValueError, match="does not match image shape"):
         volume_thumbnail(image, (1.0, 1.0, 1.0), mask=_array(tmp_path / "n", labels[:, :10]))
+
+
+def test_2d_mask_classes_are_drawn_where_they_are() -> None:
+    from labzarr.convert.thumbs import class_color
+
+    pixels = np.full((3, 40, 60), 120, np.uint8)
+    labels = np.zeros((1, 40, 60), np.uint8)
+    labels[0, :20, :30] = 1  # top left
+    img = np.asarray(image_thumbnail(pixels, size=30, mask=labels)).astype(float)  # halved
+    assert img.shape == (20, 30, 3)
+    np.testing.assert_allclose(img[-3, -3], [120, 120, 120], atol=1)  # class 0: untouched grey
+    np.testing.assert_allclose(img[2, 2], 0.55 * 120 + 0.45 * np.array(class_color(1)), atol=2)
+    with pytest.raises(ValueError, match="does not match image shape"):
+        image_thumbnail(pixels, mask=labels[:, :10])

@@ -66,6 +66,27 @@ def test_palette_with_transparency_becomes_rgba(tmp_path: Path) -> None:
     np.testing.assert_array_equal(vol.data, want)
 
 
+@pytest.mark.parametrize("fmt", ["PNG", "TIFF"])
+def test_label_maps_read_as_classes(tmp_path: Path, fmt: str) -> None:
+    classes = (mr_slices(40, 30, channels=1, seed=9)[:, :, 0] // 64).astype(np.uint8)  # 0..3
+    palette = Image.fromarray(classes, mode="P")
+    palette.putpalette([0, 0, 0, 200, 0, 0, 0, 200, 0, 0, 0, 200] + [0] * (256 * 3 - 12))
+    palette.save(tmp_path / f"p.{fmt}", fmt)
+    Image.fromarray(classes > 1).save(tmp_path / f"b.{fmt}", fmt)  # bilevel
+    Image.fromarray(RGB).save(tmp_path / f"rgb.{fmt}", fmt)
+    reader = PngReader() if fmt == "PNG" else TiffReader()
+
+    def labels(name: str) -> np.ndarray:
+        path = tmp_path / f"{name}.{fmt}"
+        return reader.read_labels(path, Limits(), read_head(path)).data
+
+    np.testing.assert_array_equal(labels("p"), classes[None])  # the palette's indices, not its colours
+    assert read(tmp_path / f"p.{fmt}").data.shape == (3, 40, 30)  # as an image: the colours
+    np.testing.assert_array_equal(labels("b"), (classes > 1)[None].astype(np.uint8))  # 0/1, where `read` gives 0/255
+    np.testing.assert_array_equal(read(tmp_path / f"b.{fmt}").data, (classes > 1)[None].astype(np.uint8) * 255)
+    np.testing.assert_array_equal(labels("rgb"), np.moveaxis(RGB, 2, 0))  # other modes as `read`
+
+
 def test_tiff_orientation_tag_applied(tmp_path: Path) -> None:
     path = tmp_path / "o.tif"
     Image.fromarray(RGB).save(path, tiffinfo={274: 6})  # 274 = Orientation: rotate 90 degrees clockwise
