@@ -214,7 +214,8 @@ def _write_mask(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, c
     located, ranges = locator.locations()
     zarr.create_array(zarr.storage.LocalStore(store), name=f"{task.group}/{LOCATIONS}", data=located,
                       chunks=(max(1, min(len(located), _LOCATION_ROWS)), 3), compressors=codecs(settings.store_spec),
-                      attributes={"axes": ["x", "y", "z"] if len(h.shape) == 4 else ["y", "x"], "role": f.role}, overwrite=True)
+                      attributes={"axes": ["x", "y", "z"] if len(h.shape) == 4 else ["y", "x"], "role": f.role},
+                      overwrite=True)
     counts = tuple(ClassCount(value=v, voxels=n, start=a, stop=b) for v, n, a, b in ranges)
     return str(summary.dtype), counts, list(summary.warnings)
 

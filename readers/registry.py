@@ -21,7 +21,8 @@ from .png import PngReader
 from .records import Limits, Plane, Volume
 from .tiff import TiffReader
 
-__all__ = ["LabelMapReader", "PlanarReader", "Reader", "READERS", "as_planar", "load_reader", "reader_for", "readers_with"]
+__all__ = ["LabelMapReader", "PlanarReader", "Reader", "READERS", "as_planar", "load_reader", "reader_for",
+           "readers_with"]
 
 
 class Reader(Protocol):

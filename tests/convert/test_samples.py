@@ -375,3 +375,13 @@ def test_2d_pairs_give_patches_of_one_region(converted_2d_seg) -> None:
         for role in ("image", "mask"):
             np.testing.assert_array_equal(s[role].numpy(), view.array(item.roles[role])[:, y:y + 16, x:x + 16])
         assert (s["mask"] > 0).any()  # foreground=1: centred on a stored location of a foreground class
+    grid = PatchDataset(d.store, (20, 20), mode="grid", roles=("image", "mask"))
+    covered = {i.item_id: np.zeros(i.shape[1:], bool) for i in view.items}
+    for i in range(len(grid)):
+        s = grid[i]
+        (y, x) = s["origin"]
+        for role in ("image", "mask"):
+            want = view.array(items[s["item_id"]].roles[role])[:, y:y + 20, x:x + 20]
+            np.testing.assert_array_equal(s[role].numpy(), want)
+        covered[s["item_id"]][y:y + 20, x:x + 20] = True
+    assert all(c.all() for c in covered.values())

@@ -11,6 +11,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from labzarr import PatchDataset, convert_delivery
+from labzarr.loaders import open_store
 
 from ..conftest import nib_load, seg_delivery
 from ..segmentation import SEG_ROLES, anatomy, save
@@ -69,6 +70,33 @@ def test_image_and_mask_patches_are_the_same_region(converted_seg) -> None:
             np.testing.assert_array_equal(got[:, :want.shape[1], :want.shape[2], :want.shape[3]],
                                           want.astype(got.dtype))
             assert not got[:, want.shape[1]:].any() or role == "image"  # past the volume: padding
+
+
+def test_grid_mode_tiles_every_role_alike_and_covers_every_voxel(converted_seg) -> None:
+    """Grid tiles with overlap on x, an exact fit on y, and a patch longer than z (one centred, padded tile)."""
+    d, _, _ = converted_seg
+    patch = (16, 20, 32)
+    ds = PatchDataset(d.store, patch, mode="grid", overlap=(4, 0, 0), roles=("image", "mask"), pad_value=-1)
+    arrays = {(item.item_id, role): open_store(d.store).array(item.roles[role])[...]
+              for item in ds.items for role in ("image", "mask")}
+    covered = {item.item_id: np.zeros(item.shape[1:], np.int32) for item in ds.items}
+    assert len(ds) == len(ds.items) * 3 * 3 * 1  # x 33: 0, 12, 17; y 41: 0, 20, 21; z 25: -3
+    for i in range(len(ds)):
+        s = ds[i]
+        assert set(s) >= {"image", "mask", "origin", "valid"}
+        valid = tuple(slice(a, b) for a, b in s["valid"])
+        source = tuple(slice(o + a, o + b) for o, (a, b) in zip(s["origin"], s["valid"]))
+        for role in ("image", "mask"):
+            got = s[role].numpy()
+            assert got.shape == (1, *patch)
+            want = arrays[(s["item_id"], role)][(slice(None), *source)]
+            np.testing.assert_array_equal(got[(slice(None), *valid)], want)
+            outside = np.ones(patch, bool)
+            outside[valid] = False
+            assert (got[0][outside] == (0 if role == "mask" else -1)).all()  # a mask pads with 0
+        covered[s["item_id"]][source] += 1
+    for item_id, count in covered.items():
+        assert count.min() >= 1, item_id  # every voxel of every mask (and image) is in some tile
 
 
 def test_foreground_fraction_matches_expectation(sparse_store: Path) -> None:
