@@ -32,8 +32,8 @@ import numpy as np
 import zarr
 import zarr.storage
 
-from labzarr.readers import (READERS, LabelMapReader, Limits, MemorySource, Reason, Rejected, Slab, VolumeHeader,
-                             VolumeSource, open_source, read_head)
+from labzarr.readers import (LabelMapReader, MemorySource, Reason, Rejected, Slab, VolumeHeader,
+                             VolumeSource, open_source, read_head, readers_with)
 from labzarr.readers.dicom import open_series
 
 from .chunks import plan_chunks, plan_shards
@@ -76,7 +76,7 @@ def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -
         sources: list[tuple[RoleFile, VolumeSource]] = []
         for f in task.files:
             with _blame(f):
-                sources.append((f, _open(f, settings.limits)))
+                sources.append((f, _open(f, settings)))
         ref = sources[0][1].header
         warnings = [*task.warnings, *ref.warnings]
         for f, src in sources[1:]:
@@ -162,10 +162,12 @@ def _fmt_affine(affine: Sequence[Sequence[float]]) -> str:
     return "[" + ", ".join(_fmt(row) for row in affine[:3]) + "]"
 
 
-def _open(f: RoleFile, limits: Limits) -> VolumeSource:
+def _open(f: RoleFile, settings: TaskSettings) -> VolumeSource:
+    limits = settings.limits
     if f.stack is not None:  # a DICOM series: laid out when planning, streamed in canonical slabs like a file
         return open_series(f.stack, limits)
-    reader = next(r for r in READERS if r.kind == f.kind)
+    # The run's plugin readers first, as for single items: the probe may have sniffed a member with one.
+    reader = next(r for r in readers_with(settings.readers) if r.kind == f.kind)
     path = Path(f.path)
     if f.role == MASK_ROLE and isinstance(reader, LabelMapReader):  # a palette PNG mask: its indices are the classes
         return MemorySource(reader.read_labels(path, limits, read_head(path)))

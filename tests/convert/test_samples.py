@@ -385,3 +385,24 @@ def test_2d_pairs_give_patches_of_one_region(converted_2d_seg) -> None:
             np.testing.assert_array_equal(s[role].numpy(), want)
         covered[s["item_id"]][y:y + 20, x:x + 20] = True
     assert all(c.all() for c in covered.values())
+
+
+def test_plugin_reader_reads_a_sample_member(tmp_path: Path) -> None:
+    """A mask in a format only a `[run] readers` plugin knows is read by that plugin inside the sample, too."""
+    from ..plugin_readers import PLUGINS
+
+    image, _ = anatomy()
+    mask = classes_of(image)
+    readers = ", ".join(f'"{p}"' for p in PLUGINS)
+    tail = ("[items]\nid_pattern = '(?P<id>case_\\d+)'\nroles = { image = '*_img*', mask = '*_seg*' }\n\n"
+            f"[masks]\nclasses = [0, 1, 2]\n\n[run]\nreaders = [{readers}]\n")
+    d = seg_delivery(tmp_path, tail)
+    save(d.raw / "case_001_img.nii.gz", image, np.eye(4))
+    np.save(d.raw / "case_001_seg.npy", mask.astype(np.uint8))
+    result = convert_delivery(d.spec, workers=1)
+    (row,) = read_manifest(result.manifest)
+    assert (row["status"], row["reason"]) == ("ok", ""), row["detail"]
+    assert row["role.mask"] == "case_001_seg.npy"
+    item = open_store(d.store).items[0]
+    stored = open_store(d.store).array(item.roles["mask"])[...]
+    np.testing.assert_array_equal(stored, mask[np.newaxis].astype(np.uint8))
