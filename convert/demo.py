@@ -1,7 +1,8 @@
-"""A deterministic messy sample delivery: nibabel's shipped test volumes, synthetic CT, corruptions and a label workbook.
+"""A deterministic messy sample delivery: nibabel's and pydicom's shipped test files, synthetic CT, corruptions and a
+label workbook.
 
-Used by `make demo` and by the test fixtures; every file's expected fate is in `EXPECTED`,
-every ok item's label in `EXPECTED_LABELS`. The workbook is what labs send: labels on
+Used by `make demo` and by the test fixtures; every row's expected fate is in `EXPECTED` (keyed by the
+manifest's `source`: a file, or a DICOM series' folder and number), every ok item's label in `EXPECTED_LABELS`. The workbook is what labs send: labels on
 the third sheet, column F, under two merged title rows, IDs typed several ways, a hidden
 older sheet and distracting sheets with the same header names.
 """
@@ -21,11 +22,16 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import openpyxl
+import pydicom
 from openpyxl.workbook.workbook import Workbook
 
-__all__ = ["EXPECTED", "EXPECTED_LABELS", "LABELS_SPEC", "NIBABEL_DATA", "write_demo", "write_spec", "xlsx_bytes"]
+__all__ = ["EXPECTED", "EXPECTED_LABELS", "LABELS_SPEC", "NIBABEL_DATA", "PYDICOM_DATA", "write_demo", "write_spec",
+           "xlsx_bytes"]
 
 NIBABEL_DATA = Path(os.path.dirname(nib.__file__)) / "tests" / "data"
+PYDICOM_DATA = Path(os.path.dirname(pydicom.__file__)) / "data" / "test_files"
+_CT5N = PYDICOM_DATA / "dicomdirtests" / "98892001" / "CT5N"  # 5 real CT slices, 2.5 mm apart, series 5
+_CT2 = PYDICOM_DATA / "dicomdirtests" / "77654033" / "CT2"  # 4 real CT slices: one at -99.5 mm, three at 103-106 mm
 
 # rel path -> (status, reason or "")
 EXPECTED: Mapping[str, tuple[str, str]] = {
@@ -49,6 +55,9 @@ EXPECTED: Mapping[str, tuple[str, str]] = {
     "case_018.nii": ("rejected", "truncated"),
     "case_019.nii.gz": ("rejected", "no_label"),  # no row in the workbook
     "case_020.nii.gz": ("rejected", "label_conflict"),  # two rows, two different cell types
+    "case_021/ct/ (series 5)": ("ok", ""),  # a real 5-slice CT series, files named out of order
+    "case_021/rtplan.dcm": ("ignored", ""),  # DICOM without pixels (RT Plan Storage)
+    "case_022/ct/ (series 2)": ("rejected", "series_missing_slices"),  # 200 mm between its first two slices
     "labels/annotations.xlsx": ("ignored", ""),
     "scan_final.nii.gz": ("rejected", "id_unmatched"),
     "notes.txt": ("ignored", ""),
@@ -60,6 +69,7 @@ EXPECTED: Mapping[str, tuple[str, str]] = {
 EXPECTED_LABELS: Mapping[str, str] = {
     "case1": "neuron", "case2": "astrocyte", "case3": "neuron", "case4": "microglia", "case5": "oligodendrocyte",
     "case6": "astrocyte", "case7": "neuron", "case8": "microglia", "case9": "neuron", "case10": "astrocyte",
+    "case21": "microglia",
 }
 
 LABELS_SPEC = """
@@ -128,11 +138,21 @@ def write_demo(raw: Path) -> Path:
     (raw / "scan_final.nii.gz").write_bytes(_gz(_ct((20, 20, 10), np.eye(4), 19)))
     (raw / "case_019.nii.gz").write_bytes(_gz(_ct((24, 24, 12), np.eye(4), 20)))
     (raw / "case_020.nii.gz").write_bytes(_gz(_ct((24, 20, 12), np.eye(4), 21)))
+    for n, src in enumerate(sorted(_CT5N.iterdir())):  # file names need not follow slice order
+        shutil.copyfile(src, _mkdir(raw / "case_021" / "ct") / f"IM{(n * 3) % 5:04d}")
+    for src in sorted(_CT2.iterdir()):
+        shutil.copyfile(src, _mkdir(raw / "case_022" / "ct") / f"{src.name}.dcm")
+    shutil.copyfile(PYDICOM_DATA / "rtplan.dcm", raw / "case_021" / "rtplan.dcm")
     (raw / "labels").mkdir()
     (raw / "labels" / "annotations.xlsx").write_bytes(xlsx_bytes(_workbook()))
     (raw / "notes.txt").write_text("Delivery notes: case 14 was re-exported. Ask Dr. Example.\n")
     (raw / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + b"\x00" * 64)
     return raw
+
+
+def _mkdir(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 _FIXED_TIME = (2026, 11, 3, 0, 0, 0)
@@ -186,6 +206,7 @@ def _workbook() -> Workbook:
         ("case_018", "=F4", "same as case 1"),  # a formula saved without a cached value
         ("case_020", "neuron", ""), ("case_020", "astrocyte", "second reader disagrees"),
         ("case_099", "neuron", "scan not delivered yet"),
+        ("case_021", "microglia", "CT series"), ("case_022", "neuron", "CT series, incomplete"),
     ]
     for n, (case, cell_type, note) in enumerate(rows):
         ws.append([case, f"R{1 + n % 2}", dt.date(2026, 11, 1 + n % 3), 18 + n, note, cell_type])

@@ -69,7 +69,10 @@ def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> No
     assert counts == {k: summary["counts"][k] for k in ("items", "ok", "rejected", "ignored")}
     assert dict(reasons) == summary["reasons"]
     rows = read_manifest(result.manifest)
-    assert sorted(map(tuple, rejected)) == sorted((r["reason"], r["source"]) for r in rows if r["status"] == "rejected")
+    # a series row shows its file count after the source
+    assert sorted(map(tuple, rejected)) == sorted(
+        (r["reason"], r["source"] + (f' ({r["n_files"]} files)' if r["n_files"] != "1" else ""))
+        for r in rows if r["status"] == "rejected")
     assert sheet == summary["counts"]["ok"]
     assert labels == summary["labels"] and summary["labels"]  # the demo carries a workbook
     assert unmatched == [f"{u['id'].strip()} ({u['cell']})" for u in summary["unmatched_workbook_ids"]]

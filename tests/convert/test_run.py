@@ -16,19 +16,28 @@ from labzarr.convert.manifest import BASE_COLUMNS
 from labzarr.loaders import open_store
 
 from ..conftest import make_delivery, nib_load
+from ..dicom_data import canonical, dcm2niix
 
 
 def test_every_file_has_its_expected_outcome(converted_demo) -> None:
     d, result = converted_demo
     rows = {r["source"]: r for r in read_manifest(result.manifest)}
     on_disk = {p.relative_to(d.raw).as_posix() for p in d.raw.rglob("*") if p.is_file()}
-    assert set(rows) == on_disk == set(EXPECTED)
+    assert set(rows) == set(EXPECTED)
+    # every file is one row's source, or one slice of a DICOM series row (`<folder>/ (series N)`)
+    series = {s: s.split(" (series ")[0] for s in rows if " (series " in s}
+    singles = set(rows) - set(series)
+    assert singles <= on_disk
+    slices = on_disk - singles
+    assert sorted(slices) == sorted(f for f in slices if any(f.startswith(folder) for folder in series.values()))
+    assert sum(int(rows[s]["n_files"]) for s in series) == len(slices)
+    assert sum(int(r["n_files"]) for r in rows.values()) == len(on_disk) == result.summary["counts"]["files"]
     for source, (status, reason) in EXPECTED.items():
         assert (rows[source]["status"], rows[source]["reason"]) == (status, reason), source
         if status == "rejected":
             assert rows[source]["detail"], source
     counts = result.summary["counts"]
-    assert counts["ok"] + counts["rejected"] + counts["ignored"] == len(on_disk)
+    assert counts["ok"] + counts["rejected"] + counts["ignored"] == len(rows)
     assert counts["ok"] == sum(1 for s, _ in EXPECTED.values() if s == "ok")
 
 
@@ -64,6 +73,8 @@ def test_store_arrays_equal_closest_canonical(converted_demo) -> None:
     ok = [r for r in read_manifest(result.manifest) if r["status"] == "ok"]
     assert [i.item_id for i in view.items] == [r["item_id"] for r in ok]
     for row, item in zip(ok, view.items):
+        if row["kind"] == "dicom":
+            continue  # the series' voxels: test_demo_dicom_series_equals_dcm2niix
         img = nib.as_closest_canonical(nib_load(d.raw / row["source"]))
         want = np.asanyarray(img.dataobj)
         want = want.reshape(want.shape[:3] + (-1,), order="F")
@@ -74,6 +85,18 @@ def test_store_arrays_equal_closest_canonical(converted_demo) -> None:
         np.testing.assert_allclose(arr.attrs["spacing"], img.header.get_zooms()[:3], atol=1e-5)
         assert arr.attrs["complete"] == row["sha256"]
         assert arr.attrs["orientation"] == "RAS"
+
+
+def test_demo_dicom_series_equals_dcm2niix(converted_demo, tmp_path: Path) -> None:
+    d, result = converted_demo
+    row = next(r for r in read_manifest(result.manifest) if r["kind"] == "dicom" and r["status"] == "ok")
+    folder = d.raw / row["source"].split(" (series ")[0]
+    (nii,) = dcm2niix(folder, tmp_path / "dcm2niix")
+    want, affine = canonical(nii)
+    arr = open_store(d.store).array(row["array"])
+    np.testing.assert_allclose(arr[...], want, rtol=0, atol=1e-3)
+    np.testing.assert_allclose(np.array(arr.attrs["affine"]), affine, atol=1e-3)
+    assert int(row["n_files"]) == len(list(folder.iterdir())) == 5
 
 
 def test_store_codecs_and_root_attrs(converted_demo) -> None:
@@ -128,7 +151,8 @@ def test_cli_convert_and_inspect(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "labzarr", "inspect", str(d.store)], capture_output=True, text=True,
                          env=env, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "10 ok" in out.stdout and "volumes/case1" in out.stdout and "ratio" in out.stdout
+    n_ok = sum(1 for status, _ in EXPECTED.values() if status == "ok")
+    assert f"{n_ok} ok" in out.stdout and "volumes/case1" in out.stdout and "ratio" in out.stdout
 
 
 def test_dry_run_converts_nothing(tmp_path: Path) -> None:
@@ -136,7 +160,7 @@ def test_dry_run_converts_nothing(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(d.spec), "--dry-run"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "17 to convert, 0 unchanged, 7 decided without decoding" in out.stdout
+    assert "18 to convert, 0 unchanged, 9 decided without decoding" in out.stdout
     assert not d.store.exists()
 
 

@@ -114,7 +114,7 @@ def test_labels_become_stable_class_indexes(labeled_store: Path) -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    pytest.param({"label": "nope"}, r"label 'nope' is missing for 10 item\(s\).*labels in the store: cell_type, side", id="label"),
+    pytest.param({"label": "nope"}, r"label 'nope' is missing for 11 item\(s\).*labels in the store: cell_type, side", id="label"),
     pytest.param({"label": "cell_type", "classes": ["neuron", "astrocyte"]},
                  r"values \['microglia', 'oligodendrocyte'\] that are not in classes", id="classes"),
     pytest.param({"patches_per_item": 0}, r"patches_per_item = 0; expected >= 1", id="ppi"),

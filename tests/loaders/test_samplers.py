@@ -78,10 +78,10 @@ def test_ddp_shards_partition_each_epoch_exactly(labeled_store: Path, replicas: 
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 3, 4])
-def test_ddp_shards_of_a_balanced_epoch_are_a_partition_of_the_dataset(labeled_store: Path, replicas: int) -> None:
+def test_ddp_shards_of_a_balanced_epoch_are_a_partition_of_the_dataset(balanced_store: Path, replicas: int) -> None:
     # "side" is 5 x "left", 5 x "right": 60 samples, and an epoch without replacement is a permutation of
     # the dataset, so the shards, for any world size dividing 60, hold every sample exactly once.
-    ds = PatchDataset(labeled_store, (4, 4, 4), patches_per_item=6, label="side")
+    ds = PatchDataset(balanced_store, (4, 4, 4), patches_per_item=6, label="side")
     assert len(ds) == 60
     for epoch in range(2):
         union: list[int] = []
