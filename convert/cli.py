@@ -30,14 +30,14 @@ Run `labzarr COMMAND --help` for each command's options and a worked example.
 
 _CONVERT_EPILOG = """worked example:
   $ labzarr convert manifests/demo/delivery.toml --workers 2
-  probing: 100%|██████████| 23/23 [00:00<00:00, 41.5file/s, 775kB/775kB, 1.6MB/s]
-  converting: 100%|██████████| 18/18 [00:00<00:00, 61.1item/s, 771kB/771kB, 2.9MB/s]
-  demo: 24 items from 24 files
+  probing: 100%|██████████| 33/33 [00:00<00:00, 41.5file/s, 813kB/813kB, 1.6MB/s]
+  converting: 100%|██████████| 18/18 [00:00<00:00, 61.1item/s, 781kB/781kB, 2.9MB/s]
+  demo: 27 items from 34 files
 
     status        items
-    ok               10
-    rejected         11
-    ignored           3
+    ok               11
+    rejected         12
+    ignored           4
 
     reason                          items
     corrupt_data                        1
@@ -45,11 +45,11 @@ _CONVERT_EPILOG = """worked example:
     truncated                           2
 
     labels from labels/annotations.xlsx sheet 3 'Annotations v2' (header row 3):
-      cell_type                    astrocyte 3, microglia 2, neuron 4, oligodendrocyte 1
+      cell_type                    astrocyte 3, microglia 3, neuron 4, oligodendrocyte 1
       workbook IDs matching no item: 'case_099' (Annotations v2!A20)
       items without a label: 7 (see manifest.csv)
 
-    17 converted, 0 unchanged
+    18 converted, 0 unchanged
 
     time 4.7 s (start 4.4 s, discover 0.0 s, probe 0.0 s, convert 0.2 s)
     read 0.8 MB in 4.7 s (0.16 MB/s overall), decoded 0.8 MB in 0.2 s (3.34 MB/s)
@@ -59,16 +59,16 @@ _CONVERT_EPILOG = """worked example:
 
 Writes the store named in the spec, and manifest.csv + summary.json beside the spec.
 Progress goes to stderr: a bar on a terminal; when stderr is not a terminal (a CI log)
-a line like `labzarr: converting 9/18 items (50%), 583kB/771kB, 2.6MB/s, ETA 00:01`
+a line like `labzarr: converting 9/18 items (50%), 390kB/781kB, 2.6MB/s, ETA 00:01`
 every --progress-every seconds; nothing with --quiet (errors only).
-A rerun decodes only new and changed files ("0 converted, 17 unchanged") and resumes an
+A rerun decodes only new and changed files ("0 converted, 18 unchanged") and resumes an
 interrupted run; one run per store at a time: a second one exits at once (code 2) naming
 the first one's pid, host and start time.
 """
 
 _REPORT_EPILOG = """worked example:
   $ labzarr report manifests/demo/delivery.toml
-  report: data/reports/demo/index.html (10 ok items, 10 thumbnails, 11 rejected)
+  report: data/reports/demo/index.html (11 ok items, 11 thumbnails, 12 rejected)
 
 Open index.html in a browser (it needs no server and no network): counts per status and
 reason, label value charts, a contact sheet (three mid-slices per volume, read from the
@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Re-read every chunk of every array: crc32c, missing chunk files, and each "
                                    "array's content hash recorded at write time.",
                        epilog="worked example:\n  $ labzarr verify data/stores/demo.zarr\n"
-                              "  data/stores/demo.zarr: 10 arrays, 37 chunks, 648,502 B re-read\n"
+                              "  data/stores/demo.zarr: 13 arrays, 68 chunks, 727,767 B re-read\n"
                               "  ok: every chunk present and intact, every content hash matches\n\n"
                               "Exit code 0: intact; 1: damaged items, listed in a table; 2: not a labzarr store.")
     v.add_argument("store", type=Path, help="a store folder")
@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="summarise a converted store", formatter_class=raw,
                        description="List a store's ok items with shapes, bytes on disk and compression ratios.",
                        epilog="worked example:\n  $ labzarr inspect data/stores/demo.zarr\n"
-                              "  store:     data/stores/demo.zarr\n  delivery:  demo\n  items:     10 ok\n"
+                              "  store:     data/stores/demo.zarr\n  delivery:  demo\n  items:     11 ok\n"
                               "  item_id          array                        shape              dtype    ...")
     i.add_argument("store", type=Path, help="a store folder or .zip")
     i.set_defaults(run=_inspect)
@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="write the messy sample delivery used by `make demo`", formatter_class=raw,
                        description="Write a messy sample delivery (good volumes, corruptions, notes) to a folder.",
                        epilog="worked example:\n  $ labzarr demo data/raw/demo\n"
-                              "  wrote sample delivery to data/raw/demo (24 files)\n"
+                              "  wrote sample delivery to data/raw/demo (34 files)\n"
                               "  $ labzarr convert manifests/demo/delivery.toml")
     d.add_argument("raw", type=Path, help="folder to (re)create")
     d.set_defaults(run=_demo)
