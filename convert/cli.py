@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .errors import UsageError
+from .objstore import StoreRef, UrlStore, store_ref, view_args
 
 __all__ = ["build_parser", "main"]
 
@@ -148,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                               "  data/stores/demo.zarr: 13 arrays, 68 chunks, 727,767 B re-read\n"
                               "  ok: every chunk present and intact, every content hash matches\n\n"
                               "Exit code 0: intact; 1: damaged items, listed in a table; 2: not a labzarr store.")
-    v.add_argument("store", type=Path, help="a store folder")
+    v.add_argument("store", type=store_ref, help="a store folder, or its URL (s3://bucket/x.zarr; credentials and "
+                                                "endpoint from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)")
     v.add_argument("--threads", type=int, default=None, help="arrays checked in parallel (default: cores, max 8)")
     v.set_defaults(run=_verify)
 
@@ -157,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="worked example:\n  $ labzarr inspect data/stores/demo.zarr\n"
                               "  store:     data/stores/demo.zarr\n  delivery:  demo\n  items:     11 ok\n"
                               "  item_id          array                        shape              dtype    ...")
-    i.add_argument("store", type=Path, help="a store folder or .zip")
+    i.add_argument("store", type=store_ref, help="a store folder or .zip, or its URL (s3://bucket/x.zarr)")
     i.set_defaults(run=_inspect)
 
     d = sub.add_parser("demo", help="write the messy sample delivery used by `make demo`", formatter_class=raw,
@@ -186,8 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _shown(path: Path) -> Path:
+def _shown(path: StoreRef) -> StoreRef:
     """`path` relative to the working directory when it lies below it: what the user typed, not /abs/olute."""
+    if isinstance(path, UrlStore):
+        return path
     try:
         return path.resolve().relative_to(Path.cwd().resolve())
     except ValueError:
@@ -245,7 +249,7 @@ def _verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--threads {args.threads}: must be at least 1", "drop the option to use the default")
     try:
         report = verify_store(args.store, threads=args.threads)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, ConnectionError) as exc:
         raise UsageError(str(exc), "pass the store path from the spec's [delivery] store") from exc
     print(report.describe())
     return 0 if report.ok else 1
@@ -257,8 +261,9 @@ def _inspect(args: argparse.Namespace) -> int:
     from .inspect import describe_store
 
     try:
-        view = open_store(args.store)
-    except (FileNotFoundError, ValueError) as exc:
+        where, options = view_args(args.store)
+        view = open_store(where, storage_options=options)
+    except (FileNotFoundError, ValueError, ConnectionError) as exc:
         raise UsageError(str(exc), "pass the store path from the spec's [delivery] store") from exc
     print(describe_store(view))
     return 0

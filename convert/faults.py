@@ -1,7 +1,8 @@
 """Fault reports: where a worker was when it crashed or hung, for the item's `detail`.
 
 While an item decodes, Python's `faulthandler` writes to a per-item file in the
-store's `.labzarr/crash/`: the traceback on a fatal signal (a segfault in a C
+store's `.labzarr/crash/` (for a URL store, a local temp folder of the run:
+faulthandler writes to a file descriptor, which an object has not): the traceback on a fatal signal (a segfault in a C
 decoder), and, shortly before the item's time limit, the stacks of a hung task.
 A task that finishes removes its report; the driver reads what is left when a
 worker dies or an item times out. faulthandler is per process, so reports are
@@ -17,16 +18,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .state import crash_dir
-
 __all__ = ["fault_report", "report_path", "summarize_report"]
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
-def report_path(store: Path, array: str) -> Path:
-    """The fault report file of the item writing `array`."""
-    return crash_dir(store) / f"{array.replace('/', '~')}.txt"
+def report_path(reports: Path, array: str) -> Path:
+    """The fault report file, in the run's `reports` folder, of the item writing `array`."""
+    return reports / f"{array.replace('/', '~')}.txt"
 
 
 @contextmanager

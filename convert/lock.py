@@ -6,6 +6,12 @@ over and warns, naming the dead run from the file's content. A second live run
 fails at once with the holder's pid, host and start time. If the recorded
 holder is alive on this host although the flock was granted (a filesystem that
 does not honour flock), the run refuses rather than trusting the lock.
+
+A URL store (an object store) has no flock: its lock is the object
+`.labzarr/lock`, created with a conditional PUT that fails when it exists,
+and deleted on release. Nothing deletes it when its holder dies, so a lock
+naming a dead process on this host is taken over; one naming another host
+cannot be checked and must be deleted by hand (the error says which object).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 import psutil
 
 from .errors import UsageError
+from .objstore import StoreRef, UrlStore, check_reachable
 from .state import lock_path
 
 __all__ = ["LockInfo", "StoreLocked", "lock_owner", "store_lock"]
@@ -91,10 +98,65 @@ def _write(fd: int, info: LockInfo) -> None:
     os.fsync(fd)
 
 
+def _new_info() -> LockInfo:
+    me = psutil.Process()
+    return LockInfo(pid=me.pid, host=socket.gethostname(),
+                    started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    run_id=uuid.uuid4().hex, process_started=me.create_time())
+
+
+def _parse(blob: bytes) -> LockInfo | None:
+    try:
+        return LockInfo(**json.loads(blob)) if blob.strip() else None
+    except (ValueError, TypeError):
+        return None
+
+
 @contextmanager
-def store_lock(store: Path) -> Iterator[LockInfo]:
+def _object_lock(store: UrlStore) -> Iterator[LockInfo]:
+    """The lock object of a URL store: created only if absent (conditional PUT), deleted on release."""
+    check_reachable(store)
+    obj = lock_path(store)
+    assert isinstance(obj, UrlStore)
+    fs = obj.fs()
+    info = _new_info()
+    blob = json.dumps(asdict(info), sort_keys=True).encode() + b"\n"
+    for attempt in (1, 2):
+        try:
+            fs.pipe_file(obj.path, blob, mode="create")
+            break
+        except FileExistsError:
+            try:
+                holder = _parse(obj.read_bytes())
+            except FileNotFoundError:  # released between the two calls
+                continue
+            if attempt == 1 and holder is not None and holder.host == socket.gethostname() and not holder.alive_here():
+                log.warning("%s: taking over the lock left by %s, which is no longer running", store,
+                            holder.describe())
+                obj.unlink(missing_ok=True)
+                continue
+            who = holder.describe() if holder else "another process (no details recorded)"
+            raise StoreLocked(f"{store}: in use by another labzarr run: {who}",
+                              f"wait for that run to finish (or stop it); if it died on another host, delete "
+                              f"{obj} and rerun") from None
+    else:
+        raise StoreLocked(f"{store}: the lock object {obj} keeps changing hands", "rerun in a moment")
+    try:
+        yield info
+    finally:
+        if lock_owner(store) == info.run_id:  # never delete a lock another run took over
+            obj.unlink(missing_ok=True)
+
+
+@contextmanager
+def store_lock(store: StoreRef) -> Iterator[LockInfo]:
     """Hold `store`'s lock for the block; raise `StoreLocked` at once if another run holds it."""
+    if isinstance(store, UrlStore):
+        with _object_lock(store) as info:
+            yield info
+        return
     path = lock_path(store)
+    assert isinstance(path, Path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -127,8 +189,14 @@ def store_lock(store: Path) -> Iterator[LockInfo]:
         os.close(fd)  # closing the descriptor drops the flock
 
 
-def lock_owner(store: Path) -> str | None:
+def lock_owner(store: StoreRef) -> str | None:
     """The run id recorded in `store`'s lock file, or None (read without locking; for tasks)."""
+    if isinstance(store, UrlStore):
+        try:
+            held = _parse(lock_path(store).read_bytes())
+        except FileNotFoundError:
+            return None
+        return held.run_id if held else None
     try:
         fd = os.open(lock_path(store), os.O_RDONLY)
     except FileNotFoundError:

@@ -28,6 +28,7 @@ from .charts import bar_chart, top_values
 from .errors import UsageError
 from .explain import EXPLAIN
 from .manifest import read_manifest
+from .objstore import StoreRef, UrlStore, view_args
 from .spec import Spec, load_spec
 from .thumbs import class_color, thumbnail
 
@@ -124,8 +125,9 @@ def _load_record(spec: Spec) -> tuple[dict[str, Any], list[dict[str, str]], Stor
         raise UsageError(f"{manifest_path}: its sha256 differs from the one {summary_path.name} records "
                          "(edited by hand, or from another run)", f"regenerate both: {run}")
     try:
-        view = open_store(spec.delivery.store)
-    except (FileNotFoundError, ValueError) as exc:
+        where, options = view_args(spec.delivery.store)
+        view = open_store(where, storage_options=options)
+    except (FileNotFoundError, ValueError, ConnectionError) as exc:
         raise UsageError(str(exc), run) from exc
     if view.attrs.get("manifest_sha256") != summary["manifest_sha256"]:
         raise UsageError(f"{spec.delivery.store}: written by another run than {manifest_path} "
@@ -201,7 +203,9 @@ def _environment() -> Environment:
                        undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
-def _relative(path: Path, cwd: Path) -> str:
+def _relative(path: StoreRef, cwd: Path) -> str:
+    if isinstance(path, UrlStore):
+        return path.url
     try:
         return str(path.resolve().relative_to(cwd.resolve()))
     except ValueError:

@@ -13,6 +13,8 @@ import hashlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -35,6 +37,7 @@ from .errors import UsageError
 from .labels import join_labels, load_labels, workbook_rel
 from .lock import LockInfo, store_lock
 from .manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
+from .objstore import StoreRef, UrlStore, copy_object
 from .plan import VOLUMES, Plan, plan
 from .probe import Probe, probe_files
 from .content import chunk_digest, combine_digests
@@ -42,7 +45,7 @@ from .progress import Progress, ProgressEvent
 from .resume import read_outcomes, read_shard_record, settings_fingerprint, write_outcomes
 from .spec import Spec, load_spec
 from .stacks import STACKS, Stack
-from .state import ensure_state, prune_records, records_dir, sweep
+from .state import crash_dir, ensure_state, prune_records, records_dir, sweep
 from .store import (array_nodes, array_paths, carry_shard, create_stack, fill_missing_shards, group_paths, install,
                     open_root, open_stack, remove_array, set_array_labels, staging_folder, write_index)
 from .supervise import hang_report_after, run_tasks
@@ -125,12 +128,14 @@ def convert_delivery(
 
 
 @contextmanager
-def _store_errors(store: Path) -> Iterator[None]:
-    """A full or read-only filesystem is the user's to fix: one clear error, not a traceback."""
+def _store_errors(store: StoreRef) -> Iterator[None]:
+    """A full or read-only filesystem (an object store that fails a request) is the user's to fix: one
+    clear error, not a traceback."""
     try:
         yield
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+        if not isinstance(store, UrlStore) and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS,
+                                                                 errno.EACCES):
             raise
         raise UsageError(f"{store}: cannot write the store: {exc}",
                          "free space (or fix permissions) and rerun the same command: finished items are kept "
@@ -209,11 +214,13 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     for group in (VOLUMES, STACKS):
         if group not in root:
             root.create_group(group)
-    task_settings = _task_settings(spec, client, lock, settings)
-    staged = _stage_stacks(store, the_plan, spec)
-    converted = run_tasks(client, the_plan.tasks, task_settings, item_timeout=spec.run.item_timeout,
-                          shards=the_plan.shards, targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
-                          samples=the_plan.samples, masks=spec.masks, progress=progress)
+    with _crash_reports(store) as reports:
+        task_settings = _task_settings(spec, client, lock, settings, reports)
+        staged = _stage_stacks(store, the_plan, spec)
+        converted = run_tasks(client, the_plan.tasks, task_settings, item_timeout=spec.run.item_timeout,
+                              shards=the_plan.shards,
+                              targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
+                              samples=the_plan.samples, masks=spec.masks, progress=progress)
     t_convert = time.perf_counter()
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
     decoded = _drop_duplicates([*converted, *the_plan.unchanged], store)
@@ -289,12 +296,35 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
     return out
 
 
-def _task_settings(spec: Spec, client: Client, lock: LockInfo, settings: str) -> TaskSettings:
+@contextmanager
+def _crash_reports(store: StoreRef) -> Iterator[Path]:
+    """The folder workers write fault reports to: the store's `.labzarr/crash/`, or for a URL store a local
+    temp folder of this run (faulthandler writes to a file descriptor; an object has none), removed after it.
+
+    On a cluster whose workers run on other hosts, their reports for a URL store stay on those hosts, so a
+    crashed item's `detail` then lacks the traceback.
+    """
+    if not isinstance(store, UrlStore):
+        folder = crash_dir(store)
+        assert isinstance(folder, Path)
+        yield folder
+        return
+    folder = Path(tempfile.mkdtemp(prefix="labzarr-crash-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _task_settings(spec: Spec, client: Client, lock: LockInfo, settings: str, reports: Path) -> TaskSettings:
     workers = client.scheduler_info().get("workers", {}).values()
-    return TaskSettings(store=str(spec.delivery.store), store_spec=spec.store, limits=spec.validate.limits(),
+    store = spec.delivery.store
+    return TaskSettings(store=str(store), store_spec=spec.store, limits=spec.validate.limits(),
                         non_finite=spec.validate.non_finite, run_id=lock.run_id, settings=settings,
                         readers=spec.run.readers, hang_report_after=hang_report_after(spec.run.item_timeout),
-                        fault_reports=all(w.get("nthreads") == 1 for w in workers))
+                        fault_reports=all(w.get("nthreads") == 1 for w in workers),
+                        store_options=dict(store.options) if isinstance(store, UrlStore) else {},
+                        crash_reports=str(reports) if isinstance(store, UrlStore) else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,12 +332,12 @@ class _StagedStack:
     """A stack being rebuilt in a staging folder: what the shard tasks write into, and its records folder."""
 
     stack: Stack
-    folder: Path
+    folder: StoreRef
     records_id: str
-    records: Path
+    records: StoreRef
 
 
-def _stage_stacks(store: Path, the_plan: Plan, spec: Spec) -> dict[str, _StagedStack]:
+def _stage_stacks(store: StoreRef, the_plan: Plan, spec: Spec) -> dict[str, _StagedStack]:
     """Stage every stack with a shard to decode; link the kept shards (and their records) into it.
 
     A stack whose shards are all kept stays as it is, untouched.
@@ -326,17 +356,25 @@ def _stage_stacks(store: Path, the_plan: Plan, spec: Spec) -> dict[str, _StagedS
             carry_shard(store / stack.array, folder, array, kept.shard.shard)
             for rec in kept.records:
                 old = _installed_records(store, stack.array)
-                os.link(records_dir(store) / old / rec.name, records / rec.name)
+                _link(records_dir(store) / old / rec.name, records / rec.name)
         staged[stack.array] = _StagedStack(stack=stack, folder=folder, records_id=records_id, records=records)
     return staged
 
 
-def _installed_records(store: Path, array: str) -> str:
+def _link(src: StoreRef, dest: StoreRef) -> None:
+    """A hard link on a filesystem; a server-side copy on an object store."""
+    if isinstance(src, UrlStore) and isinstance(dest, UrlStore):
+        copy_object(src, dest)
+    else:
+        os.link(src, dest)  # type: ignore[arg-type]
+
+
+def _installed_records(store: StoreRef, array: str) -> str:
     meta = json.loads((store / array / "zarr.json").read_bytes())
     return str(meta["attributes"]["records"])
 
 
-def _install_stack(store: Path, staged: _StagedStack, decoded: Sequence[Row], run_id: str, settings: str) -> None:
+def _install_stack(store: StoreRef, staged: _StagedStack, decoded: Sequence[Row], run_id: str, settings: str) -> None:
     """Hash the staged stack from its shard records, seal it and move it into place."""
     array = open_stack(staged.folder)
     empty = fill_missing_shards(staged.folder, array)
@@ -357,7 +395,7 @@ def _install_stack(store: Path, staged: _StagedStack, decoded: Sequence[Row], ru
     install(store, staged.stack.array, staged.folder, array, complete=complete, run_id=run_id)
 
 
-def _drop_duplicates(rows: list[Row], store: Path) -> list[Row]:
+def _drop_duplicates(rows: list[Row], store: StoreRef) -> list[Row]:
     """The second ok file with the same bytes (by source order) is `duplicate_content`."""
     first: dict[str, str] = {}
     out = []
@@ -373,22 +411,22 @@ def _drop_duplicates(rows: list[Row], store: Path) -> list[Row]:
     return sort_rows(out)
 
 
-def _records_in_use(store: Path) -> set[str]:
+def _records_in_use(store: StoreRef) -> set[str]:
     return {str(meta["attributes"]["records"]) for _, meta in array_nodes(store)
             if "records" in meta.get("attributes", {})}
 
 
-def _remove_stale(store: Path, keep: set[str]) -> None:
+def _remove_stale(store: StoreRef, keep: set[str]) -> None:
     for path in [*array_paths(store, VOLUMES), *group_paths(store, VOLUMES), *array_paths(store, STACKS)]:
         if path not in keep:
             remove_array(store, path)
 
 
-def _write_array_labels(client: Client, store: Path, rows: Sequence[Row]) -> None:
+def _write_array_labels(client: Client, store: StoreRef, rows: Sequence[Row]) -> None:
     """Each ok volume's `labels` attr, set on the workers in batches (a no-op where already equal)."""
     todo = [(r.array, dict(r.labels)) for r in rows if r.status == "ok" and r.array and r.slot is None]
     batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
-    client.gather(client.map(set_array_labels, [str(store)] * len(batches), batches, pure=False))
+    client.gather(client.map(set_array_labels, [store] * len(batches), batches, pure=False))
 
 
 def _class_summary(spec: Spec, rows: Sequence[Row]) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -40,8 +39,9 @@ from .chunks import plan_chunks, plan_shards
 from .manifest import ClassCount, RoleSource, Row
 from .masks import ClassLocator, MaskScan, as_classes
 from .samples import RoleFile, SampleTask
+from .objstore import StoreRef, zarr_store
 from .spec import MASK_ROLE, MasksSpec
-from .store import codecs
+from .store import codecs, discard
 from .task import TaskSettings, attrs_for
 from .validate import FiniteCheck
 from .writer import VolumeWriter
@@ -71,7 +71,7 @@ def _blame(f: RoleFile) -> Iterator[None]:
 def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -> Row:
     """Convert one sample; returns its manifest row for every outcome (total, idempotent)."""
     base = task.base_row()
-    store = Path(settings.store)
+    store = settings.location()
     try:
         sources: list[tuple[RoleFile, VolumeSource]] = []
         for f in task.files:
@@ -95,8 +95,8 @@ def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -
                                  stream_axis=ref.stream_axis, budget=settings.slab_bytes)
             shards = plan_shards(ref.shape, chunks, settings.store_spec.shards, voxel_bytes=ref.voxel_bytes,
                                  stream_axis=ref.stream_axis, budget=settings.slab_bytes)
-        shutil.rmtree(store / task.group, ignore_errors=True)  # a rerun replaces the whole sample
-        group = zarr.create_group(zarr.storage.LocalStore(store), path=task.group,
+        discard(store / task.group)  # a rerun replaces the whole sample
+        group = zarr.create_group(zarr_store(store), path=task.group,
                                   attributes={"item_id": task.item_id, "kind": "sample",
                                               "roles": {f.role: f.source for f in task.files}})
         roles: list[RoleSource] = []
@@ -114,14 +114,14 @@ def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -
                                         for c in classes}})
         group.attrs.update({"complete": sample_complete(task.files)})
     except Rejected as exc:
-        shutil.rmtree(store / task.group, ignore_errors=True)
+        discard(store / task.group)
         return base.rejected(exc.reason, exc.detail)
     except MemoryError as exc:
-        shutil.rmtree(store / task.group, ignore_errors=True)
+        discard(store / task.group)
         return base.rejected(Reason.TOO_LARGE, f"out of memory while decoding: {exc}")
     except Exception as exc:  # the task boundary: a decoder bug must cost one sample, not the run
         log.exception("decoder crashed on %s", task.source)
-        shutil.rmtree(store / task.group, ignore_errors=True)
+        discard(store / task.group)
         return base.rejected(Reason.DECODER_CRASH, f"{type(exc).__name__}: {exc}")
     return replace(base, shape=tuple(ref.shape), dtype=str(ref.dtype), spacing=ref.spacing,
                    orientation=ref.orientation, array=f"{task.group}/{task.reference.role}",
@@ -174,7 +174,7 @@ def _open(f: RoleFile, settings: TaskSettings) -> VolumeSource:
     return open_source(reader, path, limits, read_head(path))
 
 
-def _write_volume(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
+def _write_volume(store: StoreRef, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
                   shards: Sequence[int] | None, settings: TaskSettings) -> tuple[str, list[str]]:
     h = src.header
     finite = FiniteCheck(h, settings.non_finite)
@@ -193,7 +193,7 @@ def _write_volume(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource,
     return str(h.dtype), warnings
 
 
-def _write_mask(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
+def _write_mask(store: StoreRef, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
                 shards: Sequence[int] | None, settings: TaskSettings,
                 masks: MasksSpec) -> tuple[str, tuple[ClassCount, ...], list[str]]:
     scan = MaskScan(classes=masks.classes, policy=masks.policy)
@@ -214,7 +214,7 @@ def _write_mask(store: Path, task: SampleTask, f: RoleFile, src: VolumeSource, c
     finally:
         writer.close()
     located, ranges = locator.locations()
-    zarr.create_array(zarr.storage.LocalStore(store), name=f"{task.group}/{LOCATIONS}", data=located,
+    zarr.create_array(zarr_store(store), name=f"{task.group}/{LOCATIONS}", data=located,
                       chunks=(max(1, min(len(located), _LOCATION_ROWS)), 3), compressors=codecs(settings.store_spec),
                       attributes={"axes": ["x", "y", "z"] if len(h.shape) == 4 else ["y", "x"], "role": f.role},
                       overwrite=True)

@@ -16,9 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar, cast
 
+import fsspec
+
 from labzarr.readers import ColumnRef, Limits, SeriesRules, WorkbookLimits, load_reader
 
 from .errors import UsageError
+from .objstore import StoreRef, UrlStore, is_url
 
 __all__ = [
     "Compressor",
@@ -49,7 +52,7 @@ _DEFAULT_ID_PATTERN = r"(?P<id>[A-Za-z]+[-_ ]?\d+)"
 class DeliverySpec:
     name: str
     raw: Path
-    store: Path
+    store: StoreRef  # a folder, or a URL store (`s3://bucket/x.zarr`) with `[store] storage_options`
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +261,8 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
         if not isinstance(value, dict):
             raise UsageError(f"{where}: {name} must be a [table]", f"write [{name}] followed by its keys")
 
-    delivery = _delivery(_Table(where, "delivery", doc.get("delivery", {})), cwd)
+    store_table = _Table(where, "store", doc.get("store", {}))
+    delivery = _delivery(_Table(where, "delivery", doc.get("delivery", {})), cwd, store_table)
     labels = _labels(_Table(where, "labels", doc["labels"]), delivery.raw) if "labels" in doc else None
     items = _items(_Table(where, "items", doc.get("items", {})))
     if "masks" in doc and MASK_ROLE not in dict(items.roles):
@@ -269,7 +273,7 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
         sha256=hashlib.sha256(blob).hexdigest(),
         delivery=delivery,
         items=items,
-        store=_store(_Table(where, "store", doc.get("store", {}))),
+        store=_store(store_table),
         validate=_validate(_Table(where, "validate", doc.get("validate", {}))),
         labels=labels,
         dicom=_dicom(_Table(where, "dicom", doc.get("dicom", {}))),
@@ -278,7 +282,7 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
     )
 
 
-def _delivery(t: _Table, cwd: Path) -> DeliverySpec:
+def _delivery(t: _Table, cwd: Path, store_table: _Table) -> DeliverySpec:
     name = t.take("name", str, what="a delivery name, e.g. \"lab-2026-11\"")
     t.check("name", name, lambda v: bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v)),
             "use letters, digits, '.', '_' and '-'", "rename it, e.g. name = \"lab-2026-11\"")
@@ -286,11 +290,31 @@ def _delivery(t: _Table, cwd: Path) -> DeliverySpec:
     if not raw.is_dir():
         raise t.fail("raw", str(raw), "folder not found" if not raw.exists() else "not a folder",
                      "copy the delivery there or fix the path (relative paths start at the working directory)")
-    store = _path(cwd, t.take("store", str, what="a store path ending in .zarr"))
+    given = t.take("store", str, what="a store path ending in .zarr, or a URL such as s3://bucket/x.zarr")
+    options = store_table.take("storage_options", dict, {}, what='a table of fsspec options, e.g. '
+                               '{ endpoint_url = "http://127.0.0.1:9000" }')
+    store: StoreRef = _path(cwd, given) if not is_url(given) else UrlStore(given.rstrip("/"), options)
     t.check("store", str(store), lambda v: v.endswith(".zarr"), "the store path must end in .zarr",
-            f"e.g. store = \"data/stores/{name}.zarr\"")
+            f"e.g. store = \"data/stores/{name}.zarr\" or \"s3://bucket/{name}.zarr\"")
+    if isinstance(store, UrlStore):
+        _check_protocol(t, store)
+    elif options:
+        raise store_table.fail("storage_options", options, "only a URL store takes storage options",
+                               "drop the key, or set [delivery] store to a URL such as s3://bucket/x.zarr")
     t.done()
     return DeliverySpec(name=name, raw=raw, store=store)
+
+
+def _check_protocol(t: _Table, store: UrlStore) -> None:
+    """The URL's protocol has an fsspec implementation installed (no I/O: the bucket is checked by the run)."""
+    try:
+        fsspec.get_filesystem_class(store.protocol)
+    except ValueError as exc:
+        raise t.fail("store", store.url, f"unknown protocol {store.protocol}:// ({exc})",
+                     "use a path, or a URL fsspec knows, e.g. s3://bucket/x.zarr") from exc
+    except ImportError as exc:
+        raise t.fail("store", store.url, f"{store.protocol}:// needs a package that is not installed ({exc})",
+                     "pip install 'labzarr[s3]' (s3fs) for s3://, or the package fsspec names") from exc
 
 
 def _items(t: _Table) -> ItemsSpec:

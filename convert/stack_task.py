@@ -21,7 +21,8 @@ from labzarr.readers import Reason, Rejected, Volume
 
 from .content import chunk_digest
 from .faults import fault_report, report_path
-from .manifest import Row, atomic_write
+from .manifest import Row
+from .objstore import StoreRef, store_ref, write_object
 from .resume import shard_record
 from .stacks import ShardTask, SlotItem
 from .store import StoreWriteError, write_slots
@@ -40,13 +41,13 @@ def shard_report_key(task: ShardTask) -> str:
 
 def convert_shard(task: ShardTask, settings: TaskSettings, *, folder: str, records: str) -> list[Row]:
     """Convert every image of one shard task into the staged stack at `folder`; one row per image, in slot order."""
-    store = Path(settings.store)
-    with fault_report(report_path(store, shard_report_key(task)), hang_after=settings.hang_report_after,
+    with fault_report(report_path(settings.reports(), shard_report_key(task)), hang_after=settings.hang_report_after,
                       enabled=settings.fault_reports):
-        return _convert(task, settings, Path(folder), Path(records))
+        return _convert(task, settings, store_ref(folder, settings.store_options),
+                        store_ref(records, settings.store_options))
 
 
-def _convert(task: ShardTask, settings: TaskSettings, folder: Path, records: Path) -> list[Row]:
+def _convert(task: ShardTask, settings: TaskSettings, folder: StoreRef, records: StoreRef) -> list[Row]:
     plane = task.stack.plane
     batch = np.zeros((task.stop - task.first, *plane.shape), dtype=plane.dtype)
     rows: list[Row] = []
@@ -72,7 +73,7 @@ def _convert(task: ShardTask, settings: TaskSettings, folder: Path, records: Pat
     name, blob = shard_record(task, rows, digests, settings.settings)
     with _store_io(settings.store, f"cannot write {task.stack.array} slots {task.first}..{task.stop - 1}"):
         write_slots(folder, task.first, batch)  # rejected slots too: zeros, so every slot has its chunk
-        atomic_write(records / name, blob)
+        write_object(records / name, blob)
     return rows
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zarr
-import zarr.storage
+
+from .objstore import StoreRef, UrlStore, remove_tree, zarr_store
 
 __all__ = ["STATE", "Swept", "crash_dir", "ensure_state", "lock_path", "outcomes_path", "prune_records",
            "records_dir", "staging_dir", "sweep", "trash_dir"]
@@ -23,52 +24,52 @@ STATE = ".labzarr"
 _PURPOSE = "labzarr run bookkeeping (lock, staged arrays, crash reports, outcomes); not data"
 
 
-def lock_path(store: Path) -> Path:
+def lock_path(store: StoreRef) -> StoreRef:
     """The store's lock file."""
     return store / STATE / "lock"
 
 
-def staging_dir(store: Path) -> Path:
+def staging_dir(store: StoreRef) -> StoreRef:
     """Where arrays are written before they are moved into place."""
     return store / STATE / "staging"
 
 
-def trash_dir(store: Path) -> Path:
+def trash_dir(store: StoreRef) -> StoreRef:
     """Where a replaced array is moved before it is deleted (a rename is atomic, a delete is not)."""
     return store / STATE / "trash"
 
 
-def crash_dir(store: Path) -> Path:
+def crash_dir(store: StoreRef) -> StoreRef:
     """Per-item fault reports written by workers (faulthandler), read when a worker dies or hangs."""
     return store / STATE / "crash"
 
 
-def records_dir(store: Path) -> Path:
+def records_dir(store: StoreRef) -> StoreRef:
     """Per-stack folders of shard records (`resume.py`), each named by its stack's `records` attr."""
     return store / STATE / "records"
 
 
-def prune_records(store: Path, keep: set[str]) -> int:
+def prune_records(store: StoreRef, keep: set[str]) -> int:
     """Remove records folders no installed stack names (a killed run's, a replaced stack's); returns how many."""
     folder = records_dir(store)
     gone = 0
     if folder.is_dir():
         for entry in folder.iterdir():
             if entry.name not in keep:
-                shutil.rmtree(entry, ignore_errors=True)
+                remove_tree(entry) if isinstance(entry, UrlStore) else shutil.rmtree(entry, ignore_errors=True)
                 gone += 1
     return gone
 
 
-def outcomes_path(store: Path) -> Path:
+def outcomes_path(store: StoreRef) -> StoreRef:
     """Recorded rejections of decoded items, so a rerun need not decode them again."""
     return store / STATE / "outcomes.json"
 
 
-def ensure_state(store: Path) -> None:
+def ensure_state(store: StoreRef) -> None:
     """Create `.labzarr/` as a zarr group (and the store's root group with it) if missing."""
     if not (store / STATE / "zarr.json").exists():
-        zarr.open_group(zarr.storage.LocalStore(store), path=STATE, mode="a", zarr_format=3,
+        zarr.open_group(zarr_store(store), path=STATE, mode="a", zarr_format=3,
                         attributes={"purpose": _PURPOSE})
 
 
@@ -84,11 +85,19 @@ class Swept:
         return bool(self.staged or self.partial or self.crash_reports)
 
 
-def sweep(store: Path) -> Swept:
+def sweep(store: StoreRef) -> Swept:
     """Remove what a killed run left: staged and trashed arrays, zarr `*.partial` files, crash reports.
 
-    Call only while holding the store's lock.
+    Call only while holding the store's lock. A URL store has only staged stacks to sweep (found by
+    listing): an object is written whole or not at all, and its crash reports stay on the driver.
     """
+    if isinstance(store, UrlStore):
+        staged = staging_dir(store)
+        assert isinstance(staged, UrlStore)
+        entries = list(staged.iterdir()) if staged.is_dir() else []
+        for entry in entries:
+            remove_tree(entry) if entry.is_dir() else entry.unlink(missing_ok=True)
+        return Swept(staged=len(entries), partial=0, crash_reports=0)
     staged = 0
     for folder in (staging_dir(store), trash_dir(store)):
         if folder.is_dir():

@@ -12,6 +12,10 @@ of the shards it owns) and by shards carried over from the installed stack,
 then installed by the driver. The root's `labzarr` attr is the store's own
 index of ok items, written once the run's rows are final, so a Dataset needs
 nothing but the store's path.
+
+A store at a URL (an object store) has no rename: it commits by the protocol
+in `objstore.py`, and each function here that renames, links or fsyncs says
+what it does there instead.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import errno
 import itertools
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -36,14 +41,17 @@ from labzarr.readers import MemorySource, Volume
 from .chunks import chunk_grid, plan_chunks, plan_shards
 from .lock import lock_owner
 from .manifest import Row
+from .objstore import StoreRef, UrlStore, copy_object, copy_tree, remove_tree, zarr_store
 from .spec import StoreSpec
 from .stacks import Stack
 from .state import STATE, staging_dir, trash_dir
 
 __all__ = ["FORMAT_VERSION", "INDEX_KEY", "STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_paths",
-           "carry_shard", "codecs", "create_stack", "fill_missing_shards", "install", "missing_chunk_files",
+           "begin_array", "carry_shard", "codecs", "discard", "create_stack", "fill_missing_shards", "install", "missing_chunk_files",
            "group_paths", "open_root", "remove_array", "set_array_labels", "staging_folder", "write_index", "write_slots",
            "write_volume"]
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 INDEX_KEY = "labzarr"
@@ -63,9 +71,9 @@ def codecs(spec: StoreSpec) -> tuple[BytesBytesCodec, ...]:
     return tuple(out)
 
 
-def open_root(store: Path, *, mode: str = "a") -> zarr.Group:
+def open_root(store: StoreRef, *, mode: str = "a") -> zarr.Group:
     """Open (or create) the store's root group."""
-    return zarr.open_group(zarr.storage.LocalStore(store), mode=mode, zarr_format=3)  # type: ignore[arg-type]
+    return zarr.open_group(zarr_store(store), mode=mode, zarr_format=3)  # type: ignore[arg-type]
 
 
 class StoreWriteError(Exception):
@@ -83,17 +91,45 @@ class Superseded(Exception):
     """Another run took over the store while this task ran (its own run died); the work is dropped."""
 
 
-def staging_folder(store: Path, name: str) -> Path:
-    """A fresh private folder to write array `name` in before it is installed."""
+def staging_folder(store: StoreRef, name: str) -> StoreRef:
+    """A fresh private folder (key prefix) to write array `name` in before it is installed."""
     return staging_dir(store) / f"{name.replace('/', '~')}.{uuid.uuid4().hex}"
 
 
-def install(store: Path, name: str, folder: Path, array: zarr.Array, *, complete: str, run_id: str) -> None:
+def begin_array(store: StoreRef, name: str) -> StoreRef:
+    """Where a volume array `name` is written: a staging folder, or on a URL store its final path, emptied."""
+    if isinstance(store, UrlStore):
+        dest = store / name
+        remove_tree(dest)  # an older version's keys would otherwise survive where the new one has none
+        return dest
+    folder = staging_folder(store, name)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def discard(folder: StoreRef) -> None:
+    """Remove an array that was begun but not installed."""
+    if isinstance(folder, UrlStore):
+        try:
+            remove_tree(folder)
+        except OSError as exc:  # as rmtree(ignore_errors=True): what is left has no `complete` and is replaced later
+            log.warning("%s: could not remove the unfinished array: %s", folder, exc)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def install(store: StoreRef, name: str, folder: StoreRef, array: zarr.Array, *, complete: str, run_id: str) -> None:
     """Seal the staged `array` (chunk files checked, fsynced, `complete` set last) and move it to `name`.
 
     Raises `Superseded` when `run_id` no longer holds the store (a task of a dead run), and the folder
-    is left for the next sweep.
+    is left for the next sweep. On a URL store, see `objstore.py`: a volume is sealed where it was written,
+    a staged stack is copied into place with its `zarr.json` last.
     """
+    if isinstance(store, UrlStore):
+        assert isinstance(folder, UrlStore)
+        _install_url(store, name, folder, array, complete=complete, run_id=run_id)
+        return
+    assert isinstance(folder, Path)
     missing = missing_chunk_files(folder, array)
     if missing:
         raise RuntimeError(f"{name}: {len(missing)} chunk file(s) missing after writing, first {missing[0]}")
@@ -105,7 +141,28 @@ def install(store: Path, name: str, folder: Path, array: zarr.Array, *, complete
     _move_into_place(folder, store / name, trash_dir(store))
 
 
-def write_volume(store: Path, name: str, volume: Volume, *, spec: StoreSpec, attrs: Mapping[str, Any],
+def _install_url(store: UrlStore, name: str, folder: UrlStore, array: zarr.Array, *, complete: str,
+                 run_id: str) -> None:
+    missing = missing_chunk_files(folder, array)
+    if missing:
+        raise RuntimeError(f"{name}: {len(missing)} chunk object(s) missing after writing, first {missing[0]}")
+    if run_id and lock_owner(store) != run_id:
+        raise Superseded(f"{name}: the store is now held by another run")
+    dest = store / name
+    if folder.url == dest.url:  # written in place
+        array.update_attributes({"complete": complete})  # last: the array is whole
+        return
+    remove_tree(dest)
+    copy_tree(folder, dest, skip=frozenset({"zarr.json"}))
+    missing = missing_chunk_files(dest, array)
+    if missing:
+        raise RuntimeError(f"{name}: {len(missing)} chunk object(s) missing after copying, first {missing[0]}")
+    array.update_attributes({"complete": complete})
+    copy_object(folder / "zarr.json", dest / "zarr.json")  # last: the array appears whole
+    remove_tree(folder)
+
+
+def write_volume(store: StoreRef, name: str, volume: Volume, *, spec: StoreSpec, attrs: Mapping[str, Any],
                  complete: str, run_id: str = "") -> None:
     """Write an in-memory `volume` as array `name`, replacing any earlier one, whole or not at all."""
     from .writer import VolumeWriter  # writer.py builds on this module
@@ -124,11 +181,11 @@ def write_volume(store: Path, name: str, volume: Volume, *, spec: StoreSpec, att
         writer.close()
 
 
-def create_stack(folder: Path, stack: Stack, *, spec: StoreSpec) -> zarr.Array:
+def create_stack(folder: StoreRef, stack: Stack, *, spec: StoreSpec) -> zarr.Array:
     """Create the empty stack array in `folder` (a staging folder); done once, by the driver, before any task."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     return zarr.create_array(
-        zarr.storage.LocalStore(folder),
+        zarr_store(folder),
         shape=stack.shape,
         dtype=stack.plane.dtype,
         chunks=stack.chunks,
@@ -141,15 +198,15 @@ def create_stack(folder: Path, stack: Stack, *, spec: StoreSpec) -> zarr.Array:
     )
 
 
-def open_stack(folder: Path) -> zarr.Array:
+def open_stack(folder: StoreRef) -> zarr.Array:
     """The (staged) stack array at `folder`, for writing whole slot ranges."""
-    arr = zarr.open_array(zarr.storage.LocalStore(folder), mode="r+", zarr_format=3,
+    arr = zarr.open_array(zarr_store(folder), mode="r+", zarr_format=3,
                           config={"write_empty_chunks": True})
     assert isinstance(arr, zarr.Array)
     return arr
 
 
-def write_slots(folder: Path, first: int, images: np.ndarray) -> None:
+def write_slots(folder: StoreRef, first: int, images: np.ndarray) -> None:
     """Write `images` (n, C, H, W) into slots first..first+n-1 in one call: a whole shard is written, not patched.
 
     Every chunk is stored, even an all-zero one, so an ok image is never a missing chunk.
@@ -157,18 +214,22 @@ def write_slots(folder: Path, first: int, images: np.ndarray) -> None:
     open_stack(folder)[first : first + len(images)] = images
 
 
-def carry_shard(old: Path, new: Path, array: zarr.Array, shard: int) -> None:
+def carry_shard(old: StoreRef, new: StoreRef, array: zarr.Array, shard: int) -> None:
     """Link shard `shard` of the installed stack at `old` into the staged stack at `new` (same layout): no copy.
 
     Installed arrays are never written again (a new version is staged and swapped in), so the two names
-    may share one file.
+    may share one file. An object store has no links: the shard is copied server-side.
     """
     key = array.metadata.encode_chunk_key((shard, *(0 for _ in array.shape[1:])))
+    if isinstance(old, UrlStore) and isinstance(new, UrlStore):
+        copy_object(old / key, new / key)
+        return
+    assert isinstance(old, Path) and isinstance(new, Path)
     (new / key).parent.mkdir(parents=True, exist_ok=True)
     os.link(old / key, new / key)
 
 
-def fill_missing_shards(folder: Path, array: zarr.Array) -> list[str]:
+def fill_missing_shards(folder: StoreRef, array: zarr.Array) -> list[str]:
     """Write zeros where no task wrote a shard (all its images failed); returns the keys still absent.
 
     Slot by slot, since zarr skips a whole-shard write of fill values. A shard of one slot is then still
@@ -183,16 +244,18 @@ def fill_missing_shards(folder: Path, array: zarr.Array) -> list[str]:
     return missing_chunk_files(folder, array)
 
 
-def missing_chunk_files(folder: Path, array: zarr.Array) -> list[str]:
+def missing_chunk_files(folder: StoreRef, array: zarr.Array) -> list[str]:
     """Storage keys (chunk or shard files) of `array`, stored at `folder`, that do not exist.
 
     Keys the array's `empty_shards` attr lists (all-zero shards zarr will not store) do not count.
+    A URL store is listed once rather than asked key by key.
     """
     storage = array.shards or array.chunks
     allowed = set(array.attrs.get("empty_shards", []))
+    listed = folder.keys() if isinstance(folder, UrlStore) else None
     return [key for key in (array.metadata.encode_chunk_key(coords)
                             for coords in itertools.product(*(range(n) for n in chunk_grid(array.shape, storage))))
-            if key not in allowed and not (folder / key).is_file()]
+            if key not in allowed and not (key in listed if listed is not None else (folder / key).is_file())]
 
 
 def _fsync_tree(folder: Path, files: Sequence[str] | None = None) -> None:
@@ -229,7 +292,7 @@ def _move_into_place(src: Path, dest: Path, trash: Path) -> None:
     raise RuntimeError(f"{dest}: could not move the staged array into place (another writer keeps replacing it)")
 
 
-def array_paths(store: Path, group: str) -> list[str]:
+def array_paths(store: StoreRef, group: str) -> list[str]:
     """Paths (`group/name`) of the arrays under `group`, sorted; empty when there is none."""
     root = open_root(store)
     if group not in root:
@@ -239,7 +302,7 @@ def array_paths(store: Path, group: str) -> list[str]:
     return sorted(f"{group}/{name}" for name, _ in sub.arrays())
 
 
-def group_paths(store: Path, group: str) -> list[str]:
+def group_paths(store: StoreRef, group: str) -> list[str]:
     """Paths (`group/name`) of the groups under `group` (samples), sorted; empty when there is none."""
     root = open_root(store)
     if group not in root:
@@ -249,8 +312,41 @@ def group_paths(store: Path, group: str) -> list[str]:
     return sorted(f"{group}/{name}" for name, _ in sub.groups())
 
 
-def array_nodes(store: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """(zarr.json path, metadata) of every array in the hierarchy; never descends into chunk folders."""
+def array_nodes(store: StoreRef) -> list[tuple[str, dict[str, Any]]]:
+    """(array path, metadata) of every array in the hierarchy; never descends into chunk folders."""
+    if isinstance(store, UrlStore):
+        return _url_array_nodes(store)
+    return [(p.parent.relative_to(store).as_posix(), meta) for p, meta in _array_files(store)]
+
+
+def _url_array_nodes(store: UrlStore) -> list[tuple[str, dict[str, Any]]]:
+    """As `array_nodes`, by listing one prefix per group (never the chunk keys below an array)."""
+    fs = store.fs()
+    out: list[tuple[str, dict[str, Any]]] = []
+    todo = [""]
+    while todo:
+        rel = todo.pop()
+        here = store / rel
+        try:
+            entries = fs.ls(here.path, detail=True)
+        except FileNotFoundError:
+            continue
+        names = {e["name"].rsplit("/", 1)[-1]: e["type"] for e in entries}
+        if "zarr.json" not in names:
+            continue
+        try:
+            meta = json.loads((here / "zarr.json").read_bytes())
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and meta.get("node_type") == "array":
+            out.append((rel, meta))
+            continue
+        todo += [f"{rel}/{n}".lstrip("/") for n, kind in names.items()
+                 if kind == "directory" and not (rel == "" and n == STATE)]
+    return sorted(out, key=lambda node: node[0])
+
+
+def _array_files(store: Path) -> list[tuple[Path, dict[str, Any]]]:
     out: list[tuple[Path, dict[str, Any]]] = []
     for here, dirs, files in os.walk(store):
         dirs[:] = sorted(d for d in dirs if d != STATE or Path(here) != store)
@@ -269,8 +365,14 @@ def array_nodes(store: Path) -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
-def remove_array(store: Path, path: str) -> None:
-    """Delete one array and its chunks: renamed out of the hierarchy first, so it vanishes at once."""
+def remove_array(store: StoreRef, path: str) -> None:
+    """Delete one array and its chunks: renamed out of the hierarchy first, so it vanishes at once.
+
+    On a URL store its `zarr.json` is deleted first, which takes it out of the hierarchy as well.
+    """
+    if isinstance(store, UrlStore):
+        remove_tree(store / path)
+        return
     target = store / path
     if not target.exists():
         return
@@ -280,7 +382,7 @@ def remove_array(store: Path, path: str) -> None:
     shutil.rmtree(aside)
 
 
-def set_array_labels(store: str, items: Sequence[tuple[str, Mapping[str, str]]]) -> int:
+def set_array_labels(store: str | StoreRef, items: Sequence[tuple[str, Mapping[str, str]]]) -> int:
     """Set each array's `labels` attr (array path, labels) where it differs; returns how many changed.
 
     Labels are joined once the run's rows are final, so they are written after `complete`; a
@@ -288,7 +390,8 @@ def set_array_labels(store: str, items: Sequence[tuple[str, Mapping[str, str]]])
     """
     changed = 0
     for path, labels in items:
-        arr = zarr.open_array(zarr.storage.LocalStore(Path(store)), path=path, mode="r+", zarr_format=3)
+        arr = zarr.open_array(zarr_store(Path(store) if isinstance(store, str) else store), path=path, mode="r+",
+                              zarr_format=3)
         if arr.attrs.get("labels") != dict(labels):
             arr.attrs["labels"] = dict(labels)
             changed += 1
@@ -306,7 +409,7 @@ def _sample_entry(r: Row) -> dict[str, Any]:
     return entry
 
 
-def write_index(store: Path, *, rows: Sequence[Row], root_attrs: Mapping[str, Any]) -> None:
+def write_index(store: StoreRef, *, rows: Sequence[Row], root_attrs: Mapping[str, Any]) -> None:
     """Record the ok rows, in manifest order, as the store's own index (root attr `labzarr`)."""
     items = [
         {

@@ -86,7 +86,7 @@ class _Run:
                  targets: Mapping[str, ShardTarget], masks: MasksSpec, progress: Progress | None) -> None:
         self.client, self.settings, self.item_timeout = client, settings, item_timeout
         self.targets, self.masks, self.progress = targets, masks, progress
-        self.store = Path(settings.store)
+        self.store = settings.reports()  # only fault reports are read here
         self.jobs: dict[Hashable, tuple[Future, Job]] = {}
         self.then: dict[Hashable, list[ShardTask]] = {}  # what to submit when this key is done (a chain of singles)
         self.rows: list[Row] = []
@@ -204,7 +204,7 @@ class _Run:
 
 def _convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -> Row:
     """`convert_sample` with a fault report, like the other tasks (runs on a worker)."""
-    with fault_report(report_path(Path(settings.store), task.group), hang_after=settings.hang_report_after,
+    with fault_report(report_path(settings.reports(), task.group), hang_after=settings.hang_report_after,
                       enabled=settings.fault_reports):
         return convert_sample(task, settings, masks)
 

@@ -14,9 +14,10 @@ died and was replaced. Running a task twice writes the same array twice.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from labzarr.readers import (Limits, Reason, Rejected, Volume, VolumeHeader, VolumeSource, open_source, read_head,
                              readers_with)
@@ -25,9 +26,11 @@ from labzarr.readers.dicom import open_series
 from .chunks import SLAB_BYTES, plan_chunks, plan_shards
 from .faults import fault_report, report_path
 from .manifest import Row
+from .objstore import StoreRef, store_ref
 from .plan import Task
 from .resume import to_record
 from .spec import StoreSpec
+from .state import crash_dir
 from .store import StoreWriteError, Superseded, codecs
 from .validate import FiniteCheck
 from .writer import AXES, VolumeWriter
@@ -51,17 +54,31 @@ class TaskSettings:
     readers: tuple[str, ...] = ()  # extra readers, "module:Name", before the built-in ones
     hang_report_after: float | None = None  # seconds after which a hung item's stack is written to its report
     fault_reports: bool = True  # only where a worker runs one task at a time (faulthandler is per process)
+    store_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec storage_options of a URL store
+    crash_reports: str = ""  # the fault reports' folder; default: the store's .labzarr/crash
+
+    def location(self) -> StoreRef:
+        """The store: a folder, or a URL store with its storage options."""
+        return store_ref(self.store, self.store_options)
+
+    def reports(self) -> Path:
+        """Where workers write fault reports: a local folder (faulthandler needs a file descriptor)."""
+        if self.crash_reports:
+            return Path(self.crash_reports)
+        folder = crash_dir(Path(self.store))
+        assert isinstance(folder, Path)
+        return folder
 
 
 def convert_item(task: Task, settings: TaskSettings) -> Row:
     """Convert one item, slab by slab; returns its manifest row for every outcome."""
-    store = Path(settings.store)
-    with fault_report(report_path(store, task.array), hang_after=settings.hang_report_after,
+    store = settings.location()
+    with fault_report(report_path(settings.reports(), task.array), hang_after=settings.hang_report_after,
                       enabled=settings.fault_reports):
         return _convert(task, settings, store)
 
 
-def _convert(task: Task, settings: TaskSettings, store: Path) -> Row:
+def _convert(task: Task, settings: TaskSettings, store: StoreRef) -> Row:
     base = Row(item_id=task.item_id, status="ok", source=task.source, kind=task.kind, sha256=task.sha256,
                n_files=max(1, len(task.members)), members=task.members)
     writer: VolumeWriter | None = None

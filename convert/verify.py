@@ -26,6 +26,7 @@ import zarr.storage
 
 from .chunks import chunk_grid
 from .content import chunk_digest, combine_digests
+from .objstore import StoreRef, UrlStore, check_reachable, tree_bytes, zarr_store
 from .state import STATE
 from .store import INDEX_KEY, array_nodes, missing_chunk_files
 
@@ -47,7 +48,7 @@ class Problem:
 class VerifyReport:
     """What `verify_store` read and what it found wrong."""
 
-    store: Path
+    store: StoreRef
     arrays: int
     chunks: int
     stored_bytes: int
@@ -93,15 +94,18 @@ class _Checked:
     problems: tuple[Problem, ...]
 
 
-def verify_store(store: Path, *, threads: int | None = None) -> VerifyReport:
-    """Re-read every chunk of every array in `store`; raises FileNotFoundError/ValueError if it is no store."""
+def verify_store(store: StoreRef, *, threads: int | None = None) -> VerifyReport:
+    """Re-read every chunk of every array in `store` (a folder or a URL store); raises FileNotFoundError/ValueError
+    if it is no store, `UsageError` if a URL store cannot be reached."""
+    if isinstance(store, UrlStore):
+        check_reachable(store)
     if not (store / "zarr.json").is_file():
         raise FileNotFoundError(f"{store}: no zarr store here")
     root_meta = json.loads((store / "zarr.json").read_bytes())
     index = root_meta.get("attributes", {}).get(INDEX_KEY)
     if not isinstance(index, dict):
         raise ValueError(f"{store}: not a labzarr store (root attr {INDEX_KEY!r} missing)")
-    nodes = [(path.parent.relative_to(store).as_posix(), meta) for path, meta in array_nodes(store)]
+    nodes = array_nodes(store)
     with ThreadPoolExecutor(max_workers=threads or min(8, os.cpu_count() or 1)) as pool:
         checked = list(pool.map(lambda node: _check_array(store, *node), nodes))
     problems = [p for c in checked for p in c.problems]
@@ -113,7 +117,7 @@ def verify_store(store: Path, *, threads: int | None = None) -> VerifyReport:
                         leftovers=_leftovers(store))
 
 
-def _check_array(store: Path, name: str, meta: dict[str, Any]) -> _Checked:
+def _check_array(store: StoreRef, name: str, meta: dict[str, Any]) -> _Checked:
     attrs = meta.get("attributes", {})
     item_id = str(attrs.get("item_id", ""))
 
@@ -121,7 +125,7 @@ def _check_array(store: Path, name: str, meta: dict[str, Any]) -> _Checked:
         return Problem(name, item_id, what)
 
     try:
-        arr = zarr.open_array(zarr.storage.LocalStore(store / name, read_only=True), mode="r", zarr_format=3)
+        arr = zarr.open_array(zarr_store(store / name, read_only=True), mode="r", zarr_format=3)
     except Exception as exc:  # noqa: BLE001 - any failure to open is damage to report, not to raise
         return _Checked(0, 0, (problem(f"metadata unreadable: {type(exc).__name__}: {exc}"),))
     found: list[Problem] = []
@@ -152,7 +156,7 @@ def _check_array(store: Path, name: str, meta: dict[str, Any]) -> _Checked:
         found.append(problem("no `content_sha256` attr to check the values against"))
     elif not unreadable and combine_digests(arr.shape, arr.dtype, arr.chunks, digests) != recorded:
         found.append(problem("content hash differs from the one recorded at write time (changed or missing chunks)"))
-    stored = sum(p.stat().st_size for p in (store / name).rglob("*") if p.is_file())
+    stored = tree_bytes(store / name)
     return _Checked(len(digests) + unreadable, stored, tuple(found))
 
 
@@ -160,6 +164,9 @@ def _where(region: Sequence[slice]) -> str:
     return "[" + ", ".join(f"{s.start}:{s.stop}" for s in region) + "]"
 
 
-def _leftovers(store: Path) -> int:
+def _leftovers(store: StoreRef) -> int:
+    if isinstance(store, UrlStore):  # objects are written whole: only staged stacks are left over
+        staged = store / STATE / "staging"
+        return len(list(staged.iterdir())) if staged.is_dir() else 0
     staged = sum(1 for _ in (store / STATE / "staging").glob("*")) if (store / STATE / "staging").is_dir() else 0
     return staged + sum(1 for _ in store.rglob("*.partial"))

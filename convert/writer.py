@@ -6,6 +6,7 @@ with every chunk file present (all-fill ones too), and claims `complete` and
 moves to its final path only in `finish()`, after the source's last slab (and
 so its whole-stream checks). `close()` without `finish()` removes the staged
 folder. A failure to write the store is `StoreWriteError`, never the item's fault.
+On a URL store the array is written at its final path instead (`objstore.py`).
 
 Speed: a slab arrives as a reoriented view of the source's buffer (x fastest
 in memory, the store wants C order, z fastest). numpy copies such a view
@@ -17,7 +18,6 @@ runs at ~1.5 GB/s, so the transposition costs little next to the codec.
 from __future__ import annotations
 
 import itertools
-import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -31,7 +31,8 @@ import zarr
 from labzarr.readers import Slab, VolumeHeader
 
 from .content import ChunkDigests, block_digests, combine_digests
-from .store import StoreWriteError, install, staging_folder
+from .objstore import StoreRef, zarr_store
+from .store import StoreWriteError, begin_array, discard, install
 
 __all__ = ["AXES", "VolumeWriter", "c_order_copy"]
 
@@ -41,7 +42,7 @@ AXES = ("c", "x", "y", "z")
 
 
 @contextmanager
-def _store_io(store: Path, what: str) -> Iterator[None]:
+def _store_io(store: StoreRef, what: str) -> Iterator[None]:
     """An OSError while writing the store (disk full, read-only) is the store's problem, not the item's."""
     try:
         yield
@@ -64,17 +65,16 @@ def c_order_copy(view: npt.NDArray[Any], dtype: np.dtype[Any] | None = None) -> 
 class VolumeWriter:
     """One array being written from slabs; `finish` records the content hash and `complete`."""
 
-    def __init__(self, store: Path, name: str, header: VolumeHeader, *, chunks: Sequence[int], codecs: Sequence[Any],
+    def __init__(self, store: StoreRef, name: str, header: VolumeHeader, *, chunks: Sequence[int], codecs: Sequence[Any],
                  attrs: Mapping[str, Any], run_id: str = "", shards: Sequence[int] | None = None) -> None:
         self.header, self.chunks = header, tuple(int(c) for c in chunks)
         # What one write covers whole: a shard when sharded (zarr rewrites a shard file on a partial write).
         self.unit = tuple(int(s) for s in shards) if shards is not None else self.chunks
         self.store, self.name, self.run_id = store, name, run_id
-        self.folder = staging_folder(store, name)
         with _store_io(store, f"cannot create {name}"):
-            self.folder.parent.mkdir(parents=True, exist_ok=True)
+            self.folder = begin_array(store, name)
             self.array = zarr.create_array(
-                zarr.storage.LocalStore(self.folder),
+                zarr_store(self.folder),
                 shape=header.shape,
                 dtype=header.dtype,
                 chunks=self.chunks,
@@ -125,7 +125,7 @@ class VolumeWriter:
         """Stop the hashing thread and, unless `finish` installed the array, remove the staged folder."""
         self._hasher.shutdown(cancel_futures=True)
         if not self._installed:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            discard(self.folder)
 
     def _collect(self) -> None:
         if self._pending is not None:

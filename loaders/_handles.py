@@ -8,6 +8,11 @@ process, any process forked from it aborts on its first tensorstore call. So
 after tensorstore ran in an ancestor (it could not), and one that may still
 fork DataLoader workers (start method fork, the Linux default before Python
 3.14), where reading through tensorstore would doom those workers.
+
+A store at a URL is read through zarr's `FsspecStore`, or through tensorstore's
+own `s3` (`gcs`) kvstore, given the endpoint and region botocore resolves (from
+`storage_options` or the standard environment); tensorstore takes credentials
+from the standard AWS environment and files, not from `storage_options`.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ import logging
 import multiprocessing
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +33,7 @@ import zarr
 import zarr.storage
 from torch.utils.data import get_worker_info
 
-from .store import open_zarr_store
+from .store import open_zarr_store, store_location
 
 __all__ = ["Backend", "ForkAfterTensorstoreError", "Handles", "ReadOptions"]
 
@@ -54,12 +59,14 @@ class ReadOptions:
     `max_open`: array handles kept open per process (least recently used closed first).
     `threads`: tensorstore decode threads per process; default one in a DataLoader worker (the workers
     already run in parallel), else one per CPU core up to 4 (`num_workers=0`: the main process decodes).
+    `storage_options`: for a store at a URL, options for its fsspec filesystem (e.g. ``endpoint_url``).
     """
 
     backend: Backend = "auto"
     cache_bytes: int = 0
     max_open: int = 64
     threads: int | None = None
+    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if self.backend not in _BACKENDS:
@@ -113,10 +120,16 @@ Selection = tuple[int | slice, ...]
 class Handles:
     """The arrays of one store open in this process; `read(name, selection)` returns a numpy array."""
 
-    def __init__(self, store: Path, options: ReadOptions) -> None:
-        self.store, self.options = store, options
+    def __init__(self, store: Path | str, options: ReadOptions) -> None:
+        self.store, self.options = store_location(store), options
         self._pid = os.getpid()
         self._backend = options.resolve()
+        if isinstance(self.store, str) and _protocol(self.store) not in _TENSORSTORE_KVSTORES:
+            if options.backend == "tensorstore":
+                raise ValueError(f"{self.store}: tensorstore reads s3:// and gs:// URLs, not "
+                                 f"{_protocol(self.store)}://; use ReadOptions(backend='zarr')")
+            self._backend = "zarr"
+        self._url_base: dict[str, Any] | None = None
         self._open: OrderedDict[str, Any] = OrderedDict()
         self._zarr_store: zarr.storage.StoreLike | None = None
         self._context: ts.Context | None = None
@@ -154,7 +167,7 @@ class Handles:
 
     def _open_zarr(self, name: str) -> zarr.Array[Any]:
         if self._zarr_store is None:  # one store object (one zip file handle) per process
-            self._zarr_store = open_zarr_store(self.store)
+            self._zarr_store = open_zarr_store(self.store, self.options.storage_options)
         arr = zarr.open_array(self._zarr_store, path=name, mode="r", zarr_format=3)
         assert isinstance(arr, zarr.Array)
         return arr
@@ -166,7 +179,9 @@ class Handles:
                 "cache_pool": {"total_bytes_limit": self.options.cache_bytes},
                 "data_copy_concurrency": {"limit": self.options.threads or _default_threads()},
             })
-        if self.store.is_file():
+        if isinstance(self.store, str):
+            kvstore = self._url_kvstore(name)
+        elif self.store.is_file():
             kvstore: dict[str, Any] = {"driver": "zip", "base": {"driver": "file", "path": str(self.store.resolve())},
                                        "path": f"{name}/"}
         else:
@@ -175,3 +190,35 @@ class Handles:
                 # A store is immutable once converted: check its metadata and chunks once per open, not per read.
                 "recheck_cached_metadata": "open", "recheck_cached_data": "open"}
         return ts.open(spec, read=True, context=self._context).result()
+
+    def _url_kvstore(self, name: str) -> dict[str, Any]:
+        assert isinstance(self.store, str)
+        if self._url_base is None:
+            self._url_base = _kvstore_base(self.store, self.options.storage_options)
+        base = self._url_base
+        return {**base, "path": f"{base['path']}{name}/"}
+
+
+_TENSORSTORE_KVSTORES = {"s3": "s3", "gs": "gcs", "gcs": "gcs"}
+
+
+def _protocol(url: str) -> str:
+    return url.partition("://")[0]
+
+
+def _kvstore_base(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """tensorstore's kvstore for the store at `url` (its `path` ends in `/`)."""
+    import fsspec  # only URL stores need it
+
+    protocol, _, rest = url.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    base: dict[str, Any] = {"driver": _TENSORSTORE_KVSTORES[protocol], "bucket": bucket,
+                            "path": f"{prefix.strip('/')}/" if prefix.strip("/") else ""}
+    if protocol == "s3":
+        # botocore resolves endpoint and region from storage_options, AWS_ENDPOINT_URL, ~/.aws/config...;
+        # tensorstore does not read AWS_ENDPOINT_URL, so it is told what botocore found.
+        fs = fsspec.filesystem("s3", **storage_options)
+        fs.connect()
+        meta = fs.s3.meta
+        base |= {"endpoint": meta.endpoint_url, "aws_region": meta.region_name or "us-east-1"}
+    return base

@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 from ._handles import Handles, ReadOptions
 from ._regions import Region, centered_origin, grid_axis, random_origin, region
 from .samplers import StratifiedSampler
-from .store import IndexItem, class_names, read_index
+from .store import IndexItem, class_names, read_index, store_location
 
 __all__ = ["Mode", "PatchDataset", "Sample"]
 
@@ -50,7 +50,8 @@ class PatchDataset(Dataset[Sample]):
     Parameters
     ----------
     store:
-        Path of a converted store (folder or zipped store).
+        Path of a converted store (folder or zipped store), or its URL (``s3://bucket/x.zarr``; see
+        ``ReadOptions.storage_options``).
     patch_size:
         Spatial patch shape, one entry per spatial axis, e.g. ``(64, 64, 64)``; ``None`` reads whole items.
     patches_per_item:
@@ -97,8 +98,8 @@ class PatchDataset(Dataset[Sample]):
                  pad_value: float = 0, transform: Transform | None = None, classes: Sequence[str] | None = None,
                  read: ReadOptions = ReadOptions(), roles: Sequence[str] = ("image",), foreground: float = 0.0,
                  class_weights: Mapping[int, float] | None = None) -> None:
-        self.store = Path(store)
-        self.attrs, self.items = read_index(self.store)
+        self.store = store_location(store)
+        self.attrs, self.items = read_index(self.store, read.storage_options)
         self.patch_size = None if patch_size is None else tuple(int(p) for p in patch_size)
         self.patches_per_item, self.seed, self.mode, self.pad_value = patches_per_item, seed, mode, pad_value
         self.transform, self.read_options, self.label = transform, read, label

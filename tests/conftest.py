@@ -91,3 +91,24 @@ def seg_delivery(root: Path, spec_tail: str, name: str = "seg") -> Delivery:
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(f'[delivery]\nname = "{name}"\nraw = "{raw}"\nstore = "{store}"\n\n{spec_tail}')
     return Delivery(raw=raw, spec=spec, store=store)
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A moto S3 server (own process, 127.0.0.1) with bucket `labzarr`; the standard AWS variables point at it."""
+    from .s3 import environment, moto_server
+
+    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as server, environment(server.env()):
+        server.make_bucket("labzarr")
+        yield server
+
+
+@pytest.fixture(scope="session")
+def converted_s3(s3: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Delivery, RunResult, str]]:
+    """The demo delivery converted with 2 workers into s3://labzarr/demo.zarr (read-only for the tests)."""
+    root = tmp_path_factory.mktemp("demo-s3")
+    url = "s3://labzarr/demo.zarr"
+    raw = write_demo(root / "raw" / "demo")
+    spec = write_spec(root / "manifests" / "demo" / "delivery.toml", raw=raw, store=url, name="demo")
+    d = Delivery(raw=raw, spec=spec, store=root / "unused")
+    yield d, convert_delivery(d.spec, workers=2), url
