@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import print_table  # noqa: E402
 
-SECTIONS: tuple[str, ...] = ("excel", "convert", "report", "jpeg", "dicom", "reliability", "loaders")
+SECTIONS: tuple[str, ...] = ("excel", "convert", "report", "jpeg", "dicom", "reliability", "loaders", "objstore")
 
 
 def main() -> int:

@@ -58,7 +58,9 @@ _CONVERT_EPILOG = """worked example:
   manifest: manifests/demo/manifest.csv
   store:    data/stores/demo.zarr
 
-Writes the store named in the spec, and manifest.csv + summary.json beside the spec.
+Writes the store named in the spec (a folder, or a URL such as s3://bucket/x.zarr with
+credentials and endpoint from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL or
+[store] storage_options), and manifest.csv + summary.json beside the spec.
 Progress goes to stderr: a bar on a terminal; when stderr is not a terminal (a CI log)
 a line like `labzarr: converting 9/18 items (50%), 390kB/781kB, 2.6MB/s, ETA 00:01`
 every --progress-every seconds; nothing with --quiet (errors only).
