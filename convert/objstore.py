@@ -47,9 +47,31 @@ from fsspec.spec import AbstractFileSystem
 from .errors import UsageError
 
 __all__ = ["StoreRef", "UrlStore", "check_reachable", "copy_object", "copy_tree", "is_url", "remove_tree",
+           "transport_errors",
            "store_ref", "tree_bytes", "view_args", "write_object", "zarr_store"]
 
 log = logging.getLogger(__name__)
+
+
+def transport_errors(store: object) -> tuple[type[BaseException], ...]:
+    """What a failed request to `store` raises: OSError for a folder; for a URL store also botocore's and
+    aiohttp's own errors (a refused connection is not an OSError there), where those packages are installed."""
+    if not isinstance(store, UrlStore):
+        return (OSError,)
+    found: list[type[BaseException]] = [OSError]
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        found += [BotoCoreError, ClientError]
+    except ImportError:  # no s3fs: its errors cannot occur
+        pass
+    try:
+        from aiohttp import ClientError as HttpError
+
+        found.append(HttpError)
+    except ImportError:
+        pass
+    return tuple(found)
 
 
 def is_url(text: str) -> bool:

@@ -37,7 +37,7 @@ from .errors import UsageError
 from .labels import join_labels, load_labels, workbook_rel
 from .lock import LockInfo, store_lock
 from .manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
-from .objstore import StoreRef, UrlStore, copy_object
+from .objstore import StoreRef, UrlStore, check_reachable, copy_object, transport_errors
 from .plan import VOLUMES, Plan, plan
 from .probe import Probe, probe_files
 from .content import chunk_digest, combine_digests
@@ -133,9 +133,13 @@ def _store_errors(store: StoreRef) -> Iterator[None]:
     clear error, not a traceback."""
     try:
         yield
-    except OSError as exc:
-        if not isinstance(store, UrlStore) and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS,
-                                                                 errno.EACCES):
+    except transport_errors(store) as exc:
+        if isinstance(store, UrlStore):
+            raise UsageError(f"{store}: cannot write the store: {type(exc).__name__}: {exc}",
+                             "check the object store (endpoint, credentials, quota) and rerun the same command: "
+                             "finished items are kept and the run resumes") from exc
+        assert isinstance(exc, OSError)
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
             raise
         raise UsageError(f"{store}: cannot write the store: {exc}",
                          "free space (or fix permissions) and rerun the same command: finished items are kept "
@@ -265,6 +269,8 @@ def dry_run(spec: Path | str, *, cwd: Path) -> Plan:
     """Discover, probe (in this process) and plan, converting nothing: what `--dry-run` prints."""
     parsed = load_spec(Path(spec), cwd=cwd)
     load_labels(parsed)  # a workbook problem shows in a dry run too
+    if isinstance(parsed.delivery.store, UrlStore):
+        check_reachable(parsed.delivery.store)  # its recorded outcomes are read below
     candidates = discover(walk(parsed.delivery.raw), parsed.items)
     probes = {p.rel: p for p in probe_files(_to_probe(candidates), readers_with(parsed.run.readers))}
     settings = settings_fingerprint(parsed, tool_version())

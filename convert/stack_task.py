@@ -22,7 +22,7 @@ from labzarr.readers import Reason, Rejected, Volume
 from .content import chunk_digest
 from .faults import fault_report, report_path
 from .manifest import Row
-from .objstore import StoreRef, store_ref, write_object
+from .objstore import StoreRef, store_ref, transport_errors, write_object
 from .resume import shard_record
 from .stacks import ShardTask, SlotItem
 from .store import StoreWriteError, write_slots
@@ -71,17 +71,17 @@ def _convert(task: ShardTask, settings: TaskSettings, folder: StoreRef, records:
                         array=task.stack.array, slot=item.slot, warnings=warnings))
     digests = [chunk_digest(batch[i : i + 1]) for i in range(len(batch))]
     name, blob = shard_record(task, rows, digests, settings.settings)
-    with _store_io(settings.store, f"cannot write {task.stack.array} slots {task.first}..{task.stop - 1}"):
+    with _store_io(settings.store, folder, f"cannot write {task.stack.array} slots {task.first}..{task.stop - 1}"):
         write_slots(folder, task.first, batch)  # rejected slots too: zeros, so every slot has its chunk
         write_object(records / name, blob)
     return rows
 
 
 @contextmanager
-def _store_io(store: str, what: str) -> Iterator[None]:
+def _store_io(store: str, where: StoreRef, what: str) -> Iterator[None]:
     try:
         yield
-    except OSError as exc:
+    except transport_errors(where) as exc:
         raise StoreWriteError(store, f"{what}: {exc}") from exc
 
 

@@ -21,7 +21,6 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,7 @@ import zarr
 from labzarr.readers import Slab, VolumeHeader
 
 from .content import ChunkDigests, block_digests, combine_digests
-from .objstore import StoreRef, zarr_store
+from .objstore import StoreRef, transport_errors, zarr_store
 from .store import StoreWriteError, begin_array, discard, install
 
 __all__ = ["AXES", "VolumeWriter", "c_order_copy"]
@@ -43,10 +42,11 @@ AXES = ("c", "x", "y", "z")
 
 @contextmanager
 def _store_io(store: StoreRef, what: str) -> Iterator[None]:
-    """An OSError while writing the store (disk full, read-only) is the store's problem, not the item's."""
+    """An OSError while writing the store (disk full, read-only; for a URL store any failed request) is the
+    store's problem, not the item's."""
     try:
         yield
-    except OSError as exc:
+    except transport_errors(store) as exc:
         raise StoreWriteError(str(store), f"{what}: {exc}") from exc
 
 

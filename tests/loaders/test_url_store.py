@@ -40,7 +40,7 @@ def test_patches_from_the_url_equal_the_local_ones(converted_s3, converted_demo,
     near = PatchDataset(local.store, (8, 8, 8), patches_per_item=2, label="cell_type", seed=11)
     loader = DataLoader(remote, batch_size=5, num_workers=2, multiprocessing_context=method, collate_fn=collate)
     got = [(item_id, image) for b in loader for item_id, image in zip(b["item_id"], b["image"])]
-    assert len(got) == len(near) == 20
+    assert len(got) == len(near) == 2 * len(near.items) > 0
     for k, (item_id, image) in enumerate(got):
         want = near[k]
         c = want["image"].shape[0]
