@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 from .errors import UsageError
-from .objstore import StoreRef, UrlStore, check_reachable
+from .objstore import StoreRef, UrlStore, check_reachable, transport_errors
 from .state import lock_path
 
 __all__ = ["LockInfo", "StoreLocked", "lock_owner", "store_lock"]
@@ -144,8 +144,11 @@ def _object_lock(store: UrlStore) -> Iterator[LockInfo]:
     try:
         yield info
     finally:
-        if lock_owner(store) == info.run_id:  # never delete a lock another run took over
-            obj.unlink(missing_ok=True)
+        try:
+            if lock_owner(store) == info.run_id:  # never delete a lock another run took over
+                obj.unlink(missing_ok=True)
+        except transport_errors(store) as exc:  # the run's own outcome (or error) matters more
+            log.warning("%s: could not release the lock (%s); delete %s before the next run", store, exc, obj)
 
 
 @contextmanager

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import fsspec
@@ -44,13 +45,15 @@ def _url_root(url: str) -> zarr.Group:
 
 
 def _arrays(root: zarr.Group) -> dict[str, zarr.Array]:
+    """Every array under volumes/ and stacks/, samples' role arrays included."""
     out: dict[str, zarr.Array] = {}
     for group in ("volumes", "stacks"):
         if group in root:
             sub = root[group]
             assert isinstance(sub, zarr.Group)
-            for name, arr in sub.arrays():
-                out[f"{group}/{name}"] = arr
+            for name, node in sub.members(max_depth=None):
+                if isinstance(node, zarr.Array):
+                    out[f"{group}/{name}"] = node
     return out
 
 
@@ -64,7 +67,8 @@ def assert_same_store(local: Path, url: str) -> None:
     assert xa and sorted(xa) == sorted(xb)
     for name in xa:
         assert dict(xa[name].attrs) == dict(xb[name].attrs), name  # content_sha256, complete, row, labels ...
-        assert xa[name].attrs["content_sha256"] and xa[name].attrs["complete"]
+        if not name.endswith("/locations"):  # a sample's class locations are derived data, not sealed
+            assert xa[name].attrs["content_sha256"] and xa[name].attrs["complete"]
         np.testing.assert_array_equal(xa[name][...], xb[name][...], err_msg=name)
 
 
@@ -82,6 +86,44 @@ def test_rerun_on_s3_converts_nothing(converted_s3) -> None:
     again = convert_delivery(d.spec, workers=2)
     assert again.converted == 0 and again.unchanged == first.converted + first.unchanged > 0
     assert again.manifest.read_bytes() == first.manifest.read_bytes()
+
+
+def test_segmentation_samples_to_s3_equal_the_local_folder(converted_seg, s3: S3Server) -> None:
+    """Samples (image + mask groups, written in place with `complete` on the group last) and class locations."""
+    local, local_result, _ = converted_seg
+    url = f"s3://{BUCKET}/seg.zarr"
+    text = local.spec.read_text()
+    spec = local.spec.parent.parent / "seg-s3" / "delivery.toml"
+    spec.parent.mkdir()
+    spec.write_text(text.replace(f'store = "{local.store}"', f'store = "{url}"'))
+    result = convert_delivery(spec, workers=2)
+    assert result.manifest.read_bytes() == local_result.manifest.read_bytes()
+    assert_same_store(local.store, url)
+    assert any(name.endswith("/mask") for name in _arrays(_url_root(url)))
+    assert verify_store(UrlStore(url)).ok
+
+
+def test_concurrent_starts_exactly_one_takes_the_lock_object(converted_s3, tmp_path: Path) -> None:
+    """Four processes race for the lock of one store: the conditional PUT lets exactly one through, which
+    holds it until the other three have been refused."""
+    _, _, url = converted_s3
+    stop = tmp_path / "stop"
+    script = ("import os, sys, time\nfrom labzarr.convert.lock import store_lock\nfrom labzarr.convert.objstore "
+              "import UrlStore\nfrom labzarr.convert.errors import UsageError\ntry:\n"
+              f"    with store_lock(UrlStore({url!r})):\n        print('held', flush=True)\n"
+              f"        deadline = time.monotonic() + 120\n"
+              f"        while not os.path.exists({str(stop)!r}) and time.monotonic() < deadline:\n"
+              "            time.sleep(0.05)\nexcept UsageError as e:\n    print('refused', flush=True)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    try:
+        deadline = time.monotonic() + 120
+        while sum(p.poll() is not None for p in procs) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.touch()
+    outs = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert outs == ["held", "refused", "refused", "refused"]
+    assert not _fs().exists(f"{BUCKET}/demo.zarr/.labzarr/lock")
 
 
 def test_verify_finds_a_deleted_and_a_corrupted_chunk_object(converted_s3, capsys) -> None:
