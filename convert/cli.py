@@ -151,8 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "  data/stores/demo.zarr: 13 arrays, 68 chunks, 727,767 B re-read\n"
                               "  ok: every chunk present and intact, every content hash matches\n\n"
                               "Exit code 0: intact; 1: damaged items, listed in a table; 2: not a labzarr store.")
-    v.add_argument("store", type=store_ref, help="a store folder, or its URL (s3://bucket/x.zarr; credentials and "
-                                                "endpoint from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)")
+    v.add_argument("store", type=store_ref,
+                   help="a store folder, or its URL (s3://bucket/x.zarr; credentials and endpoint from "
+                        "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)")
     v.add_argument("--threads", type=int, default=None, help="arrays checked in parallel (default: cores, max 8)")
     v.set_defaults(run=_verify)
 

@@ -153,7 +153,8 @@ class UrlStore:
             yield self / PurePosixPath(entry).name
 
     def glob(self, pattern: str) -> list[UrlStore]:
-        return [UrlStore(f"{self.protocol}://{p}", self.options) for p in sorted(self.fs().glob(f"{self.path}/{pattern}"))]
+        found = sorted(self.fs().glob(f"{self.path}/{pattern}"))
+        return [UrlStore(f"{self.protocol}://{p}", self.options) for p in found]
 
     def keys(self) -> set[str]:
         """Every object key under this prefix, relative to it (one listing)."""

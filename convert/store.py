@@ -47,9 +47,9 @@ from .stacks import Stack
 from .state import STATE, staging_dir, trash_dir
 
 __all__ = ["FORMAT_VERSION", "INDEX_KEY", "STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_paths",
-           "begin_array", "carry_shard", "codecs", "discard", "create_stack", "fill_missing_shards", "install", "missing_chunk_files",
-           "group_paths", "open_root", "remove_array", "set_array_labels", "staging_folder", "write_index", "write_slots",
-           "write_volume"]
+           "begin_array", "carry_shard", "codecs", "create_stack", "discard", "fill_missing_shards", "group_paths",
+           "install", "missing_chunk_files", "open_root", "remove_array", "set_array_labels", "staging_folder",
+           "write_index", "write_slots", "write_volume"]
 
 log = logging.getLogger(__name__)
 
