@@ -25,7 +25,7 @@ _VERB: Mapping[Phase, tuple[str, str]] = {"probe": ("probing", "files"), "conver
 
 
 def _mb(n: float) -> str:
-    return tqdm.format_sizeof(n, suffix="B", divisor=1000)
+    return str(tqdm.format_sizeof(n, suffix="B", divisor=1000))
 
 
 def _rate(n: float, seconds: float) -> str:

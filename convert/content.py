@@ -53,7 +53,7 @@ def combine_digests(shape: Sequence[int], dtype: np.dtype[Any], chunks: Sequence
     return h.hexdigest()
 
 
-def array_content_sha256(arr: zarr.Array) -> str:
+def array_content_sha256(arr: zarr.Array[Any]) -> str:
     """Recompute `content_sha256` by reading every chunk of a stored array."""
     shape, chunks = tuple(arr.shape), tuple(arr.chunks)
     digests: ChunkDigests = {}

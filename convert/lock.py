@@ -61,9 +61,10 @@ class LockInfo:
         if self.host != socket.gethostname():
             return False
         try:
-            return abs(psutil.Process(self.pid).create_time() - self.process_started) < 0.01
+            created: float = psutil.Process(self.pid).create_time()
         except psutil.Error:
             return False
+        return abs(created - self.process_started) < 0.01
 
 
 class StoreLocked(UsageError):

@@ -57,7 +57,8 @@ def _count(values: npt.NDArray[Any]) -> dict[int, int]:
 def as_classes(piece: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """A piece's class values as integers: float voxels rounded to the nearest integer."""
     if piece.dtype.kind == "f":
-        return np.rint(piece).astype(np.int64)
+        rounded: npt.NDArray[Any] = np.rint(piece).astype(np.int64)
+        return rounded
     if piece.dtype.kind in "iub":
         return piece if piece.dtype.kind != "b" else piece.astype(np.uint8)
     raise Rejected(Reason.UNSUPPORTED_FORMAT, f"mask voxels are {piece.dtype}; expected integer class values")

@@ -48,7 +48,7 @@ from .errors import UsageError
 
 __all__ = ["StoreRef", "UrlStore", "check_reachable", "copy_object", "copy_tree", "is_url", "remove_tree",
            "transport_errors",
-           "store_ref", "tree_bytes", "view_args", "write_object", "zarr_store"]
+           "sorted_glob", "store_ref", "tree_bytes", "view_args", "write_object", "zarr_store"]
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +194,13 @@ def zarr_store(where: StoreRef, *, read_only: bool = False) -> zarr.storage.Stor
     if isinstance(where, UrlStore):
         return where.zarr(read_only=read_only)
     return zarr.storage.LocalStore(where, read_only=read_only)
+
+
+def sorted_glob(folder: StoreRef, pattern: str) -> list[StoreRef]:
+    """`folder`'s entries matching `pattern`, ordered by name (a directory lists in no set order)."""
+    # Spelled per kind so each glob keeps its own element type (Path, UrlStore).
+    found: list[StoreRef] = list(folder.glob(pattern)) if isinstance(folder, Path) else list(folder.glob(pattern))
+    return sorted(found, key=lambda p: p.name)
 
 
 def remove_tree(where: UrlStore) -> None:

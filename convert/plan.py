@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from labzarr.readers import DicomReader, Plane, Reason, Rejected, SeriesStack, check_plane
 
@@ -268,36 +269,37 @@ def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
     if p.error:
         return Row(item_id=item_id, status="rejected", source=c.rel, reason=Reason.CORRUPT_DATA,
                    detail=f"cannot read the file: {p.error}")
-    common = {"item_id": item_id, "source": c.rel, "sha256": p.sha256}
+    # The fields every row of this file shares; a partial keeps them typed (a **dict would not).
+    file_row = partial(Row, item_id=item_id, source=c.rel, sha256=p.sha256)
     if spec.labels is not None and os.path.normpath(c.entry.path) == str(spec.labels.workbook):
         return Row(item_id="", status="ignored", source=c.rel, sha256=p.sha256,
                    detail="label workbook ([labels] workbook): read for labels, not an image")
     if p.size == 0:
-        return Row(status="rejected", reason=Reason.EMPTY_FILE, detail="0 B; expected an image", **common)
+        return file_row(status="rejected", reason=Reason.EMPTY_FILE, detail="0 B; expected an image")
     if p.gzip_error:
-        return Row(status="rejected", reason=Reason.CORRUPT_DATA, detail=p.gzip_error, **common)
+        return file_row(status="rejected", reason=Reason.CORRUPT_DATA, detail=p.gzip_error)
     if p.kind == DicomReader.kind:
         if p.header_rejected:  # a DICOM header that does not parse: the file's own row, before any grouping
             reason, detail = p.header_rejected
-            return Row(status="rejected", reason=reason, detail=detail, kind=p.kind, **common)
+            return file_row(status="rejected", reason=reason, detail=detail, kind=DicomReader.kind)
         if p.dicom is None or not p.dicom.has_pixels:
             sop = p.dicom.sop_class_name if p.dicom else "?"
             uid = f" ({p.dicom.sop_class})" if p.dicom and p.dicom.sop_class else ""
-            return Row(status="ignored", kind=p.kind, detail=f"not an image: {sop}{uid} has no Pixel Data", **common)
+            return file_row(status="ignored", kind=DicomReader.kind, detail=f"not an image: {sop}{uid} has no Pixel Data")
         return p  # grouped into series, item IDs checked per series
     if p.kind is None:
         what = ("gzip-compressed " if p.gzipped else "") + ("text" if p.text else f"unrecognised content {p.magic!r}")
         suffix = _image_suffix(c.rel)
         if suffix:
-            return Row(status="rejected", reason=Reason.UNSUPPORTED_FORMAT,
-                       detail=f"named {suffix} but content is {what}; no reader recognises it", **common)
-        return Row(status="ignored", detail=f"not an image: {what}", **common)
+            return file_row(status="rejected", reason=Reason.UNSUPPORTED_FORMAT,
+                            detail=f"named {suffix} but content is {what}; no reader recognises it")
+        return file_row(status="ignored", detail=f"not an image: {what}")
     if not c.item_id:
-        return Row(status="rejected", reason=Reason.ID_UNMATCHED, kind=p.kind,
-                   detail=f"no match for [items] id_pattern {spec.items.id_pattern!r} in {c.rel!r}", **common)
+        return file_row(status="rejected", reason=Reason.ID_UNMATCHED, kind=p.kind,
+                        detail=f"no match for [items] id_pattern {spec.items.id_pattern!r} in {c.rel!r}")
     if p.header_rejected:
         reason, detail = p.header_rejected
-        return Row(status="rejected", reason=reason, kind=p.kind, detail=detail, **common)
+        return file_row(status="rejected", reason=reason, kind=p.kind, detail=detail)
     return p
 
 

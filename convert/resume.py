@@ -29,7 +29,7 @@ from typing import Any
 from labzarr.readers import Reason
 
 from .manifest import ClassCount, RoleSource, Row
-from .objstore import StoreRef, write_object
+from .objstore import StoreRef, sorted_glob, write_object
 from .spec import Spec
 from .stacks import ShardTask
 from .state import outcomes_path, records_dir
@@ -191,10 +191,11 @@ def _stack_record(store: StoreRef, array: str, meta: Mapping[str, Any]) -> Stack
     try:
         shards = meta["chunk_grid"]["configuration"]["chunk_shape"]  # the shard shape
         per_shard = int(shards[0])
-        records = tuple(read_shard_record(p) for p in sorted((records_dir(store) / records_id).glob("*.json")))
+        records = tuple(read_shard_record(p) for p in sorted_glob(records_dir(store) / records_id, "*.json"))
         # A shard whose file is gone (damage) cannot be carried over: its images are decoded again.
-        key = lambda r: "/".join(["c", str(r.first // per_shard), *["0"] * (len(meta["shape"]) - 1)])  # noqa: E731
-        present = tuple(r for r in records if (store / array / key(r)).is_file())
+        inner = ["0"] * (len(meta["shape"]) - 1)
+        present = tuple(r for r in records
+                        if (store / array / "/".join(["c", str(r.first // per_shard), *inner])).is_file())
         return StackRecord(array=array, shape=tuple(meta["shape"]), dtype=str(meta["data_type"]),
                            per_shard=per_shard, records_id=records_id, records=present)
     except (OSError, ValueError, KeyError, TypeError, IndexError):
@@ -238,7 +239,7 @@ def _read_rejections(store: StoreRef) -> list[dict[str, Any]]:
 
 def write_outcomes(store: StoreRef, rows: Iterable[Row], settings: str) -> None:
     """Record the rejections decoding produced (not the retried kinds), replacing the earlier record."""
-    records = [{"settings": settings, "row": to_record(r)} for r in rows
+    records: list[dict[str, Any]] = [{"settings": settings, "row": to_record(r)} for r in rows
                if r.status == "rejected" and r.reason is not None and r.reason not in RETRIED]
     records.sort(key=lambda r: r["row"]["source"])
     doc = {"version": _OUTCOMES_VERSION, "rejected": records}

@@ -37,7 +37,7 @@ from .errors import UsageError
 from .labels import join_labels, load_labels, workbook_rel
 from .lock import LockInfo, store_lock
 from .manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
-from .objstore import StoreRef, UrlStore, check_reachable, copy_object, transport_errors
+from .objstore import StoreRef, UrlStore, check_reachable, copy_object, sorted_glob, transport_errors
 from .plan import VOLUMES, Plan, plan
 from .probe import Probe, probe_files
 from .content import chunk_digest, combine_digests
@@ -371,8 +371,10 @@ def _link(src: StoreRef, dest: StoreRef) -> None:
     """A hard link on a filesystem; a server-side copy on an object store."""
     if isinstance(src, UrlStore) and isinstance(dest, UrlStore):
         copy_object(src, dest)
+    elif isinstance(src, Path) and isinstance(dest, Path):
+        os.link(src, dest)
     else:
-        os.link(src, dest)  # type: ignore[arg-type]
+        raise TypeError(f"cannot link {src} to {dest}: one store is a folder, the other a URL")
 
 
 def _installed_records(store: StoreRef, array: str) -> str:
@@ -385,7 +387,7 @@ def _install_stack(store: StoreRef, staged: _StagedStack, decoded: Sequence[Row]
     array = open_stack(staged.folder)
     empty = fill_missing_shards(staged.folder, array)
     digests: dict[tuple[int, ...], bytes] = {}
-    for path in sorted(staged.records.glob("*.json")):
+    for path in sorted_glob(staged.records, "*.json"):
         rec = read_shard_record(path)
         for slot, digest in zip(range(rec.first, rec.stop), rec.digests):
             digests[(slot, 0, 0, 0)] = bytes.fromhex(digest)

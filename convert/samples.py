@@ -236,9 +236,9 @@ def _problem(items: ItemsSpec, item_id: str, members: Sequence[_Roled]) -> tuple
     if len(set(flat.values())) > 1:
         ref = members[0]
         other = next(x for x in members if flat[x.role] != flat[ref.role])
-        what = {True: "a 2D image", False: "a volume"}
-        return Reason.UNSUPPORTED_FORMAT, (f"{ref.role} {ref.part.source} is {what[flat[ref.role]]}, {other.role} "
-                                           f"{other.part.source} {what[flat[other.role]]}; a sample pairs volumes "
+        shape_of = {True: "a 2D image", False: "a volume"}
+        return Reason.UNSUPPORTED_FORMAT, (f"{ref.role} {ref.part.source} is {shape_of[flat[ref.role]]}, {other.role} "
+                                           f"{other.part.source} {shape_of[flat[other.role]]}; a sample pairs volumes "
                                            "with volumes (NIfTI files, DICOM series) or 2D images with 2D images")
     return None
 

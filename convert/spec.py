@@ -416,16 +416,17 @@ _CHUNKS_PER_SHARD = (8, 8, 4)  # the default shard: 256 chunks, 16 MiB of int16 
 
 def _shards(t: _Table, chunks: list[int]) -> tuple[int, int, int] | None:
     default = [c * m for c, m in zip(chunks, _CHUNKS_PER_SHARD)]
-    value = t.take("shards", (list, bool), default, what="three positive integers, or false")
+    value: object = t.take("shards", (list, bool), default, what="three positive integers, or false")
     if value is False:
         return None
     t.check("shards", value, lambda s: isinstance(s, list) and len(s) == 3 and all(
         isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in s),
         "expected three positive integers, or false for no sharding", "e.g. shards = [256, 256, 128]")
-    t.check("shards", value, lambda s: all(v % c == 0 for v, c in zip(s, chunks)),
+    shards = cast(list[int], value)
+    t.check("shards", shards, lambda s: all(v % c == 0 for v, c in zip(s, chunks)),
             f"each shard extent must be a multiple of the chunk extent (chunks = {chunks})",
             f"e.g. shards = {default} (the default for these chunks), or false")
-    return (value[0], value[1], value[2])
+    return (shards[0], shards[1], shards[2])
 
 
 def _validate(t: _Table) -> ValidateSpec:

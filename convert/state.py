@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar, cast
 
 import zarr
 
 from .objstore import StoreRef, UrlStore, remove_tree, zarr_store
+
+AnyStore = TypeVar("AnyStore", bound=StoreRef)
 
 __all__ = ["STATE", "Swept", "crash_dir", "ensure_state", "lock_path", "outcomes_path", "prune_records",
            "records_dir", "staging_dir", "sweep", "trash_dir"]
@@ -23,29 +27,35 @@ STATE = ".labzarr"
 _PURPOSE = "labzarr run bookkeeping (lock, staged arrays, crash reports, outcomes); not data"
 
 
-def lock_path(store: StoreRef) -> StoreRef:
+def _state(store: AnyStore, name: str) -> AnyStore:
+    # Path / str is a Path and UrlStore / str a UrlStore: a folder's bookkeeping paths are
+    # files, a URL store's are URLs, and callers keep the kind they passed in.
+    return cast(AnyStore, store / STATE / name)
+
+
+def lock_path(store: AnyStore) -> AnyStore:
     """The store's lock file."""
-    return store / STATE / "lock"
+    return _state(store, "lock")
 
 
-def staging_dir(store: StoreRef) -> StoreRef:
+def staging_dir(store: AnyStore) -> AnyStore:
     """Where arrays are written before they are moved into place."""
-    return store / STATE / "staging"
+    return _state(store, "staging")
 
 
-def trash_dir(store: StoreRef) -> StoreRef:
+def trash_dir(store: AnyStore) -> AnyStore:
     """Where a replaced array is moved before it is deleted (a rename is atomic, a delete is not)."""
-    return store / STATE / "trash"
+    return _state(store, "trash")
 
 
-def crash_dir(store: StoreRef) -> StoreRef:
+def crash_dir(store: AnyStore) -> AnyStore:
     """Per-item fault reports written by workers (faulthandler), read when a worker dies or hangs."""
-    return store / STATE / "crash"
+    return _state(store, "crash")
 
 
-def records_dir(store: StoreRef) -> StoreRef:
+def records_dir(store: AnyStore) -> AnyStore:
     """Per-stack folders of shard records (`resume.py`), each named by its stack's `records` attr."""
-    return store / STATE / "records"
+    return _state(store, "records")
 
 
 def prune_records(store: StoreRef, keep: set[str]) -> int:
@@ -60,9 +70,9 @@ def prune_records(store: StoreRef, keep: set[str]) -> int:
     return gone
 
 
-def outcomes_path(store: StoreRef) -> StoreRef:
+def outcomes_path(store: AnyStore) -> AnyStore:
     """Recorded rejections of decoded items, so a rerun need not decode them again."""
-    return store / STATE / "outcomes.json"
+    return _state(store, "outcomes.json")
 
 
 def ensure_state(store: StoreRef) -> None:
@@ -91,17 +101,16 @@ def sweep(store: StoreRef) -> Swept:
     listing): an object is written whole or not at all, and its crash reports stay on the driver.
     """
     if isinstance(store, UrlStore):
-        staged = staging_dir(store)
-        assert isinstance(staged, UrlStore)
-        entries = list(staged.iterdir()) if staged.is_dir() else []
+        url_staged = staging_dir(store)
+        entries = list(url_staged.iterdir()) if url_staged.is_dir() else []
         for entry in entries:
             remove_tree(entry) if entry.is_dir() else entry.unlink(missing_ok=True)
         return Swept(staged=len(entries), partial=0, crash_reports=0)
     staged = 0
     for folder in (staging_dir(store), trash_dir(store)):
         if folder.is_dir():
-            for entry in folder.iterdir():
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            for leftover in folder.iterdir():
+                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
                 staged += 1
     partial = 0
     if store.is_dir():

@@ -29,7 +29,7 @@ import shutil
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
@@ -64,7 +64,7 @@ def codecs(spec: StoreSpec) -> tuple[BytesBytesCodec, ...]:
     if spec.compressor == "zstd":
         out.append(zarr.codecs.ZstdCodec(level=spec.level))
     elif spec.compressor in ("blosc-zstd", "blosc-lz4"):
-        out.append(zarr.codecs.BloscCodec(cname=spec.compressor.removeprefix("blosc-"), clevel=spec.level,
+        out.append(zarr.codecs.BloscCodec(cname=zarr.codecs.BloscCname(spec.compressor.removeprefix("blosc-")), clevel=spec.level,
                                           shuffle=zarr.codecs.BloscShuffle.shuffle))
     if spec.checksum:
         out.append(zarr.codecs.Crc32cCodec())
@@ -118,7 +118,7 @@ def discard(folder: StoreRef) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def install(store: StoreRef, name: str, folder: StoreRef, array: zarr.Array, *, complete: str, run_id: str) -> None:
+def install(store: StoreRef, name: str, folder: StoreRef, array: zarr.Array[Any], *, complete: str, run_id: str) -> None:
     """Seal the staged `array` (chunk files checked, fsynced, `complete` set last) and move it to `name`.
 
     Raises `Superseded` when `run_id` no longer holds the store (a task of a dead run), and the folder
@@ -141,7 +141,7 @@ def install(store: StoreRef, name: str, folder: StoreRef, array: zarr.Array, *, 
     _move_into_place(folder, store / name, trash_dir(store))
 
 
-def _install_url(store: UrlStore, name: str, folder: UrlStore, array: zarr.Array, *, complete: str,
+def _install_url(store: UrlStore, name: str, folder: UrlStore, array: zarr.Array[Any], *, complete: str,
                  run_id: str) -> None:
     missing = missing_chunk_files(folder, array)
     if missing:
@@ -181,7 +181,7 @@ def write_volume(store: StoreRef, name: str, volume: Volume, *, spec: StoreSpec,
         writer.close()
 
 
-def create_stack(folder: StoreRef, stack: Stack, *, spec: StoreSpec) -> zarr.Array:
+def create_stack(folder: StoreRef, stack: Stack, *, spec: StoreSpec) -> zarr.Array[Any]:
     """Create the empty stack array in `folder` (a staging folder); done once, by the driver, before any task."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     return zarr.create_array(
@@ -198,7 +198,7 @@ def create_stack(folder: StoreRef, stack: Stack, *, spec: StoreSpec) -> zarr.Arr
     )
 
 
-def open_stack(folder: StoreRef) -> zarr.Array:
+def open_stack(folder: StoreRef) -> zarr.Array[Any]:
     """The (staged) stack array at `folder`, for writing whole slot ranges."""
     arr = zarr.open_array(zarr_store(folder), mode="r+", zarr_format=3,
                           config={"write_empty_chunks": True})
@@ -214,7 +214,7 @@ def write_slots(folder: StoreRef, first: int, images: np.ndarray) -> None:
     open_stack(folder)[first : first + len(images)] = images
 
 
-def carry_shard(old: StoreRef, new: StoreRef, array: zarr.Array, shard: int) -> None:
+def carry_shard(old: StoreRef, new: StoreRef, array: zarr.Array[Any], shard: int) -> None:
     """Link shard `shard` of the installed stack at `old` into the staged stack at `new` (same layout): no copy.
 
     Installed arrays are never written again (a new version is staged and swapped in), so the two names
@@ -229,7 +229,7 @@ def carry_shard(old: StoreRef, new: StoreRef, array: zarr.Array, shard: int) -> 
     os.link(old / key, new / key)
 
 
-def fill_missing_shards(folder: StoreRef, array: zarr.Array) -> list[str]:
+def fill_missing_shards(folder: StoreRef, array: zarr.Array[Any]) -> list[str]:
     """Write zeros where no task wrote a shard (all its images failed); returns the keys still absent.
 
     Slot by slot, since zarr skips a whole-shard write of fill values. A shard of one slot is then still
@@ -244,14 +244,14 @@ def fill_missing_shards(folder: StoreRef, array: zarr.Array) -> list[str]:
     return missing_chunk_files(folder, array)
 
 
-def missing_chunk_files(folder: StoreRef, array: zarr.Array) -> list[str]:
+def missing_chunk_files(folder: StoreRef, array: zarr.Array[Any]) -> list[str]:
     """Storage keys (chunk or shard files) of `array`, stored at `folder`, that do not exist.
 
     Keys the array's `empty_shards` attr lists (all-zero shards zarr will not store) do not count.
     A URL store is listed once rather than asked key by key.
     """
     storage = array.shards or array.chunks
-    allowed = set(array.attrs.get("empty_shards", []))
+    allowed = set(cast(list[str], array.attrs.get("empty_shards", [])))
     listed = folder.keys() if isinstance(folder, UrlStore) else None
     return [key for key in (array.metadata.encode_chunk_key(coords)
                             for coords in itertools.product(*(range(n) for n in chunk_grid(array.shape, storage))))

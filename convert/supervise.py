@@ -87,7 +87,7 @@ class _Run:
         self.client, self.settings, self.item_timeout = client, settings, item_timeout
         self.targets, self.masks, self.progress = targets, masks, progress
         self.store = settings.reports()  # only fault reports are read here
-        self.jobs: dict[Hashable, tuple[Future, Job]] = {}
+        self.jobs: dict[Hashable, tuple[Future[Any], Job]] = {}
         self.then: dict[Hashable, list[ShardTask]] = {}  # what to submit when this key is done (a chain of singles)
         self.rows: list[Row] = []
         self.sizes: dict[str, int] = {}
@@ -107,7 +107,8 @@ class _Run:
         futures = [*self.client.map(convert_item, tasks, settings=self.settings, pure=False),
                    *(self._submit_shard(s) for s in shards),
                    *self.client.map(_convert_sample, samples, settings=self.settings, masks=self.masks, pure=False)]
-        for f, job in zip(futures, [*tasks, *shards, *samples]):
+        jobs: list[Job] = [*tasks, *shards, *samples]
+        for f, job in zip(futures, jobs):
             self.jobs[f.key] = (f, job)
         self.ac = as_completed(futures)
         try:
@@ -123,7 +124,7 @@ class _Run:
             raise
         return self.rows
 
-    def _submit_shard(self, shard: ShardTask) -> Future:
+    def _submit_shard(self, shard: ShardTask) -> Future[Any]:
         folder, records = self.targets[shard.stack.array]
         return self.client.submit(convert_shard, shard, settings=self.settings, folder=folder, records=records,
                                   pure=False)
@@ -136,7 +137,7 @@ class _Run:
                 self.progress(ProgressEvent("convert", len(self.rows), self.total, self.bytes_done, self.bytes_total,
                                             row))
 
-    def _finished(self, future: Future) -> None:
+    def _finished(self, future: Future[Any]) -> None:
         entry = self.jobs.pop(future.key, None)
         if entry is None:
             return  # timed out already (this is its cancellation arriving)

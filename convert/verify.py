@@ -165,7 +165,7 @@ def _where(region: Sequence[slice]) -> str:
 
 def _leftovers(store: StoreRef) -> int:
     if isinstance(store, UrlStore):  # objects are written whole: only staged stacks are left over
-        staged = store / STATE / "staging"
-        return len(list(staged.iterdir())) if staged.is_dir() else 0
+        url_staged = store / STATE / "staging"
+        return len(list(url_staged.iterdir())) if url_staged.is_dir() else 0
     staged = sum(1 for _ in (store / STATE / "staging").glob("*")) if (store / STATE / "staging").is_dir() else 0
     return staged + sum(1 for _ in store.rglob("*.partial"))

@@ -141,4 +141,4 @@ class VolumeWriter:
 
     def _rows_per_block(self, slab: Slab, axis: int) -> int:
         row = self.header.dtype.itemsize * slab.data.size // max(1, slab.data.shape[axis]) * self.unit[axis]
-        return max(1, _BLOCK_BYTES // max(1, row))
+        return max(1, _BLOCK_BYTES // max(1, int(row)))

@@ -179,10 +179,11 @@ class Handles:
                 "cache_pool": {"total_bytes_limit": self.options.cache_bytes},
                 "data_copy_concurrency": {"limit": self.options.threads or _default_threads()},
             })
+        kvstore: dict[str, Any]
         if isinstance(self.store, str):
             kvstore = self._url_kvstore(name)
         elif self.store.is_file():
-            kvstore: dict[str, Any] = {"driver": "zip", "base": {"driver": "file", "path": str(self.store.resolve())},
+            kvstore = {"driver": "zip", "base": {"driver": "file", "path": str(self.store.resolve())},
                                        "path": f"{name}/"}
         else:
             kvstore = {"driver": "file", "path": str((self.store / name).resolve())}

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO
+from io import BufferedReader
+from typing import cast
 
 from isal import isal_zlib
 
@@ -25,6 +26,8 @@ __all__ = ["ContentStream", "read_stream"]
 
 _BLOCK = 1 << 20  # compressed bytes read per file read
 _GZIP_MAGIC = b"\x1f\x8b"
+# python-isal's stub declares `error` as an instance of Exception; at run time it is the class.
+_IsalError = cast(type[Exception], isal_zlib.error)
 
 
 class ContentStream:
@@ -39,7 +42,7 @@ class ContentStream:
         self._size = path.stat().st_size
         if not gzipped and self._size > cap:
             raise Rejected(Reason.TOO_LARGE, f"file is {self._size:,} B, more than the {cap:,} B its header allows")
-        self._f: BinaryIO = path.open("rb")
+        self._f: BufferedReader = path.open("rb")
         self._d = isal_zlib.decompressobj(wbits=31)
         self._pending = b""  # compressed bytes not yet handed to the inflater
         self._input_ended = False  # the file has no more compressed bytes
@@ -103,7 +106,7 @@ class ContentStream:
             try:
                 # ISA-L may hold inflated bytes back after taking all input: an empty call drains them.
                 out = self._d.decompress(self._pending, limit)
-            except isal_zlib.error as exc:
+            except _IsalError as exc:
                 raise Rejected(
                     Reason.CORRUPT_DATA,
                     f"gzip stream corrupt (zlib: {exc}) with {self.position:,} B inflated, "

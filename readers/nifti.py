@@ -106,7 +106,7 @@ class NiftiReader:
         if version == 0:
             what = _pair_or_analyze(head.data) or "not a NIfTI header"
             raise Rejected(Reason.UNSUPPORTED_FORMAT, f"{what}; only single-file .nii/.nii.gz is read")
-        header_cls = nib.Nifti1Header if version == 1 else nib.Nifti2Header
+        header_cls: type[nib.Nifti1Header] = nib.Nifti1Header if version == 1 else nib.Nifti2Header
         hdr = header_cls(head.data[: header_cls.template_dtype.itemsize], check=False)
         shape, dtype, nbytes, offset = _validate_header(hdr, limits)
         cap = offset + nbytes + _TRAILING_SLACK
@@ -200,9 +200,8 @@ class NiftiSource:
                 raw = raw.byteswap(inplace=True).view(raw.dtype.newbyteorder("="))
             return [raw]
         out = scaled[:, :, : raw.shape[2]]
-        slope, inter = np.asanyarray(lay.slope), np.asanyarray(lay.inter)
         for k in range(raw.shape[2]):  # plane by plane: nibabel's arithmetic, bounded temporaries
-            out[:, :, k] = apply_read_scaling(raw[:, :, k], slope, inter)
+            out[:, :, k] = apply_read_scaling(raw[:, :, k], lay.slope, lay.inter)
         return [out]
 
     def _slab(self, channel: int, z0: int, z1: int, data: npt.NDArray[Any]) -> Slab:
