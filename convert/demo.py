@@ -24,6 +24,7 @@ import numpy as np
 import openpyxl
 import pydicom
 from openpyxl.workbook.workbook import Workbook
+from openpyxl.worksheet.worksheet import Worksheet
 
 __all__ = ["EXPECTED", "EXPECTED_LABELS", "LABELS_SPEC", "NIBABEL_DATA", "PYDICOM_DATA", "write_demo", "write_spec",
            "xlsx_bytes"]
@@ -177,6 +178,7 @@ def xlsx_bytes(wb: Workbook, edit: Callable[[str, bytes], bytes] | None = None) 
 def _workbook() -> Workbook:
     wb = openpyxl.Workbook()
     readme = wb.active
+    assert isinstance(readme, Worksheet)  # a new workbook's one sheet
     readme.title = "Read me"
     readme.append(["Cell-type annotations for the demo delivery"])
     readme.append(["Labels are on 'Annotations v2'. v1 is kept (hidden) for the audit trail."])

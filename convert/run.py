@@ -48,6 +48,7 @@ from .stacks import STACKS, Stack
 from .state import crash_dir, ensure_state, prune_records, records_dir, sweep
 from .store import (array_nodes, array_paths, carry_shard, create_stack, fill_missing_shards, group_paths, install,
                     open_root, open_stack, remove_array, set_array_labels, staging_folder, write_index)
+from .part_task import stage_split
 from .supervise import hang_report_after, run_tasks
 from .task import TaskSettings
 
@@ -221,10 +222,13 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     with _crash_reports(store) as reports:
         task_settings = _task_settings(spec, client, lock, settings, reports)
         staged = _stage_stacks(store, the_plan, spec)
-        converted = run_tasks(client, the_plan.tasks, task_settings, item_timeout=spec.run.item_timeout,
-                              shards=the_plan.shards,
+        workers = len(client.scheduler_info().get("workers", {}))
+        split = {t.array: parts for t in the_plan.tasks
+                 if (parts := stage_split(store, t, task_settings, workers=workers, split_bytes=spec.run.split_bytes))}
+        converted = run_tasks(client, [t for t in the_plan.tasks if t.array not in split], task_settings,
+                              item_timeout=spec.run.item_timeout, shards=the_plan.shards,
                               targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
-                              samples=the_plan.samples, masks=spec.masks, progress=progress)
+                              samples=the_plan.samples, masks=spec.masks, parts=split, progress=progress)
     t_convert = time.perf_counter()
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
     decoded = _drop_duplicates([*converted, *the_plan.unchanged], store)
@@ -254,8 +258,10 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     summary = _summary(spec, rows, manifest_sha, candidates, the_plan, {
         "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover, "convert_s": t_convert - t_probe,
         "total_s": t_end - t0,
-    }) | label_summary | _class_summary(spec, rows) | {"run": {"converted": len(converted),
-                                                               "unchanged": len(the_plan.unchanged)}}
+    }) | label_summary | _class_summary(spec, rows) | {"run": {
+        "converted": len(converted), "unchanged": len(the_plan.unchanged),
+        "split": len(split),  # of the converted, volumes written in parts by several workers ([run] split_bytes)
+    }}
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
     atomic_write(manifest_path, manifest)

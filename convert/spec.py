@@ -134,11 +134,14 @@ class ValidateSpec:
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
-    """How items are run: a per-item time limit, retries after a worker dies, extra readers."""
+    """How items are run: a per-item time limit, retries after a worker dies, extra readers, big volumes split."""
 
     item_timeout: float = 600.0  # seconds from an item's start on a worker to `timeout`
     crash_retries: int = 1  # further attempts after a worker dies on an item, before `decoder_crash`
     readers: tuple[str, ...] = ()  # "module.path:Name" readers tried before the built-in ones
+    # A streamed volume of more uncompressed bytes is split into parts of about this size, written by
+    # several workers at once (convert/parts.py); 0: never. The stored bytes are the same either way.
+    split_bytes: int = 512 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,8 +459,11 @@ def _run(t: _Table) -> RunSpec:
         except (ImportError, ValueError) as exc:
             raise t.fail("readers", list(readers), f"cannot load {ref!r}: {exc}",
                          "name readers as 'module.path:ClassName', importable here and on every worker") from exc
+    split = t.take("split_bytes", int, RunSpec().split_bytes, what="a byte count")
+    t.check("split_bytes", split, lambda v: v >= 0, "must be >= 0 (0: never split a volume)",
+            "e.g. split_bytes = 536870912 (512 MiB)")
     t.done()
-    return RunSpec(item_timeout=float(timeout), crash_retries=retries, readers=readers)
+    return RunSpec(item_timeout=float(timeout), crash_retries=retries, readers=readers, split_bytes=split)
 
 
 def _column(t: _Table, key: str, value: object) -> ColumnRef:

@@ -2,8 +2,9 @@
 
 Each task is its own future, collected as it completes (never one `compute()`,
 where one failure aborts the graph). A task is a volume (`convert_item`, one
-row), a shard of 2D images (`convert_shard`, one row per image) or a sample of
-role files (`convert_sample`, one row):
+row), a shard of 2D images (`convert_shard`, one row per image), a sample of
+role files (`convert_sample`, one row) or one part of a big volume split across
+workers (`convert_part`; the item's one row once every part is in):
 
 - a finished task gives its rows;
 - a task whose workers kept dying (segfault, memory limit, killed) ends, after
@@ -14,6 +15,8 @@ role files (`convert_sample`, one row):
 - a shard of several images that dies or times out is redone image by image,
   one task after the other (a shard is written by one task at a time), so only
   the culprit is lost;
+- a part that dies or times out costs its volume: the first failing part in
+  file order gives the item's row, and the staged array is removed;
 - `StoreWriteError` (disk full, read-only store) stops the run with a
   `UsageError`; finished arrays stay, and a rerun resumes;
 - any other exception is a bug in our code and is raised.
@@ -35,6 +38,8 @@ from labzarr.readers import Reason
 from .errors import UsageError
 from .faults import fault_report, report_path, summarize_report
 from .manifest import Row
+from .part_task import convert_part, finish_split
+from .parts import PartResult, VolumePart
 from .plan import Task
 from .progress import Progress, ProgressEvent
 from .sample_task import convert_sample
@@ -43,13 +48,13 @@ from .spec import MasksSpec
 from .stack_task import convert_shard, shard_report_key
 from .stacks import ShardTask
 from .store import StoreWriteError
-from .task import TaskSettings, convert_item
+from .task import TaskSettings, convert_item, task_row
 
 __all__ = ["ShardTarget", "hang_report_after", "run_tasks"]
 
 log = logging.getLogger(__name__)
 
-Job = Task | ShardTask | SampleTask
+Job = Task | ShardTask | SampleTask | VolumePart
 ShardTarget = tuple[str, str]
 """Where a stack's shard tasks write: (the staged stack's folder, its records folder)."""
 
@@ -73,10 +78,11 @@ def _grace(item_timeout: float) -> float:
 def run_tasks(client: Client, tasks: Sequence[Task], settings: TaskSettings, *, item_timeout: float,
               shards: Sequence[ShardTask] = (), targets: Mapping[str, ShardTarget] | None = None,
               samples: Sequence[SampleTask] = (), masks: MasksSpec | None = None,
-              progress: Progress | None = None) -> list[Row]:
-    """Run volume `tasks`, `shards` (writing into `targets[stack]`) and `samples` on `client`; one row per item."""
-    return _Run(client, settings, item_timeout, targets or {}, masks or MasksSpec(), progress).run(tasks, shards,
-                                                                                                   samples)
+              parts: Mapping[str, Sequence[VolumePart]] | None = None, progress: Progress | None = None) -> list[Row]:
+    """Run volume `tasks`, `shards` (writing into `targets[stack]`), `samples` and the `parts` of split volumes
+    (by array; `part_task.stage_split` staged them) on `client`; one row per item."""
+    return _Run(client, settings, item_timeout, targets or {}, masks or MasksSpec(), progress).run(
+        tasks, shards, samples, parts or {})
 
 
 class _Run:
@@ -94,20 +100,26 @@ class _Run:
         self.total = self.bytes_total = self.bytes_done = 0
         self.watch = _Watchdog(client, item_timeout)
         self.ac: Any = None
+        self.parts: Mapping[str, Sequence[VolumePart]] = {}
+        self.part_outcomes: dict[str, dict[int, PartResult | Row]] = {}
 
-    def run(self, tasks: Sequence[Task], shards: Sequence[ShardTask], samples: Sequence[SampleTask]) -> list[Row]:
+    def run(self, tasks: Sequence[Task], shards: Sequence[ShardTask], samples: Sequence[SampleTask],
+            parts: Mapping[str, Sequence[VolumePart]]) -> list[Row]:
+        self.parts = parts
         self.sizes = ({t.source: t.size for t in tasks} | {i.source: i.size for s in shards for i in s.items}
-                      | {s.source: s.size for s in samples})
-        self.total = len(tasks) + sum(len(s.items) for s in shards) + len(samples)
+                      | {s.source: s.size for s in samples} | {p[0].task.source: p[0].task.size for p in parts.values()})
+        self.total = len(tasks) + sum(len(s.items) for s in shards) + len(samples) + len(parts)
         self.bytes_total = sum(self.sizes.values())
         if not self.total:
             return []
         if self.progress:
             self.progress(ProgressEvent("convert", 0, self.total, 0, self.bytes_total))
+        every_part = [part for volume in parts.values() for part in volume]
         futures = [*self.client.map(convert_item, tasks, settings=self.settings, pure=False),
                    *(self._submit_shard(s) for s in shards),
-                   *self.client.map(_convert_sample, samples, settings=self.settings, masks=self.masks, pure=False)]
-        jobs: list[Job] = [*tasks, *shards, *samples]
+                   *self.client.map(_convert_sample, samples, settings=self.settings, masks=self.masks, pure=False),
+                   *self.client.map(convert_part, every_part, settings=self.settings, pure=False)]
+        jobs: list[Job] = [*tasks, *shards, *samples, *every_part]
         for f, job in zip(futures, jobs):
             self.jobs[f.key] = (f, job)
         self.ac = as_completed(futures)
@@ -149,17 +161,20 @@ class _Run:
             return
         if future.status == "finished":
             result = future.result()
-            self._emit([result] if isinstance(result, Row) else list(result))
+            if isinstance(job, VolumePart):
+                self._part_done(job, result)
+            else:
+                self._emit([result] if isinstance(result, Row) else list(result))
         else:
             exc = future.exception()
             if isinstance(exc, StoreWriteError):
-                raise UsageError(f"cannot write the store: {exc}",
-                                 "free space (or fix permissions) and rerun the same command: finished items are "
-                                 "kept and the run resumes") from exc
+                raise _store_failed(exc) from exc
             if not isinstance(exc, KilledWorker):
                 future.result()  # any other exception is a bug in our code: raise it with its traceback
             if isinstance(job, ShardTask) and len(job.items) > 1:
                 self._split(job, f"a worker died in it ({exc})")
+            elif isinstance(job, VolumePart):
+                self._part_done(job, _crashed(job, self.store, exc)[0])
             else:
                 self._emit(_crashed(job, self.store, exc))
         future.release()
@@ -173,9 +188,23 @@ class _Run:
             self.watch.restart_worker_of(key)
             if isinstance(job, ShardTask) and len(job.items) > 1:
                 self._split(job, f"no result after {self.item_timeout:g} s")
+            elif isinstance(job, VolumePart):
+                self._part_done(job, _timed_out(job, self.store, self.item_timeout)[0])
             else:
                 self._emit(_timed_out(job, self.store, self.item_timeout))
             self._next_in_chain(key)
+
+    def _part_done(self, part: VolumePart, outcome: PartResult | Row) -> None:
+        """Record one part's outcome; with the last one in, seal the volume (or drop it) and emit its row."""
+        got = self.part_outcomes.setdefault(part.task.array, {})
+        got[part.index] = outcome
+        if len(got) < part.count:
+            return
+        try:
+            row = finish_split(self.parts[part.task.array], [got[i] for i in range(part.count)], self.settings)
+        except StoreWriteError as exc:
+            raise _store_failed(exc) from exc
+        self._emit([row])
 
     def _reported(self, key: Hashable) -> bool:
         if not self.settings.fault_reports:
@@ -210,9 +239,17 @@ def _convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) 
         return convert_sample(task, settings, masks)
 
 
+def _store_failed(exc: StoreWriteError) -> UsageError:
+    return UsageError(f"cannot write the store: {exc}",
+                      "free space (or fix permissions) and rerun the same command: finished items are kept and the "
+                      "run resumes")
+
+
 def _report_key(job: Job) -> str:
     if isinstance(job, Task):
         return job.array
+    if isinstance(job, VolumePart):
+        return job.report_key
     return job.group if isinstance(job, SampleTask) else shard_report_key(job)
 
 
@@ -230,8 +267,9 @@ def _rejected(job: Job, reason: Reason, detail: str) -> list[Row]:
     if isinstance(job, SampleTask):
         return [job.base_row().rejected(reason, detail)]
     if isinstance(job, Task):
-        return [Row(item_id=job.item_id, status="rejected", source=job.source, kind=job.kind, sha256=job.sha256,
-                    reason=reason, detail=detail, n_files=max(1, len(job.members)), members=job.members)]
+        return [task_row(job).rejected(reason, detail)]
+    if isinstance(job, VolumePart):
+        return [task_row(job.task).rejected(reason, detail)]
     return [Row(item_id=i.item_id, status="rejected", source=i.source, kind=i.kind, sha256=i.sha256, reason=reason,
                 detail=detail) for i in job.items]
 

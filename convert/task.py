@@ -35,7 +35,7 @@ from .store import StoreWriteError, Superseded, codecs
 from .validate import FiniteCheck
 from .writer import AXES, VolumeWriter
 
-__all__ = ["TaskSettings", "attrs_for", "convert_item", "read_file"]
+__all__ = ["TaskSettings", "attrs_for", "convert_item", "ok_row", "open_volume", "read_file", "task_row", "volume_layout"]
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +79,12 @@ def convert_item(task: Task, settings: TaskSettings) -> Row:
 
 
 def _convert(task: Task, settings: TaskSettings, store: StoreRef) -> Row:
-    base = Row(item_id=task.item_id, status="ok", source=task.source, kind=task.kind, sha256=task.sha256,
-               n_files=max(1, len(task.members)), members=task.members)
+    base = task_row(task)
     writer: VolumeWriter | None = None
     try:
-        source = _open(task, settings)
+        source = open_volume(task, settings)
         h = source.header
-        chunks = plan_chunks(h.shape, settings.store_spec.chunks, voxel_bytes=h.voxel_bytes,
-                             stream_axis=h.stream_axis, budget=settings.slab_bytes)
-        shards = plan_shards(h.shape, chunks, settings.store_spec.shards, voxel_bytes=h.voxel_bytes,
-                             stream_axis=h.stream_axis, budget=settings.slab_bytes)
+        chunks, shards = volume_layout(h, settings)
         finite = FiniteCheck(h, settings.non_finite)
         writer = VolumeWriter(store, task.array, h, chunks=chunks, shards=shards, codecs=codecs(settings.store_spec),
                               attrs=attrs_for(task.item_id, task.source, task.sha256, h), run_id=settings.run_id)
@@ -98,9 +94,7 @@ def _convert(task: Task, settings: TaskSettings, store: StoreRef) -> Row:
             # truncation and corruption keep precedence over non_finite, as when read whole.
             if not finite.rejecting:
                 writer.write(slab)
-        warnings = task.warnings + h.warnings + finite.outcome()
-        row = replace(base, kind=h.kind, shape=tuple(h.shape), dtype=str(h.dtype), spacing=h.spacing,
-                      orientation=h.orientation, array=task.array, warnings=warnings)
+        row = ok_row(base, task, h, finite.outcome())
         # What a rerun reuses when the source is unchanged, recorded before `complete`.
         writer.finish(attrs={"row": to_record(row), "settings": settings.settings}, complete=task.sha256)
     except (StoreWriteError, Superseded):
@@ -118,7 +112,29 @@ def _convert(task: Task, settings: TaskSettings, store: StoreRef) -> Row:
     return row
 
 
-def _open(task: Task, settings: TaskSettings) -> VolumeSource:
+def task_row(task: Task) -> Row:
+    """The row every outcome of `task` starts from: what the plan knows about the item."""
+    return Row(item_id=task.item_id, status="ok", source=task.source, kind=task.kind, sha256=task.sha256,
+               n_files=max(1, len(task.members)), members=task.members)
+
+
+def ok_row(base: Row, task: Task, h: VolumeHeader, finite_warnings: tuple[str, ...]) -> Row:
+    """The row of a volume written whole: its geometry and every warning, in the order a reader gave them."""
+    return replace(base, kind=h.kind, shape=tuple(h.shape), dtype=str(h.dtype), spacing=h.spacing,
+                   orientation=h.orientation, array=task.array, warnings=task.warnings + h.warnings + finite_warnings)
+
+
+def volume_layout(h: VolumeHeader, settings: TaskSettings) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """The (chunks, shards) a volume of header `h` is stored with: a pure function of `h` and the settings."""
+    chunks = plan_chunks(h.shape, settings.store_spec.chunks, voxel_bytes=h.voxel_bytes,
+                         stream_axis=h.stream_axis, budget=settings.slab_bytes)
+    shards = plan_shards(h.shape, chunks, settings.store_spec.shards, voxel_bytes=h.voxel_bytes,
+                         stream_axis=h.stream_axis, budget=settings.slab_bytes)
+    return chunks, shards
+
+
+def open_volume(task: Task, settings: TaskSettings) -> VolumeSource:
+    """The item's source, its header validated (no voxel read yet); raises `Rejected`."""
     if task.stack is not None:  # a DICOM item: its series was laid out when planning
         return open_series(task.stack, settings.limits)
     reader = next(r for r in readers_with(settings.readers) if r.kind == task.kind)

@@ -2,7 +2,7 @@
 
 `FiniteCheck` sees a volume slab by slab: it counts NaN/Inf voxels and keeps
 the first one in canonical (c, x, y, z) order, so the detail is the same
-whatever order or size the slabs came in.
+whatever order or size the slabs came in, and whichever workers saw them.
 """
 
 from __future__ import annotations
@@ -43,6 +43,16 @@ class FiniteCheck:
         local = np.unravel_index(int(np.argmax(nonfinite)), nonfinite.shape)
         first = tuple(int(i) + r.start for i, r in zip(local, slab.region))
         if self._first is None or first < self._first:
+            self._first = first
+
+    def tally(self) -> tuple[int, tuple[int, ...] | None]:
+        """(non-finite voxels counted, the first one's (c, x, y, z) or None): what `absorb` takes."""
+        return self.bad, self._first
+
+    def absorb(self, bad: int, first: tuple[int, ...] | None) -> None:
+        """Add another check's `tally` over other slabs of the same volume (the parts of a split volume)."""
+        self.bad += bad
+        if first is not None and (self._first is None or first < self._first):
             self._first = first
 
     def outcome(self) -> tuple[str, ...]:

@@ -33,7 +33,8 @@ from .content import ChunkDigests, block_digests, combine_digests
 from .objstore import StoreRef, transport_errors, zarr_store
 from .store import StoreWriteError, begin_array, discard, install
 
-__all__ = ["AXES", "VolumeWriter", "c_order_copy"]
+__all__ = ["AXES", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "create_volume_array", "open_volume_array",
+           "seal_volume"]
 
 _TILE = 64  # voxels per tile edge for the transposing copy: 64^3 x 8 B fits in L2
 _BLOCK_BYTES = 16 << 20  # voxels handed to zarr per call: enough chunks to keep its codec threads busy
@@ -41,7 +42,7 @@ AXES = ("c", "x", "y", "z")
 
 
 @contextmanager
-def _store_io(store: StoreRef, what: str) -> Iterator[None]:
+def store_io(store: StoreRef, what: str) -> Iterator[None]:
     """An OSError while writing the store (disk full, read-only; for a URL store any failed request) is the
     store's problem, not the item's."""
     try:
@@ -62,30 +63,49 @@ def c_order_copy(view: npt.NDArray[Any], dtype: np.dtype[Any] | None = None) -> 
     return out
 
 
-class VolumeWriter:
-    """One array being written from slabs; `finish` records the content hash and `complete`."""
+def create_volume_array(folder: StoreRef, header: VolumeHeader, *, chunks: Sequence[int], shards: Sequence[int] | None,
+                        codecs: Sequence[Any], attrs: Mapping[str, Any]) -> zarr.Array[Any]:
+    """Create the (empty) zarr array a volume of `header` is written into, at `folder`."""
+    return zarr.create_array(
+        zarr_store(folder),
+        shape=header.shape,
+        dtype=header.dtype,
+        chunks=tuple(int(c) for c in chunks),
+        shards=None if shards is None else tuple(int(s) for s in shards),
+        compressors=tuple(codecs),
+        fill_value=np.zeros((), dtype=header.dtype).item(),
+        dimension_names=AXES[: len(header.shape)] if len(header.shape) == 4 else None,
+        attributes=dict(attrs),
+        config={"write_empty_chunks": True},  # every chunk has a file: a missing one is damage
+    )
 
-    def __init__(self, store: StoreRef, name: str, header: VolumeHeader, *, chunks: Sequence[int], codecs: Sequence[Any],
-                 attrs: Mapping[str, Any], run_id: str = "", shards: Sequence[int] | None = None) -> None:
-        self.header, self.chunks = header, tuple(int(c) for c in chunks)
+
+def open_volume_array(folder: StoreRef) -> zarr.Array[Any]:
+    """Open a volume array `create_volume_array` made, for writing (the config is per handle, not stored)."""
+    arr = zarr.open_array(zarr_store(folder), mode="r+", config={"write_empty_chunks": True})
+    assert isinstance(arr, zarr.Array)
+    return arr
+
+
+def seal_volume(store: StoreRef, name: str, folder: StoreRef, array: zarr.Array[Any], digests: ChunkDigests, *,
+                attrs: Mapping[str, Any] | None, complete: str, run_id: str) -> str:
+    """Record `content_sha256` (from every chunk's digest) and `attrs`, then `complete`, and move the staged
+    array at `folder` to `name`; returns the content hash. Raises `StoreWriteError`, `Superseded`."""
+    content = combine_digests(array.shape, array.dtype, array.chunks, digests)
+    with store_io(store, f"cannot write {name}"):
+        array.update_attributes({**(attrs or {}), "content_sha256": content})
+        install(store, name, folder, array, complete=complete, run_id=run_id)
+    return content
+
+
+class _SlabWriter:
+    """Writes slabs into an array, whole write units at a time, hashing each chunk in a background thread."""
+
+    def __init__(self, store: StoreRef, name: str, header: VolumeHeader, array: zarr.Array[Any]) -> None:
+        self.store, self.name, self.header, self.array = store, name, header, array
+        self.chunks = tuple(int(c) for c in array.chunks)
         # What one write covers whole: a shard when sharded (zarr rewrites a shard file on a partial write).
-        self.unit = tuple(int(s) for s in shards) if shards is not None else self.chunks
-        self.store, self.name, self.run_id = store, name, run_id
-        with _store_io(store, f"cannot create {name}"):
-            self.folder = begin_array(store, name)
-            self.array = zarr.create_array(
-                zarr_store(self.folder),
-                shape=header.shape,
-                dtype=header.dtype,
-                chunks=self.chunks,
-                shards=None if shards is None else self.unit,
-                compressors=tuple(codecs),
-                fill_value=np.zeros((), dtype=header.dtype).item(),
-                dimension_names=AXES[: len(header.shape)] if len(header.shape) == 4 else None,
-                attributes=dict(attrs),
-                config={"write_empty_chunks": True},  # every chunk has a file: a missing one is damage
-            )
-        self._installed = False
+        self.unit = tuple(int(s) for s in array.shards) if array.shards is not None else self.chunks
         self._digests: ChunkDigests = {}
         self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labzarr-hash")
         self._pending: Future[ChunkDigests] | None = None
@@ -106,26 +126,13 @@ class VolumeWriter:
             self._collect()
             # hashlib and numpy's copy release the GIL: hash this block while zarr encodes it
             self._pending = self._hasher.submit(block_digests, block, origin, self.chunks)
-            with _store_io(self.store, f"cannot write {self.name}"):
+            with store_io(self.store, f"cannot write {self.name}"):
                 self.array[tuple(region)] = block
 
-    def finish(self, *, attrs: Mapping[str, Any] | None = None, complete: str) -> str:
-        """Record `content_sha256` (and `attrs`), then `complete`, and move the array into place; returns the hash."""
+    def digests(self) -> ChunkDigests:
+        """Each written chunk's digest by chunk index (after waiting for the hashing thread)."""
         self._collect()
-        self._hasher.shutdown()
-        h = self.header
-        content = combine_digests(h.shape, h.dtype, self.chunks, self._digests)
-        with _store_io(self.store, f"cannot write {self.name}"):
-            self.array.update_attributes({**(attrs or {}), "content_sha256": content})
-            install(self.store, self.name, self.folder, self.array, complete=complete, run_id=self.run_id)
-        self._installed = True
-        return content
-
-    def close(self) -> None:
-        """Stop the hashing thread and, unless `finish` installed the array, remove the staged folder."""
-        self._hasher.shutdown(cancel_futures=True)
-        if not self._installed:
-            discard(self.folder)
+        return dict(self._digests)
 
     def _collect(self) -> None:
         if self._pending is not None:
@@ -142,3 +149,47 @@ class VolumeWriter:
     def _rows_per_block(self, slab: Slab, axis: int) -> int:
         row = self.header.dtype.itemsize * slab.data.size // max(1, slab.data.shape[axis]) * self.unit[axis]
         return max(1, _BLOCK_BYTES // max(1, int(row)))
+
+
+class VolumeWriter(_SlabWriter):
+    """One array written from slabs and installed by this writer: `finish` records the content hash and `complete`."""
+
+    def __init__(self, store: StoreRef, name: str, header: VolumeHeader, *, chunks: Sequence[int], codecs: Sequence[Any],
+                 attrs: Mapping[str, Any], run_id: str = "", shards: Sequence[int] | None = None) -> None:
+        with store_io(store, f"cannot create {name}"):
+            folder = begin_array(store, name)
+            array = create_volume_array(folder, header, chunks=chunks, shards=shards, codecs=codecs, attrs=attrs)
+        super().__init__(store, name, header, array)
+        self.folder, self.run_id = folder, run_id
+        self._installed = False
+
+    def finish(self, *, attrs: Mapping[str, Any] | None = None, complete: str) -> str:
+        """Record `content_sha256` (and `attrs`), then `complete`, and move the array into place; returns the hash."""
+        self._collect()
+        self._hasher.shutdown()
+        content = seal_volume(self.store, self.name, self.folder, self.array, self._digests, attrs=attrs,
+                              complete=complete, run_id=self.run_id)
+        self._installed = True
+        return content
+
+    def close(self) -> None:
+        """Stop the hashing thread and, unless `finish` installed the array, remove the staged folder."""
+        self._hasher.shutdown(cancel_futures=True)
+        if not self._installed:
+            discard(self.folder)
+
+
+class PartWriter(_SlabWriter):
+    """Writes some slabs of a split volume into the array the driver staged at `folder` (see `part_task.py`).
+
+    It neither seals nor removes the array: the driver does, once every part has handed in its `digests()`.
+    """
+
+    def __init__(self, store: StoreRef, name: str, header: VolumeHeader, folder: StoreRef) -> None:
+        with store_io(store, f"cannot open {name}"):
+            array = open_volume_array(folder)
+        super().__init__(store, name, header, array)
+
+    def close(self) -> None:
+        """Stop the hashing thread."""
+        self._hasher.shutdown(cancel_futures=True)

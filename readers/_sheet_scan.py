@@ -67,7 +67,8 @@ def scan_sheet(path: Path, part: str) -> SheetScan:
                 sheet_data.clear()  # the row is done: keep memory flat on sheets of any length
             elif name == "mergeCell" and el.get("ref"):
                 min_col, min_row, max_col, max_row = range_boundaries(el.get("ref"))
-                if None not in (min_col, min_row, max_col, max_row):  # a merge is always a full A1:B2 range
+                # A merge is always a full A1:B2 range; a column or row range ("A:B") has open ends.
+                if min_col is not None and min_row is not None and max_col is not None and max_row is not None:
                     merges.append(Merge(min_row, min_col, max_row, max_col))
     return SheetScan(merges=tuple(sorted(merges, key=lambda m: (m.min_row, m.min_col))),
                      uncached_formulas=frozenset(uncached))

@@ -128,7 +128,7 @@ def _read(path: Path, sheet: int | str, id_column: ColumnRef, columns: Mapping[s
     try:
         ws, index, notes = _pick(wb, sheet, path)
         # Read-only mode hides merged ranges and uncached formulas; `_worksheet_path` is the sheet's zip member.
-        scan = scan_sheet(path, ws._worksheet_path)
+        scan = scan_sheet(path, ws._worksheet_path)  # type: ignore[attr-defined]  # private: not in the stubs
         ws.reset_dimensions()  # read-only mode trusts <dimension>, which editors often leave stale
         rows = _rows(ws, scan)
         refs = {"id_column": id_column, **{f"columns.{n}": c for n, c in columns.items()}}
@@ -228,7 +228,8 @@ def _rows(ws: ReadOnlyWorksheet, scan: SheetScan) -> Iterator[_Row]:
     pending = list(scan.merges)
     active: list[Merge] = []
     anchors: dict[Merge, LabelCell] = {}
-    for r, cells in enumerate(ws.iter_rows(), start=1):
+    # types-openpyxl gives ReadOnlyWorksheet.iter_rows Worksheet's `self`; at run time it is its own method.
+    for r, cells in enumerate(ws.iter_rows(), start=1):  # type: ignore[misc]
         while pending and pending[0].min_row <= r:
             active.append(pending.pop(0))
         active = [m for m in active if m.max_row >= r]

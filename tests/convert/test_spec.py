@@ -30,6 +30,8 @@ def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
     assert spec.store.chunks == (32, 32, 32) and spec.store.shards == (256, 256, 128)
     assert spec.items.id_normalize == ("strip", "casefold", "drop_separators")
     assert spec.manifest_dir == tmp_path
+    assert spec.run.split_bytes == 512 << 20
+    assert load_spec(write(tmp_path, GOOD + "[run]\nsplit_bytes = 0\n"), cwd=tmp_path).run.split_bytes == 0
 
 
 def test_dicom_section_sets_the_series_rules(tmp_path: Path) -> None:
@@ -79,6 +81,9 @@ BAD = [
     pytest.param(GOOD + "[dicom]\ngantry_tilt = \"resample\"\n", r"gantry_tilt = 'resample': allowed: \"shear\"",
                  id="dicom-tilt-policy"),
     pytest.param(GOOD + "[dicom]\nmin_slice = 2\n", r"\[dicom\] unknown key 'min_slice'", id="dicom-unknown-key"),
+    pytest.param(GOOD + "[run]\nsplit_bytes = -1\n", r"\[run\] split_bytes = -1: must be >= 0", id="split-negative"),
+    pytest.param(GOOD + "[run]\nsplit_bytes = \"512 MiB\"\n", r"split_bytes = '512 MiB': expected a byte count",
+                 id="split-type"),
 ]
 
 

@@ -1,0 +1,149 @@
+"""A big volume written by several workers: the driver stages it, each part writes its slabs, the driver seals it.
+
+See `parts.py` for the invariant. The part task is total like `convert_item`:
+a reader's refusal, a MemoryError or a decoder bug becomes its `PartResult`,
+and the driver turns the parts' results into the item's one row -- the
+lowest-numbered part's refusal (the first in file order, as one task would
+have met it), else the volume sealed with every part's chunk digests.
+`StoreWriteError` escapes, as from every task.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+from labzarr.readers import Reason, Rejected, StreamingReader, readers_with
+
+from .faults import fault_report, report_path
+from .manifest import Row
+from .objstore import StoreRef, store_ref
+from .parts import PartResult, VolumePart, split_slabs
+from .plan import Task
+from .resume import to_record
+from .store import StoreWriteError, begin_array, codecs, discard
+from .task import TaskSettings, attrs_for, ok_row, open_volume, task_row, volume_layout
+from .validate import FiniteCheck
+from .writer import PartWriter, create_volume_array, open_volume_array, seal_volume, store_io
+
+__all__ = ["SCAN_RATIO", "convert_part", "finish_split", "stage_split"]
+
+log = logging.getLogger(__name__)
+
+# Files under split_bytes / SCAN_RATIO on disk are not opened to see whether they are worth splitting: a
+# volume that compresses better than 64:1 is mostly empty, and cheap to encode in one task anyway.
+SCAN_RATIO = 64
+
+
+def stage_split(store: StoreRef, task: Task, settings: TaskSettings, *, workers: int,
+                split_bytes: int) -> tuple[VolumePart, ...]:
+    """Create `task`'s array in staging and return its parts, when its volume is worth splitting; else ().
+
+    Runs on the driver and reads the header only (never voxels). A header the reader refuses is left to the
+    ordinary task, which meets the same refusal on a worker and reports it as the item's row.
+    """
+    if split_bytes <= 0 or workers < 2 or task.size * SCAN_RATIO < split_bytes or not _streams(task, settings):
+        return ()
+    try:
+        source = open_volume(task, settings)
+    except Exception:  # noqa: BLE001 - not a silent fallback: the item's own task reports this error
+        return ()
+    h = source.header
+    if h.stream_axis is None:
+        return ()
+    chunks, shards = volume_layout(h, settings)
+    volume_bytes = h.dtype.itemsize * math.prod(h.shape)
+    ranges = split_slabs(source.slab_count(shards or chunks), volume_bytes, workers=workers, split_bytes=split_bytes)
+    if len(ranges) < 2:
+        return ()
+    with store_io(store, f"cannot create {task.array}"):
+        folder = begin_array(store, task.array)
+        create_volume_array(folder, h, chunks=chunks, shards=shards, codecs=codecs(settings.store_spec),
+                            attrs=attrs_for(task.item_id, task.source, task.sha256, h))
+    last = len(ranges) - 1
+    return tuple(VolumePart(task=task, header=h, folder=str(folder), index=i, count=len(ranges), first=first,
+                            stop=None if i == last else stop) for i, (first, stop) in enumerate(ranges))
+
+
+def convert_part(part: VolumePart, settings: TaskSettings) -> PartResult:
+    """Write one part's slabs into the staged array (runs on a worker); returns its digests or its refusal."""
+    with fault_report(report_path(settings.reports(), part.report_key), hang_after=settings.hang_report_after,
+                      enabled=settings.fault_reports):
+        return _convert_part(part, settings, settings.location())
+
+
+def _convert_part(part: VolumePart, settings: TaskSettings, store: StoreRef) -> PartResult:
+    writer: PartWriter | None = None
+    try:
+        source = open_volume(part.task, settings)
+        h = source.header
+        chunks, shards = volume_layout(h, settings)
+        if h != part.header:
+            raise RuntimeError(f"{part.task.source} changed while being converted: its header now reads {h}, "
+                               f"when staged {part.header}")
+        writer = PartWriter(store, part.task.array, h, store_ref(part.folder, settings.store_options))
+        finite = FiniteCheck(h, settings.non_finite)
+        for slab in source.slabs(shards or chunks, first=part.first, stop=part.stop):
+            finite.update(slab)
+            if not finite.rejecting:  # as in convert_item: the stream is still read to its end
+                writer.write(slab)
+        bad, first = finite.tally()
+        return PartResult(index=part.index, digests=writer.digests(), nonfinite=bad, first_nonfinite=first)
+    except StoreWriteError:
+        raise
+    except Rejected as exc:
+        return PartResult(index=part.index, digests={}, rejected=(exc.reason, exc.detail))
+    except MemoryError as exc:
+        return PartResult(index=part.index, digests={},
+                          rejected=(Reason.TOO_LARGE, f"out of memory while decoding: {exc}"))
+    except Exception as exc:  # the task boundary, as in convert_item
+        log.exception("decoder crashed on %s (part %d of %d)", part.task.source, part.index + 1, part.count)
+        return PartResult(index=part.index, digests={}, rejected=(Reason.DECODER_CRASH, f"{type(exc).__name__}: {exc}"))
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def finish_split(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Row], settings: TaskSettings) -> Row:
+    """The item's row from every part's outcome, in part order (a `Row` where a part's worker died or hung).
+
+    The first part in file order that failed decides, as if one task had read the file; when none did,
+    the volume is sealed with every part's chunk digests and installed. Otherwise the staged array is
+    removed. Raises `StoreWriteError` (and `Superseded`) like a task that installs its own array.
+    """
+    task, h = parts[0].task, parts[0].header
+    folder = store_ref(parts[0].folder, settings.store_options)
+    base = task_row(task)
+    finite = FiniteCheck(h, settings.non_finite)
+    sealed = False
+    try:
+        for o in outcomes:
+            if isinstance(o, Row):
+                return o
+            if o.rejected:
+                return base.rejected(*o.rejected)
+            finite.absorb(o.nonfinite, o.first_nonfinite)
+        try:
+            row = ok_row(base, task, h, finite.outcome())
+        except Rejected as exc:
+            return base.rejected(exc.reason, exc.detail)
+        store = settings.location()
+        with store_io(store, f"cannot open {task.array}"):
+            array = open_volume_array(folder)
+        digests = {k: v for o in outcomes if isinstance(o, PartResult) for k, v in o.digests.items()}
+        seal_volume(store, task.array, folder, array, digests, attrs={"row": to_record(row), "settings": settings.settings},
+                    complete=task.sha256, run_id=settings.run_id)
+        sealed = True
+        return row
+    finally:
+        if not sealed:
+            discard(folder)
+
+
+def _streams(task: Task, settings: TaskSettings) -> bool:
+    """Whether the item streams slabs (opening it reads no voxels): a DICOM volume, or a streaming reader's file."""
+    if task.stack is not None:
+        return task.stack.layout == "volume"
+    reader = next((r for r in readers_with(settings.readers) if r.kind == task.kind), None)
+    return isinstance(reader, StreamingReader)
