@@ -82,7 +82,7 @@ Run it after `labzarr convert`; it refuses a store or manifest from another run.
 _DIFF_EPILOG = """worked example (after case_001 was re-delivered cut in half):
   $ labzarr diff git:HEAD:manifests/demo/manifest.csv manifests/demo/manifest.csv
   manifest diff: git:HEAD:manifests/demo/manifest.csv -> manifests/demo/manifest.csv
-  items 24 -> 24: ok 10 -> 9, rejected 11 -> 12, ignored 3 -> 3
+  items 27 -> 27: ok 11 -> 10, rejected 12 -> 13, ignored 4 -> 4
 
   status or reason changed (1)
     ~ case_001/anatomical.nii [case1]: ok -> rejected truncated; content changed

@@ -401,7 +401,7 @@ def _store(t: _Table) -> StoreSpec:
             "expected three positive integers", "e.g. chunks = [64, 64, 64]")
     compressor = t.take("compressor", str, StoreSpec().compressor, what="a compressor name")
     t.check("compressor", compressor, lambda c: c in _COMPRESSORS, f"allowed: {' | '.join(_COMPRESSORS)}",
-            "pick one of those or drop the key (default zstd)")
+            f"pick one of those or drop the key (default {StoreSpec().compressor})")
     lo, hi = _LEVELS[compressor]
     default_level = 0 if compressor == "none" else min(StoreSpec().level, hi)
     level = t.take("level", int, default_level, what="an integer")
