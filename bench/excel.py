@@ -16,7 +16,9 @@ from labzarr.convert.manifest import Row
 from labzarr.convert.spec import LabelsSpec
 from labzarr.readers import ColumnRef, WorkbookError, read_label_sheet
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# appended, not prepended: the repository root holds folders named like sections (convert/, loaders/), and
+# sections import each other by name in worker processes too
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 from tests.workbooks import Entry, lab_workbook, save, zip_bomb  # noqa: E402
 
 NAME = "labels from Excel (20,000 ID rows, sheet 3 column F)"

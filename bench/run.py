@@ -8,9 +8,8 @@ noisy, so compare only rows measured in the same run.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import sys
-from types import ModuleType
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -18,17 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table  # noqa: E402
 
 SECTIONS: tuple[str, ...] = ("excel", "convert", "report", "jpeg", "dicom", "reliability", "loaders", "objstore")
-
-
-def _section(name: str) -> ModuleType:
-    """Load bench/NAME.py by path: sections named like the repository's folders (`convert`, `loaders`) would
-    otherwise import those packages once a section puts the repository root on sys.path for `tests.*`."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", Path(__file__).resolve().parent / f"{name}.py")
-    assert spec is not None and spec.loader is not None, name
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and pickling look the module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> int:
@@ -45,7 +33,7 @@ def main() -> int:
     for name in SECTIONS:
         if args.only and name not in args.only:
             continue
-        module = _section(name)
+        module = importlib.import_module(name)
         if args.check:
             assert isinstance(module.NAME, str) and callable(module.run), f"bench/{name}.py: NAME and run(workdir)"
             print(f"{name}: {module.NAME}")
