@@ -146,6 +146,50 @@ def test_lossy_variants_within_their_tolerance(variant: str, measure: str, bound
         assert 10 * np.log10(255**2 / mse) >= bound
 
 
+# The RLE files at 16 and 32 bits hold SC_rgb_rle.dcm's image scaled to the full range (x 257, x 16843009).
+@pytest.mark.parametrize(("variant", "scale"), [("SC_rgb_rle_16bit.dcm", 257), ("SC_rgb_rle_32bit.dcm", 16843009)])
+def test_rle_bit_depths_are_the_8_bit_image_scaled(variant: str, scale: int) -> None:
+    got = load(PYDICOM_DATA / variant).data
+    want = load(PYDICOM_DATA / "SC_rgb_rle.dcm").data
+    assert got.dtype == np.dtype(f"uint{16 if scale == 257 else 32}")
+    np.testing.assert_array_equal(got.astype(np.int64), want.astype(np.int64) * scale)
+
+
+# Shipped compressed files without an uncompressed twin: what the DICOM path stores equals pydicom's own decode
+# (its pixel backends + the pylibjpeg plugins) after the modality LUT. 2D images keep (C, rows, cols) exactly;
+# volumes are reoriented to canonical, so their voxels are compared as a multiset (orientation: dcm2niix tests).
+NO_TWIN = ["JPEG2000.dcm", "examples_jpeg2k.dcm", "GDCMJ2K_TextGBR.dcm", "693_J2KI.dcm", "J2K_pixelrep_mismatch.dcm",
+           "JPEGLSNearLossless_08.dcm", "JPEGLSNearLossless_16.dcm", "JPGExtended.dcm", "SC_rgb_jpeg.dcm",
+           "SC_rgb_jpeg_dcmd.dcm", "SC_rgb_jpeg_app14_dcmd.dcm", "SC_rgb_small_odd_jpeg.dcm",
+           "SC_jpeg_no_color_transform.dcm", "SC_jpeg_no_color_transform_2.dcm", "examples_ybr_color.dcm",
+           "SC_rgb_rle_2frame.dcm", "SC_rgb_rle_16bit_2frame.dcm", "SC_rgb_rle_32bit_2frame.dcm"]
+
+
+@pytest.mark.parametrize("name", NO_TWIN)
+def test_compressed_files_without_a_twin_equal_pydicoms_decode(name: str) -> None:
+    got = load(PYDICOM_DATA / name).data
+    ds = pydicom.dcmread(PYDICOM_DATA / name)
+    want = np.asarray(apply_modality_lut(ds.pixel_array, ds))
+    if int(ds.get("SamplesPerPixel", 1)) == 1:
+        want = want[..., None]
+    assert got.size == want.size
+    if got.ndim == 3:  # a 2D image: (C, rows, cols)
+        np.testing.assert_array_equal(got.astype(np.float64), np.moveaxis(want, -1, 0).astype(np.float64))
+    else:
+        np.testing.assert_array_equal(np.sort(got.astype(np.float64), axis=None),
+                                      np.sort(want.astype(np.float64), axis=None))
+
+
+@pytest.mark.parametrize("name", ["JPEG-lossy.dcm", "JPEG2000-embedded-sequence-delimiter.dcm"])
+def test_shipped_files_pydicom_cannot_decode_are_corrupt_data(name: str) -> None:
+    ds = pydicom.dcmread(PYDICOM_DATA / name)
+    with pytest.raises(RuntimeError, match="Unable to decode"):
+        ds.pixel_array  # noqa: B018 - the reference decoders refuse these bitstreams too
+    with pytest.raises(Rejected) as err:
+        load(PYDICOM_DATA / name)
+    assert err.value.reason is Reason.CORRUPT_DATA and "cannot be decoded" in err.value.detail
+
+
 def _cut(src: Path, frac: float) -> Callable[[Path], Path]:
     return lambda tmp: _write(tmp, src.read_bytes()[: int(src.stat().st_size * frac)])
 
