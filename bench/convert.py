@@ -34,6 +34,7 @@ import time
 import zlib
 from pathlib import Path
 
+import dask
 import nibabel as nib
 import numpy as np
 import numcodecs
@@ -43,7 +44,7 @@ from isal import isal_zlib
 from common import Result
 
 from labzarr.convert.demo import write_spec
-from labzarr.convert.run import execute
+from labzarr.convert.run import execute, local_cluster_config
 from labzarr.convert.spec import StoreSpec, load_spec
 from labzarr.convert.store import codecs
 
@@ -165,8 +166,9 @@ def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
         text += f"\n[run]\nsplit_bytes = {split_bytes}\n"
     spec_path.write_text(text)
     spec = load_spec(spec_path, cwd=Path.cwd())
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      memory_limit=0) as cluster, Client(cluster) as client:
+    with dask.config.set(local_cluster_config(crash_retries=1)), \
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                         memory_limit=0) as cluster, Client(cluster) as client:
         client.run(lambda: __import__("labzarr.convert.task"))  # imports are the baseline, not the conversion
         base = client.run(_reset_peak)
         cpu0 = sum(client.run(_cpu_seconds).values()) + _cpu_seconds()

@@ -13,6 +13,7 @@ import zarr
 from labzarr.convert import convert_delivery, read_manifest
 from labzarr.convert.demo import EXPECTED, EXPECTED_LABELS
 from labzarr.convert.manifest import BASE_COLUMNS
+from labzarr.convert.run import WORKER_MALLOC
 from labzarr.loaders import open_store
 
 from ..conftest import make_delivery, nib_load
@@ -169,3 +170,17 @@ def test_non_finite_warn_policy_keeps_item(tmp_path: Path) -> None:
     rows = {r["source"]: r for r in read_manifest(convert_delivery(d.spec, workers=1).manifest)}
     assert rows["case_016_nan.nii.gz"]["status"] == "ok"
     assert "non_finite" in rows["case_016_nan.nii.gz"]["warnings"]
+
+
+def test_embedded_cluster_workers_start_with_large_malloc_thresholds() -> None:
+    # dask's nanny default (MALLOC_TRIM_THRESHOLD_=65536) makes every slab buffer a fresh mmap; checked in a fresh
+    # interpreter, since a nanny started earlier in this process leaves its variables in os.environ.
+    code = ("import os\nfrom labzarr.convert.run import _client\n"
+            "if __name__ == '__main__':\n"
+            "    with _client(1, None, crash_retries=1) as c:\n"
+            "        print(sorted((k, v) for k, v in c.run(lambda: dict(os.environ)).popitem()[1].items()"
+            " if k.startswith('MALLOC_')))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == str(sorted((k, str(v)) for k, v in WORKER_MALLOC.items()))
