@@ -156,6 +156,13 @@ def _release_locks() -> Iterator[None]:
     _HELD.close()
 
 
+def _free_port() -> int:
+    """A port nothing listens on: a well-formed scheduler address that cannot be reached."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 # (build argv from a fresh demo delivery, what the error line must say)
 _USAGE = [
     pytest.param(lambda d: [], r"^labzarr: error: the following arguments are required: COMMAND$", id="no-command"),
@@ -186,6 +193,8 @@ _USAGE = [
                  r"--scheduler foo://x: not a scheduler address", id="scheduler-scheme"),
     pytest.param(lambda d: ["convert", str(d.spec), "--scheduler", "localhost"],
                  r"--scheduler localhost: not a scheduler address", id="scheduler-no-port"),
+    pytest.param(lambda d: ["convert", str(d.spec), "--scheduler", f"tcp://127.0.0.1:{_free_port()}"],
+                 r"--scheduler tcp://127\.0\.0\.1:\d+: cannot connect", id="scheduler-unreachable"),
     pytest.param(lambda d: ["convert", str(d.spec), "--workers", "0"], r"--workers 0: must be at least 1$", id="workers-zero"),
     pytest.param(lambda d: ["convert", str(d.spec), "--progress-every", "0"],
                  r"--progress-every 0.0: must be greater than 0$", id="progress-every-zero"),
