@@ -147,8 +147,8 @@ class Handles:
         return self.read_many([(name, selection)])[0]
 
     def read_many(self, requests: Sequence[tuple[str, Selection]]) -> list[npt.NDArray[Any]]:
-        """Several reads at once: tensorstore overlaps their file reads and decoding (a batch is ~1.4x faster
-        than one read after another, bench/loaders.py); zarr-python reads them in turn."""
+        """Several reads at once: tensorstore overlaps their file reads and decoding (why a DataLoader batch
+        goes through `__getitems__`); zarr-python reads them in turn."""
         arrays = [self._array(name) for name, _ in requests]
         if self._backend == "tensorstore":
             futures = [arr[selection].read() for arr, (_, selection) in zip(arrays, requests)]
