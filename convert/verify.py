@@ -24,7 +24,7 @@ import zarr
 import zarr.storage
 
 from .chunks import chunk_grid
-from .content import chunk_digest, combine_digests
+from .content import block_digests, chunk_digest, combine_digests
 from .objstore import StoreRef, UrlStore, check_reachable, tree_bytes, zarr_store
 from .state import STATE
 from .store import INDEX_KEY, array_nodes, missing_chunk_files
@@ -141,13 +141,23 @@ def _check_array(store: StoreRef, name: str, meta: dict[str, Any]) -> _Checked:
               for key in missing_chunk_files(store / name, arr)]
     digests: dict[tuple[int, ...], bytes] = {}
     unreadable = 0
-    for index in itertools.product(*(range(n) for n in chunk_grid(arr.shape, arr.chunks))):
-        region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, arr.chunks, arr.shape))
+    # A shard is read in one call (one file, its inner chunks decoded together: ~3x faster than chunk by chunk);
+    # only a shard that fails to read is read again chunk by chunk, to name each damaged chunk.
+    unit = tuple(arr.shards) if arr.shards is not None else tuple(arr.chunks)
+    for unit_index in itertools.product(*(range(n) for n in chunk_grid(arr.shape, unit))):
+        outer = tuple(slice(i * u, min((i + 1) * u, n)) for i, u, n in zip(unit_index, unit, arr.shape))
         try:
-            digests[index] = chunk_digest(np.asarray(arr[region]))
-        except Exception as exc:  # noqa: BLE001 - crc32c mismatch, codec error, torn file: all damage
-            unreadable += 1
-            found.append(problem(f"chunk at {_where(region)} unreadable: {type(exc).__name__}: {exc}"))
+            digests.update(block_digests(np.asarray(arr[outer]), [r.start for r in outer], arr.chunks))
+            continue
+        except Exception:  # noqa: BLE001 - damage somewhere in this shard: find it chunk by chunk below
+            pass
+        for index in itertools.product(*(range(r.start // c, -(-r.stop // c)) for r, c in zip(outer, arr.chunks))):
+            region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, arr.chunks, arr.shape))
+            try:
+                digests[index] = chunk_digest(np.asarray(arr[region]))
+            except Exception as exc:  # noqa: BLE001 - crc32c mismatch, codec error, torn file: all damage
+                unreadable += 1
+                found.append(problem(f"chunk at {_where(region)} unreadable: {type(exc).__name__}: {exc}"))
     recorded = attrs.get("content_sha256")
     if not sealed:
         pass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def test_every_flipped_byte_is_caught(store: Path) -> None:
     rng = random.Random(8)
     files = chunk_files(store)
     assert len(files) >= 30
+    located = 0
     for path in files:
         blob = bytearray(path.read_bytes())
         pos = rng.randrange(len(blob))
@@ -55,7 +57,15 @@ def test_every_flipped_byte_is_caught(store: Path) -> None:
         report = verify_store(store)
         array = path.relative_to(store).parts[0] + "/" + path.relative_to(store).parts[1]
         assert report.damaged() == [array], f"{path} byte {pos}: {report.describe()}"
+        # a shard that fails to read whole is read again chunk by chunk: each problem names one inner chunk
+        chunks = zarr.open_array(store / array, mode="r").chunks
+        for problem in report.problems:
+            if "unreadable" in problem.what:
+                extents = [int(b) - int(a) for a, b in re.findall(r"(\d+):(\d+)", problem.what.split(" unreadable")[0])]
+                assert len(extents) == len(chunks) and all(e <= c for e, c in zip(extents, chunks)), problem.what
+                located += 1
         path.write_bytes(original)
+    assert located >= len(files) // 2  # most flips land in chunk data, which crc32c pins to its chunk
     assert verify_store(store).ok
 
 
