@@ -11,6 +11,7 @@ byte-identical.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -79,7 +80,15 @@ def workers_of(pid: int) -> list[psutil.Process]:
         kids = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    return [k for k in kids if "spawn_main" in " ".join(k.cmdline())]
+    return [k for k in kids if "spawn_main" in " ".join(_cmdline(k))]
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    """A child's command line; one that exited since `children()` listed it (gone, or a zombie) has none."""
+    try:
+        return proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []
 
 
 def kill_trials(tmp_path: Path, client: object, n: int, seed: int) -> list[str]:
@@ -107,7 +116,8 @@ def kill_trials(tmp_path: Path, client: object, n: int, seed: int) -> list[str]:
         else:
             victims = workers_of(proc.pid)
             if victims:
-                rng.choice(victims).send_signal(signal.SIGKILL)
+                with contextlib.suppress(psutil.NoSuchProcess):  # it may have exited on its own since
+                    rng.choice(victims).send_signal(signal.SIGKILL)
         code = proc.wait(timeout=300)
         if mode == "worker":
             assert code == 0, f"trial {i}: a killed worker must not fail the run (exit {code})"
