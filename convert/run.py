@@ -52,7 +52,8 @@ from .part_task import stage_split
 from .supervise import hang_report_after, run_tasks
 from .task import TaskSettings
 
-__all__ = ["Progress", "ProgressEvent", "RunResult", "convert_delivery", "default_workers", "dry_run", "execute", "local_cluster_config", "WORKER_MALLOC"]
+__all__ = ["Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery", "default_workers", "dry_run",
+           "execute", "local_cluster_config"]
 
 log = logging.getLogger(__name__)
 _PROBE_BATCH = 64

