@@ -7,6 +7,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 import labzarr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +19,10 @@ def test_public_names() -> None:
     assert not hasattr(labzarr, "convert") or labzarr.convert.__name__ == "labzarr.convert"  # the subpackage, not a function
 
 
-def _build_wheel(out_dir: Path) -> Path:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The plain wheel, built once for the tests below."""
+    out_dir = tmp_path_factory.mktemp("dist")
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                           "-w", str(out_dir), str(ROOT)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -25,8 +30,7 @@ def _build_wheel(out_dir: Path) -> Path:
     return wheel
 
 
-def test_wheel_holds_every_module(tmp_path: Path) -> None:
-    wheel = _build_wheel(tmp_path)
+def test_wheel_holds_every_module(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for folder, package in [("api", "labzarr"), ("readers", "labzarr/readers"), ("convert", "labzarr/convert"),
                             ("loaders", "labzarr/loaders")]:
@@ -54,14 +58,13 @@ print(result.summary["counts"]["ok"], len(store.items), tuple(sample["image"].sh
 """
 
 
-def test_wheel_installs_and_runs_in_a_throwaway_venv(tmp_path: Path) -> None:
+def test_wheel_installs_and_runs_in_a_throwaway_venv(wheel: Path, tmp_path: Path) -> None:
     """The plain wheel, not the editable install: the console script and the three public names work from it.
 
     The venv gets labzarr from the wheel only; its dependencies come from this environment's
     site-packages through a .pth line (a plain path: the editable install's own .pth hooks stay off),
     so the test needs no network and no second copy of torch.
     """
-    wheel = _build_wheel(tmp_path / "dist")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
