@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from labzarr.convert.run import convert_delivery
     from labzarr.loaders.dataset import PatchDataset
-    from labzarr.loaders.store import open_store
+    from labzarr.store.view import open_store
 
 try:
     __version__ = version("labzarr")
@@ -23,7 +23,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 __all__ = ["PatchDataset", "__version__", "convert_delivery", "open_store"]
 
 _WHERE = {"convert_delivery": "labzarr.convert.run", "PatchDataset": "labzarr.loaders.dataset",
-          "open_store": "labzarr.loaders.store"}
+          "open_store": "labzarr.store.view"}
 
 
 def __getattr__(name: str) -> Any:

@@ -21,7 +21,7 @@ from common import Result
 
 from labzarr.convert import convert_delivery
 from labzarr.convert.demo import write_spec
-from labzarr.convert.store import _fsync_tree
+from labzarr.store import Folder
 from labzarr.convert.verify import verify_store
 
 NAME = "reliability: incremental reruns, verify, sealing"
@@ -72,7 +72,7 @@ def run(workdir: Path) -> list[Result]:
     arr = zarr.create_array(zarr.storage.LocalStore(folder), shape=(1, *_SHAPE), dtype="int16",
                             chunks=(1, 64, 64, 64), compressors=None)
     arr[...] = np.random.default_rng(0).integers(-1000, 1000, (1, *_SHAPE), dtype=np.int16)
-    fsync_s = _timed(lambda: _fsync_tree(folder))
+    fsync_s = _timed(lambda: Folder(folder).fsync_tree())
     return [
         Result("first conversion, 8 volumes (incl. cluster start)", first, "s", higher_is_better=False, baseline=True),
         Result("rerun, nothing changed (0 converted)", unchanged, "s", higher_is_better=False),

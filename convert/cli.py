@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from labzarr.store import Location, as_location
+
 from .errors import UsageError
-from .objstore import StoreRef, UrlStore, store_ref, view_args
 
 __all__ = ["build_parser", "main"]
 
@@ -151,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "  data/stores/demo.zarr: 13 arrays, 68 chunks, 727,767 B re-read\n"
                               "  ok: every chunk present and intact, every content hash matches\n\n"
                               "Exit code 0: intact; 1: damaged items, listed in a table; 2: not a labzarr store.")
-    v.add_argument("store", type=store_ref,
+    v.add_argument("store", type=as_location,
                    help="a store folder, or its URL (s3://bucket/x.zarr; credentials and endpoint from "
                         "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)")
     v.add_argument("--threads", type=int, default=None, help="arrays checked in parallel (default: cores, max 8)")
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="worked example:\n  $ labzarr inspect data/stores/demo.zarr\n"
                               "  store:     data/stores/demo.zarr\n  delivery:  demo\n  items:     11 ok\n"
                               "  item_id          array                        shape              dtype    ...")
-    i.add_argument("store", type=store_ref, help="a store folder or .zip, or its URL (s3://bucket/x.zarr)")
+    i.add_argument("store", type=as_location, help="a store folder or .zip, or its URL (s3://bucket/x.zarr)")
     i.set_defaults(run=_inspect)
 
     d = sub.add_parser("demo", help="write the messy sample delivery used by `make demo`", formatter_class=raw,
@@ -191,14 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _shown(path: StoreRef) -> StoreRef:
+def _shown(path: Path | Location) -> str:
     """`path` relative to the working directory when it lies below it: what the user typed, not /abs/olute."""
-    if isinstance(path, UrlStore):
-        return path
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
-        return path
+    return as_location(path).shown(Path.cwd())
 
 
 def _positive(name: str, value: float | int, hint: str) -> None:
@@ -259,13 +255,12 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from labzarr.loaders.store import open_store
+    from labzarr.store import open_store
 
     from .inspect import describe_store
 
     try:
-        where, options = view_args(args.store)
-        view = open_store(where, storage_options=options)
+        view = open_store(args.store)
     except (FileNotFoundError, ValueError, ConnectionError) as exc:
         raise UsageError(str(exc), "pass the store path from the spec's [delivery] store") from exc
     print(describe_store(view))

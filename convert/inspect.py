@@ -8,26 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from labzarr.loaders.store import StoreView
+from labzarr.store import StoreView, open_transport
 
 __all__ = ["describe_store"]
-
-
-def _disk_bytes(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def _url_sizes(view: StoreView) -> dict[str, int]:
-    """Bytes per key under a URL store, from one listing."""
-    import fsspec  # only URL stores need it
-
-    url = str(view.path)
-    protocol, _, root = url.partition("://")
-    fs = fsspec.filesystem(protocol, **{"use_listings_cache": False, **view.storage_options})
-    found = fs.find(root, detail=True)
-    return {name[len(root) + 1:]: int(info.get("size") or 0) for name, info in found.items()}
 
 
 def _stored(sizes: dict[str, int], prefix: str) -> int:
@@ -40,12 +23,8 @@ def describe_store(view: StoreView) -> str:
              f"version:   labzarr {view.attrs.get('tool_version', '?')}, format {view.attrs.get('format_version', '?')}",
              f"items:     {len(view.items)} ok", "",
              f"{'item_id':<16} {'array':<28} {'shape':<18} {'dtype':<8} {'stored':>10} {'ratio':>6}  labels"]
-    sizes = _url_sizes(view) if isinstance(view.path, str) else None
-    if sizes is not None:
-        on_disk = {a: _stored(sizes, f"{a}/") for a in {i.array for i in view.items}}
-    else:
-        assert isinstance(view.path, Path)
-        on_disk = {a: _disk_bytes(view.path / a) if view.path.is_dir() else 0 for a in {i.array for i in view.items}}
+    sizes = open_transport(view.path, view.storage_options).sizes()  # one listing: a folder, a zip or a URL
+    on_disk = {a: _stored(sizes, f"{a}/") for a in {i.array for i in view.items}}
     total_raw = 0
     total_disk = sum(on_disk.values())
     for item in view.items:
@@ -62,13 +41,9 @@ def describe_store(view: StoreView) -> str:
     if images:
         lines += ["", f"{'stack':<36} {'images':>8} {'shard files':>12} {'stored':>12}"]
         for name, n in sorted(images.items()):
-            if sizes is not None:
-                files = sum(1 for key in sizes if key.startswith(f"{name}/c/"))
-            else:
-                shard_dir = Path(view.path) / name / "c"
-                files = sum(1 for f in shard_dir.rglob("*") if f.is_file()) if shard_dir.is_dir() else 0
+            files = sum(1 for key in sizes if key.startswith(f"{name}/c/"))
             lines.append(f"{name:<36} {n:>8} {files:>12} {on_disk[name]:>12,}")
-    whole = sum(sizes.values()) if sizes is not None else _disk_bytes(Path(view.path))
+    whole = os.path.getsize(view.path) if isinstance(view.path, Path) and view.path.is_file() else sum(sizes.values())
     lines += ["", f"decoded {total_raw:,} B, arrays on disk {total_disk:,} B"
               + (f" (ratio {total_raw / total_disk:.2f})" if total_disk else "") + f", store total {whole:,} B"]
     return os.linesep.join(lines)

@@ -31,8 +31,10 @@ from pathlib import Path
 
 import psutil
 
+from labzarr.store import Location, UrlStore, as_location
+
 from .errors import UsageError
-from .objstore import StoreRef, UrlStore, check_reachable, transport_errors
+from .objstore import check_reachable
 from .state import lock_path
 
 __all__ = ["LockInfo", "StoreLocked", "lock_owner", "store_lock"]
@@ -148,13 +150,16 @@ def _object_lock(store: UrlStore) -> Iterator[LockInfo]:
         try:
             if lock_owner(store) == info.run_id:  # never delete a lock another run took over
                 obj.unlink(missing_ok=True)
-        except transport_errors(store) as exc:  # the run's own outcome (or error) matters more
+        except store.transport_errors() as exc:  # the run's own outcome (or error) matters more
             log.warning("%s: could not release the lock (%s); delete %s before the next run", store, exc, obj)
 
 
 @contextmanager
-def store_lock(store: StoreRef) -> Iterator[LockInfo]:
-    """Hold `store`'s lock for the block; raise `StoreLocked` at once if another run holds it."""
+def store_lock(store: Location | Path) -> Iterator[LockInfo]:
+    """Hold `store`'s lock for the block; raise `StoreLocked` at once if another run holds it.
+
+    A folder is locked with flock on its lock file, a URL store with a lock object (no flock there)."""
+    store = as_location(store)
     if isinstance(store, UrlStore):
         with _object_lock(store) as info:
             yield info
@@ -193,20 +198,10 @@ def store_lock(store: StoreRef) -> Iterator[LockInfo]:
         os.close(fd)  # closing the descriptor drops the flock
 
 
-def lock_owner(store: StoreRef) -> str | None:
+def lock_owner(store: Location) -> str | None:
     """The run id recorded in `store`'s lock file, or None (read without locking; for tasks)."""
-    if isinstance(store, UrlStore):
-        try:
-            held = _parse(lock_path(store).read_bytes())
-        except FileNotFoundError:
-            return None
-        return held.run_id if held else None
     try:
-        fd = os.open(lock_path(store), os.O_RDONLY)
+        held = _parse(lock_path(store).read_bytes())
     except FileNotFoundError:
         return None
-    try:
-        info = _read(fd)
-    finally:
-        os.close(fd)
-    return info.run_id if info else None
+    return held.run_id if held else None

@@ -15,10 +15,10 @@ import math
 from collections.abc import Sequence
 
 from labzarr.readers import Reason, Rejected, StreamingReader, readers_with
+from labzarr.store import Location, as_location
 
 from .faults import fault_report, report_path
 from .manifest import Row
-from .objstore import StoreRef, store_ref
 from .parts import PartResult, VolumePart, split_slabs
 from .plan import Task
 from .resume import to_record
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 SCAN_RATIO = 64
 
 
-def stage_split(store: StoreRef, task: Task, settings: TaskSettings, *, workers: int,
+def stage_split(store: Location, task: Task, settings: TaskSettings, *, workers: int,
                 split_bytes: int) -> tuple[VolumePart, ...]:
     """Create `task`'s array in staging and return its parts, when its volume is worth splitting; else ().
 
@@ -73,7 +73,7 @@ def convert_part(part: VolumePart, settings: TaskSettings) -> PartResult:
         return _convert_part(part, settings, settings.location())
 
 
-def _convert_part(part: VolumePart, settings: TaskSettings, store: StoreRef) -> PartResult:
+def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> PartResult:
     writer: PartWriter | None = None
     try:
         source = open_volume(part.task, settings)
@@ -82,7 +82,7 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: StoreRef) -> 
         if h != part.header:
             raise RuntimeError(f"{part.task.source} changed while being converted: its header now reads {h}, "
                                f"when staged {part.header}")
-        writer = PartWriter(store, part.task.array, h, store_ref(part.folder, settings.store_options))
+        writer = PartWriter(store, part.task.array, h, as_location(part.folder, settings.store_options))
         finite = FiniteCheck(h, settings.non_finite)
         for slab in source.slabs(shards or chunks, first=part.first, stop=part.stop):
             finite.update(slab)
@@ -113,7 +113,7 @@ def finish_split(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
     removed. Raises `StoreWriteError` (and `Superseded`) like a task that installs its own array.
     """
     task, h = parts[0].task, parts[0].header
-    folder = store_ref(parts[0].folder, settings.store_options)
+    folder = as_location(parts[0].folder, settings.store_options)
     base = task_row(task)
     finite = FiniteCheck(h, settings.non_finite)
     sealed = False

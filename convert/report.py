@@ -21,14 +21,13 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from labzarr.loaders.store import IndexItem, StoreView, open_store
 from labzarr.readers import Reason
+from labzarr.store import IndexItem, StoreView, open_store
 
 from .charts import bar_chart, top_values
 from .errors import UsageError
 from .explain import EXPLAIN
 from .manifest import read_manifest
-from .objstore import StoreRef, UrlStore, view_args
 from .spec import Spec, load_spec
 from .thumbs import class_color, thumbnail
 
@@ -125,8 +124,7 @@ def _load_record(spec: Spec) -> tuple[dict[str, Any], list[dict[str, str]], Stor
         raise UsageError(f"{manifest_path}: its sha256 differs from the one {summary_path.name} records "
                          "(edited by hand, or from another run)", f"regenerate both: {run}")
     try:
-        where, options = view_args(spec.delivery.store)
-        view = open_store(where, storage_options=options)
+        view = open_store(spec.delivery.store)
     except (FileNotFoundError, ValueError, ConnectionError) as exc:
         raise UsageError(str(exc), run) from exc
     if view.attrs.get("manifest_sha256") != summary["manifest_sha256"]:
@@ -203,15 +201,6 @@ def _environment() -> Environment:
                        undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
-def _relative(path: StoreRef, cwd: Path) -> str:
-    if isinstance(path, UrlStore):
-        return path.url
-    try:
-        return str(path.resolve().relative_to(cwd.resolve()))
-    except ValueError:
-        return str(path)
-
-
 def write_report(spec: Path | str, *, cwd: Path, out: Path | None = None, max_thumbs: int = 200) -> ReportResult:
     """Write the QC page of a converted delivery and return where it is.
 
@@ -241,7 +230,7 @@ def write_report(spec: Path | str, *, cwd: Path, out: Path | None = None, max_th
                                                         color="#c44e52"))
         ok_rows = [r for r in rows if r["status"] == "ok"]
         html = _environment().get_template("report.html.j2").render(
-            summary=summary, spec_path=str(parsed.path), store=_relative(parsed.delivery.store, cwd),
+            summary=summary, spec_path=str(parsed.path), store=parsed.delivery.store.shown(cwd),
             reasons=[ReasonCount(r, n, EXPLAIN[Reason(r)]) for r, n in summary["reasons"].items()],
             charts=charts, tiles=tiles, ok_total=len(ok_rows),
             rejected=[r for r in rows if r["status"] == "rejected"],

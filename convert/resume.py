@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labzarr.readers import Reason
+from labzarr.store import Location, sorted_glob
 
 from .manifest import ClassCount, RoleSource, Row
-from .objstore import StoreRef, sorted_glob, write_object
 from .spec import Spec
 from .stacks import ShardTask
 from .state import outcomes_path, records_dir
@@ -154,7 +154,7 @@ def _tuples(value: Any) -> Any:
 _NESTED: dict[str, type] = {"roles": RoleSource, "classes": ClassCount}  # Row fields holding records
 
 
-def read_outcomes(store: StoreRef) -> Recorded:
+def read_outcomes(store: Location) -> Recorded:
     """What `store` records: complete volumes' rows and recorded rejections by source; complete stacks."""
     volumes: dict[str, Outcome] = {}
     stacks: dict[str, StackRecord] = {}
@@ -183,7 +183,7 @@ def read_outcomes(store: StoreRef) -> Recorded:
     return Recorded(volumes=volumes, stacks=stacks)
 
 
-def _stack_record(store: StoreRef, array: str, meta: Mapping[str, Any]) -> StackRecord | None:
+def _stack_record(store: Location, array: str, meta: Mapping[str, Any]) -> StackRecord | None:
     attrs = meta.get("attributes", {})
     records_id = attrs.get("records")
     if not attrs.get("complete") or not isinstance(records_id, str):
@@ -212,7 +212,7 @@ def shard_record(task: ShardTask, rows: Sequence[Row], digests: Sequence[bytes],
     return f"{task.first:010d}-{task.stop:010d}.json", (json.dumps(doc, sort_keys=True) + "\n").encode()
 
 
-def read_shard_record(path: StoreRef) -> ShardRecord:
+def read_shard_record(path: Location) -> ShardRecord:
     """A record `shard_record` wrote; raises OSError/ValueError/KeyError/TypeError on anything else."""
     doc = json.loads(path.read_bytes())
     if doc.get("version") != _OUTCOMES_VERSION:
@@ -222,7 +222,7 @@ def read_shard_record(path: StoreRef) -> ShardRecord:
                        rows=tuple(from_record(r) for r in doc["rows"]), digests=tuple(map(str, doc["digests"])))
 
 
-def _read_rejections(store: StoreRef) -> list[dict[str, Any]]:
+def _read_rejections(store: Location) -> list[dict[str, Any]]:
     path = outcomes_path(store)
     try:
         doc = json.loads(path.read_bytes())
@@ -237,10 +237,10 @@ def _read_rejections(store: StoreRef) -> list[dict[str, Any]]:
     return rejected if isinstance(rejected, list) else []
 
 
-def write_outcomes(store: StoreRef, rows: Iterable[Row], settings: str) -> None:
+def write_outcomes(store: Location, rows: Iterable[Row], settings: str) -> None:
     """Record the rejections decoding produced (not the retried kinds), replacing the earlier record."""
     records: list[dict[str, Any]] = [{"settings": settings, "row": to_record(r)} for r in rows
                if r.status == "rejected" and r.reason is not None and r.reason not in RETRIED]
     records.sort(key=lambda r: r["row"]["source"])
     doc = {"version": _OUTCOMES_VERSION, "rejected": records}
-    write_object(outcomes_path(store), (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+    outcomes_path(store).write_atomic((json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())

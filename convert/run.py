@@ -12,7 +12,6 @@ import errno
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -31,24 +30,39 @@ import psutil
 from distributed import Client, LocalCluster, as_completed
 
 from labzarr.readers import LabelSheet, Reason, readers_with
+from labzarr.store import Location, StoreIndex, UrlStore, sorted_glob
 
+from .content import chunk_digest, combine_digests
 from .discover import Candidate, discover, walk
 from .errors import UsageError
 from .labels import join_labels, load_labels, workbook_rel
 from .lock import LockInfo, store_lock
 from .manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
-from .objstore import StoreRef, UrlStore, check_reachable, copy_object, sorted_glob, transport_errors
+from .objstore import check_reachable
+from .part_task import stage_split
 from .plan import VOLUMES, Plan, plan
 from .probe import Probe, probe_files
-from .content import chunk_digest, combine_digests
 from .progress import Progress, ProgressEvent
 from .resume import read_outcomes, read_shard_record, settings_fingerprint, write_outcomes
 from .spec import Spec, load_spec
 from .stacks import STACKS, Stack
 from .state import crash_dir, ensure_state, prune_records, records_dir, sweep
-from .store import (array_nodes, array_paths, carry_shard, create_stack, fill_missing_shards, group_paths, install,
-                    open_root, open_stack, remove_array, set_array_labels, staging_folder, write_index)
-from .part_task import stage_split
+from .store import (
+    array_nodes,
+    array_paths,
+    carry_shard,
+    create_stack,
+    fill_missing_shards,
+    group_paths,
+    index_items,
+    install,
+    open_root,
+    open_stack,
+    remove_array,
+    set_array_labels,
+    staging_folder,
+    write_index,
+)
 from .supervise import hang_report_after, run_tasks
 from .task import TaskSettings
 
@@ -130,12 +144,12 @@ def convert_delivery(
 
 
 @contextmanager
-def _store_errors(store: StoreRef) -> Iterator[None]:
+def _store_errors(store: Location) -> Iterator[None]:
     """A full or read-only filesystem (an object store that fails a request) is the user's to fix: one
     clear error, not a traceback."""
     try:
         yield
-    except transport_errors(store) as exc:
+    except store.transport_errors() as exc:
         if isinstance(store, UrlStore):
             raise UsageError(f"{store}: cannot write the store: {type(exc).__name__}: {exc}",
                              "check the object store (endpoint, credentials, quota) and rerun the same command: "
@@ -268,10 +282,8 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     _write_array_labels(client, store, rows)
     manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles])
     manifest_sha = hashlib.sha256(manifest).hexdigest()
-    write_index(store, rows=rows, root_attrs={
-        "delivery": spec.delivery.name, "spec_sha256": spec.sha256, "manifest_sha256": manifest_sha,
-        "tool_version": tool_version(),
-    })
+    write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
+                                  tool_version=tool_version(), items=index_items(rows)))
     t_end = time.perf_counter()
     summary = _summary(spec, rows, manifest_sha, candidates, the_plan, {
         "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover, "convert_s": t_convert - t_probe,
@@ -293,8 +305,7 @@ def dry_run(spec: Path | str, *, cwd: Path) -> Plan:
     """Discover, probe (in this process) and plan, converting nothing: what `--dry-run` prints."""
     parsed = load_spec(Path(spec), cwd=cwd)
     load_labels(parsed)  # a workbook problem shows in a dry run too
-    if isinstance(parsed.delivery.store, UrlStore):
-        check_reachable(parsed.delivery.store)  # its recorded outcomes are read below
+    check_reachable(parsed.delivery.store)  # its recorded outcomes are read below
     candidates = discover(walk(parsed.delivery.raw), parsed.items)
     probes = {p.rel: p for p in probe_files(_to_probe(candidates), readers_with(parsed.run.readers))}
     settings = settings_fingerprint(parsed, tool_version())
@@ -327,7 +338,7 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
 
 
 @contextmanager
-def _crash_reports(store: StoreRef) -> Iterator[Path]:
+def _crash_reports(store: Location) -> Iterator[Path]:
     """The folder workers write fault reports to: the store's `.labzarr/crash/`, or for a URL store a local
     temp folder of this run (faulthandler writes to a file descriptor; an object has none), removed after it.
 
@@ -335,15 +346,13 @@ def _crash_reports(store: StoreRef) -> Iterator[Path]:
     crashed item's `detail` then lacks the traceback.
     """
     if not isinstance(store, UrlStore):
-        folder = crash_dir(store)
-        assert isinstance(folder, Path)
-        yield folder
+        yield crash_dir(store)
         return
-    folder = Path(tempfile.mkdtemp(prefix="labzarr-crash-"))
+    temp = Path(tempfile.mkdtemp(prefix="labzarr-crash-"))
     try:
-        yield folder
+        yield temp
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _task_settings(spec: Spec, client: Client, lock: LockInfo, settings: str, reports: Path) -> TaskSettings:
@@ -353,8 +362,7 @@ def _task_settings(spec: Spec, client: Client, lock: LockInfo, settings: str, re
                         non_finite=spec.validate.non_finite, run_id=lock.run_id, settings=settings,
                         readers=spec.run.readers, hang_report_after=hang_report_after(spec.run.item_timeout),
                         fault_reports=all(w.get("nthreads") == 1 for w in workers),
-                        store_options=dict(store.options) if isinstance(store, UrlStore) else {},
-                        crash_reports=str(reports) if isinstance(store, UrlStore) else "")
+                        store_options=dict(store.options), crash_reports=str(reports))
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,12 +370,12 @@ class _StagedStack:
     """A stack being rebuilt in a staging folder: what the shard tasks write into, and its records folder."""
 
     stack: Stack
-    folder: StoreRef
+    folder: Location
     records_id: str
-    records: StoreRef
+    records: Location
 
 
-def _stage_stacks(store: StoreRef, the_plan: Plan, spec: Spec) -> dict[str, _StagedStack]:
+def _stage_stacks(store: Location, the_plan: Plan, spec: Spec) -> dict[str, _StagedStack]:
     """Stage every stack with a shard to decode; link the kept shards (and their records) into it.
 
     A stack whose shards are all kept stays as it is, untouched.
@@ -386,27 +394,17 @@ def _stage_stacks(store: StoreRef, the_plan: Plan, spec: Spec) -> dict[str, _Sta
             carry_shard(store / stack.array, folder, array, kept.shard.shard)
             for rec in kept.records:
                 old = _installed_records(store, stack.array)
-                _link(records_dir(store) / old / rec.name, records / rec.name)
+                (records_dir(store) / old / rec.name).share_as(records / rec.name)  # type: ignore[arg-type]  # both of the store's kind
         staged[stack.array] = _StagedStack(stack=stack, folder=folder, records_id=records_id, records=records)
     return staged
 
 
-def _link(src: StoreRef, dest: StoreRef) -> None:
-    """A hard link on a filesystem; a server-side copy on an object store."""
-    if isinstance(src, UrlStore) and isinstance(dest, UrlStore):
-        copy_object(src, dest)
-    elif isinstance(src, Path) and isinstance(dest, Path):
-        os.link(src, dest)
-    else:
-        raise TypeError(f"cannot link {src} to {dest}: one store is a folder, the other a URL")
-
-
-def _installed_records(store: StoreRef, array: str) -> str:
+def _installed_records(store: Location, array: str) -> str:
     meta = json.loads((store / array / "zarr.json").read_bytes())
     return str(meta["attributes"]["records"])
 
 
-def _install_stack(store: StoreRef, staged: _StagedStack, decoded: Sequence[Row], run_id: str, settings: str) -> None:
+def _install_stack(store: Location, staged: _StagedStack, decoded: Sequence[Row], run_id: str, settings: str) -> None:
     """Hash the staged stack from its shard records, seal it and move it into place."""
     array = open_stack(staged.folder)
     empty = fill_missing_shards(staged.folder, array)
@@ -427,7 +425,7 @@ def _install_stack(store: StoreRef, staged: _StagedStack, decoded: Sequence[Row]
     install(store, staged.stack.array, staged.folder, array, complete=complete, run_id=run_id)
 
 
-def _drop_duplicates(rows: list[Row], store: StoreRef) -> list[Row]:
+def _drop_duplicates(rows: list[Row], store: Location) -> list[Row]:
     """The second ok file with the same bytes (by source order) is `duplicate_content`."""
     first: dict[str, str] = {}
     out = []
@@ -443,18 +441,18 @@ def _drop_duplicates(rows: list[Row], store: StoreRef) -> list[Row]:
     return sort_rows(out)
 
 
-def _records_in_use(store: StoreRef) -> set[str]:
+def _records_in_use(store: Location) -> set[str]:
     return {str(meta["attributes"]["records"]) for _, meta in array_nodes(store)
             if "records" in meta.get("attributes", {})}
 
 
-def _remove_stale(store: StoreRef, keep: set[str]) -> None:
+def _remove_stale(store: Location, keep: set[str]) -> None:
     for path in [*array_paths(store, VOLUMES), *group_paths(store, VOLUMES), *array_paths(store, STACKS)]:
         if path not in keep:
             remove_array(store, path)
 
 
-def _write_array_labels(client: Client, store: StoreRef, rows: Sequence[Row]) -> None:
+def _write_array_labels(client: Client, store: Location, rows: Sequence[Row]) -> None:
     """Each ok volume's `labels` attr, set on the workers in batches (a no-op where already equal)."""
     todo = [(r.array, dict(r.labels)) for r in rows if r.status == "ok" and r.array and r.slot is None]
     batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]

@@ -31,15 +31,25 @@ import numpy as np
 import zarr
 import zarr.storage
 
-from labzarr.readers import (LabelMapReader, MemorySource, Reason, Rejected, Slab, VolumeHeader,
-                             VolumeSource, open_source, read_head, readers_with)
+from labzarr.readers import (
+    LabelMapReader,
+    MemorySource,
+    Reason,
+    Rejected,
+    Slab,
+    VolumeHeader,
+    VolumeSource,
+    open_source,
+    read_head,
+    readers_with,
+)
 from labzarr.readers.dicom import open_series
+from labzarr.store import Location
 
 from .chunks import plan_chunks, plan_shards
 from .manifest import ClassCount, RoleSource, Row
 from .masks import ClassLocator, MaskScan, as_classes
 from .samples import RoleFile, SampleTask
-from .objstore import StoreRef, zarr_store
 from .spec import MASK_ROLE, MasksSpec
 from .store import codecs, discard
 from .task import TaskSettings, attrs_for
@@ -96,7 +106,7 @@ def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -
             shards = plan_shards(ref.shape, chunks, settings.store_spec.shards, voxel_bytes=ref.voxel_bytes,
                                  stream_axis=ref.stream_axis, budget=settings.slab_bytes)
         discard(store / task.group)  # a rerun replaces the whole sample
-        group = zarr.create_group(zarr_store(store), path=task.group,
+        group = zarr.create_group(store.zarr(), path=task.group,
                                   attributes={"item_id": task.item_id, "kind": "sample",
                                               "roles": {f.role: f.source for f in task.files}})
         roles: list[RoleSource] = []
@@ -174,7 +184,7 @@ def _open(f: RoleFile, settings: TaskSettings) -> VolumeSource:
     return open_source(reader, path, limits, read_head(path))
 
 
-def _write_volume(store: StoreRef, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
+def _write_volume(store: Location, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
                   shards: Sequence[int] | None, settings: TaskSettings) -> tuple[str, list[str]]:
     h = src.header
     finite = FiniteCheck(h, settings.non_finite)
@@ -193,7 +203,7 @@ def _write_volume(store: StoreRef, task: SampleTask, f: RoleFile, src: VolumeSou
     return str(h.dtype), warnings
 
 
-def _write_mask(store: StoreRef, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
+def _write_mask(store: Location, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
                 shards: Sequence[int] | None, settings: TaskSettings,
                 masks: MasksSpec) -> tuple[str, tuple[ClassCount, ...], list[str]]:
     scan = MaskScan(classes=masks.classes, policy=masks.policy)
@@ -214,7 +224,7 @@ def _write_mask(store: StoreRef, task: SampleTask, f: RoleFile, src: VolumeSourc
     finally:
         writer.close()
     located, ranges = locator.locations()
-    zarr.create_array(zarr_store(store), name=f"{task.group}/{LOCATIONS}", data=located,
+    zarr.create_array(store.zarr(), name=f"{task.group}/{LOCATIONS}", data=located,
                       chunks=(max(1, min(len(located), _LOCATION_ROWS)), 3), compressors=codecs(settings.store_spec),
                       attributes={"axes": ["x", "y", "z"] if len(h.shape) == 4 else ["y", "x"], "role": f.role},
                       overwrite=True)

@@ -19,9 +19,9 @@ from typing import Literal, TypeVar, cast
 import fsspec
 
 from labzarr.readers import ColumnRef, Limits, SeriesRules, WorkbookLimits, load_reader
+from labzarr.store import Folder, Location, UrlStore, is_url
 
 from .errors import UsageError
-from .objstore import StoreRef, UrlStore, is_url
 
 __all__ = [
     "Compressor",
@@ -52,7 +52,7 @@ _DEFAULT_ID_PATTERN = r"(?P<id>[A-Za-z]+[-_ ]?\d+)"
 class DeliverySpec:
     name: str
     raw: Path
-    store: StoreRef  # a folder, or a URL store (`s3://bucket/x.zarr`) with `[store] storage_options`
+    store: Location  # a folder, or a URL store (`s3://bucket/x.zarr`) with `[store] storage_options`
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +227,7 @@ class _Table:
             key = sorted(self.data)[0]
             raise UsageError(
                 f"{self.where}: [{self.section}] unknown key {key!r}",
-                f"remove it or fix its spelling; known keys are listed in README.md",
+                "remove it or fix its spelling; known keys are listed in README.md",
             )
 
 
@@ -270,7 +270,7 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
     items = _items(_Table(where, "items", doc.get("items", {})))
     if "masks" in doc and MASK_ROLE not in dict(items.roles):
         raise UsageError(f"{where}: [masks] is set but [items] roles has no {MASK_ROLE!r} role",
-                         f'add e.g. roles = {{ image = "*_img*", mask = "*_seg*" }} to [items], or drop [masks]')
+                         'add e.g. roles = { image = "*_img*", mask = "*_seg*" } to [items], or drop [masks]')
     return Spec(
         path=path,
         sha256=hashlib.sha256(blob).hexdigest(),
@@ -296,7 +296,7 @@ def _delivery(t: _Table, cwd: Path, store_table: _Table) -> DeliverySpec:
     given = t.take("store", str, what="a store path ending in .zarr, or a URL such as s3://bucket/x.zarr")
     options = store_table.take("storage_options", dict, {}, what='a table of fsspec options, e.g. '
                                '{ endpoint_url = "http://127.0.0.1:9000" }')
-    store: StoreRef = _path(cwd, given) if not is_url(given) else UrlStore(given.rstrip("/"), options)
+    store: Location = Folder(_path(cwd, given)) if not is_url(given) else UrlStore(given.rstrip("/"), options)
     t.check("store", str(store), lambda v: v.endswith(".zarr"), "the store path must end in .zarr",
             f"e.g. store = \"data/stores/{name}.zarr\" or \"s3://bucket/{name}.zarr\"")
     if isinstance(store, UrlStore):

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from labzarr.readers import Reason, Rejected, Volume
+from labzarr.store import Location, as_location
 
 from .content import chunk_digest
 from .faults import fault_report, report_path
 from .manifest import Row
-from .objstore import StoreRef, store_ref, transport_errors, write_object
 from .resume import shard_record
 from .stacks import ShardTask, SlotItem
 from .store import StoreWriteError, write_slots
@@ -43,11 +43,11 @@ def convert_shard(task: ShardTask, settings: TaskSettings, *, folder: str, recor
     """Convert every image of one shard task into the staged stack at `folder`; one row per image, in slot order."""
     with fault_report(report_path(settings.reports(), shard_report_key(task)), hang_after=settings.hang_report_after,
                       enabled=settings.fault_reports):
-        return _convert(task, settings, store_ref(folder, settings.store_options),
-                        store_ref(records, settings.store_options))
+        return _convert(task, settings, as_location(folder, settings.store_options),
+                        as_location(records, settings.store_options))
 
 
-def _convert(task: ShardTask, settings: TaskSettings, folder: StoreRef, records: StoreRef) -> list[Row]:
+def _convert(task: ShardTask, settings: TaskSettings, folder: Location, records: Location) -> list[Row]:
     plane = task.stack.plane
     batch = np.zeros((task.stop - task.first, *plane.shape), dtype=plane.dtype)
     rows: list[Row] = []
@@ -73,15 +73,15 @@ def _convert(task: ShardTask, settings: TaskSettings, folder: StoreRef, records:
     name, blob = shard_record(task, rows, digests, settings.settings)
     with _store_io(settings.store, folder, f"cannot write {task.stack.array} slots {task.first}..{task.stop - 1}"):
         write_slots(folder, task.first, batch)  # rejected slots too: zeros, so every slot has its chunk
-        write_object(records / name, blob)
+        (records / name).write_atomic(blob)
     return rows
 
 
 @contextmanager
-def _store_io(store: str, where: StoreRef, what: str) -> Iterator[None]:
+def _store_io(store: str, where: Location, what: str) -> Iterator[None]:
     try:
         yield
-    except transport_errors(where) as exc:
+    except where.transport_errors() as exc:
         raise StoreWriteError(store, f"{what}: {exc}") from exc
 
 

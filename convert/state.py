@@ -9,16 +9,14 @@ metadata-only zarr group, so zarr lists the store root without warnings.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar, cast
 
 import zarr
 
-from .objstore import StoreRef, UrlStore, remove_tree, zarr_store
+from labzarr.store import Location
 
-AnyStore = TypeVar("AnyStore", bound=StoreRef)
+AnyStore = TypeVar("AnyStore", bound=Location)
 
 __all__ = ["STATE", "Swept", "crash_dir", "ensure_state", "lock_path", "outcomes_path", "prune_records",
            "records_dir", "staging_dir", "sweep", "trash_dir"]
@@ -28,7 +26,7 @@ _PURPOSE = "labzarr run bookkeeping (lock, staged arrays, crash reports, outcome
 
 
 def _state(store: AnyStore, name: str) -> AnyStore:
-    # Path / str is a Path and UrlStore / str a UrlStore: a folder's bookkeeping paths are
+    # Folder / str is a Folder and UrlStore / str a UrlStore: a folder's bookkeeping paths are
     # files, a URL store's are URLs, and callers keep the kind they passed in.
     return cast(AnyStore, store / STATE / name)
 
@@ -58,14 +56,14 @@ def records_dir(store: AnyStore) -> AnyStore:
     return _state(store, "records")
 
 
-def prune_records(store: StoreRef, keep: set[str]) -> int:
+def prune_records(store: Location, keep: set[str]) -> int:
     """Remove records folders no installed stack names (a killed run's, a replaced stack's); returns how many."""
     folder = records_dir(store)
     gone = 0
     if folder.is_dir():
         for entry in folder.iterdir():
             if entry.name not in keep:
-                remove_tree(entry) if isinstance(entry, UrlStore) else shutil.rmtree(entry, ignore_errors=True)
+                entry.remove_tree()
                 gone += 1
     return gone
 
@@ -75,10 +73,10 @@ def outcomes_path(store: AnyStore) -> AnyStore:
     return _state(store, "outcomes.json")
 
 
-def ensure_state(store: StoreRef) -> None:
+def ensure_state(store: Location) -> None:
     """Create `.labzarr/` as a zarr group (and the store's root group with it) if missing."""
     if not (store / STATE / "zarr.json").exists():
-        zarr.open_group(zarr_store(store), path=STATE, mode="a", zarr_format=3,
+        zarr.open_group(store.zarr(), path=STATE, mode="a", zarr_format=3,
                         attributes={"purpose": _PURPOSE})
 
 
@@ -94,29 +92,22 @@ class Swept:
         return bool(self.staged or self.partial or self.crash_reports)
 
 
-def sweep(store: StoreRef) -> Swept:
+def sweep(store: Location) -> Swept:
     """Remove what a killed run left: staged and trashed arrays, zarr `*.partial` files, crash reports.
 
     Call only while holding the store's lock. A URL store has only staged stacks to sweep (found by
     listing): an object is written whole or not at all, and its crash reports stay on the driver.
     """
-    if isinstance(store, UrlStore):
-        url_staged = staging_dir(store)
-        entries = list(url_staged.iterdir()) if url_staged.is_dir() else []
-        for entry in entries:
-            remove_tree(entry) if entry.is_dir() else entry.unlink(missing_ok=True)
-        return Swept(staged=len(entries), partial=0, crash_reports=0)
     staged = 0
     for folder in (staging_dir(store), trash_dir(store)):
         if folder.is_dir():
             for leftover in folder.iterdir():
-                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+                leftover.remove_tree()
                 staged += 1
     partial = 0
-    if store.is_dir():
-        for path in store.rglob("*.partial"):
-            path.unlink(missing_ok=True)
-            partial += 1
+    for path in store.partial_files():
+        path.unlink(missing_ok=True)
+        partial += 1
     reports = 0
     if crash_dir(store).is_dir():
         for path in crash_dir(store).iterdir():

@@ -19,14 +19,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from labzarr.readers import (Limits, Reason, Rejected, Volume, VolumeHeader, VolumeSource, open_source, read_head,
-                             readers_with)
+from labzarr.readers import (
+    Limits,
+    Reason,
+    Rejected,
+    Volume,
+    VolumeHeader,
+    VolumeSource,
+    open_source,
+    read_head,
+    readers_with,
+)
 from labzarr.readers.dicom import open_series
+from labzarr.store import Folder, Location, as_location
 
 from .chunks import SLAB_BYTES, plan_chunks, plan_shards
 from .faults import fault_report, report_path
 from .manifest import Row
-from .objstore import StoreRef, store_ref
 from .plan import Task
 from .resume import to_record
 from .spec import StoreSpec
@@ -57,17 +66,15 @@ class TaskSettings:
     store_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec storage_options of a URL store
     crash_reports: str = ""  # the fault reports' folder; default: the store's .labzarr/crash
 
-    def location(self) -> StoreRef:
+    def location(self) -> Location:
         """The store: a folder, or a URL store with its storage options."""
-        return store_ref(self.store, self.store_options)
+        return as_location(self.store, self.store_options)
 
     def reports(self) -> Path:
         """Where workers write fault reports: a local folder (faulthandler needs a file descriptor)."""
         if self.crash_reports:
             return Path(self.crash_reports)
-        folder = crash_dir(Path(self.store))
-        assert isinstance(folder, Path)
-        return folder
+        return crash_dir(Folder(self.store))
 
 
 def convert_item(task: Task, settings: TaskSettings) -> Row:
@@ -78,7 +85,7 @@ def convert_item(task: Task, settings: TaskSettings) -> Row:
         return _convert(task, settings, store)
 
 
-def _convert(task: Task, settings: TaskSettings, store: StoreRef) -> Row:
+def _convert(task: Task, settings: TaskSettings, store: Location) -> Row:
     base = task_row(task)
     writer: VolumeWriter | None = None
     try:

@@ -14,11 +14,11 @@ Only the three planes are read: a few chunks of the array, not the volume.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
-import zarr
 from PIL import Image
+
+from labzarr.store import ArrayReader
 
 __all__ = ["VIEW_NAMES", "class_color", "image_thumbnail", "thumbnail", "volume_planes", "volume_thumbnail", "window"]
 
@@ -48,7 +48,7 @@ def window(planes: Sequence[np.ndarray], *, percentiles: tuple[float, float] = (
     return out
 
 
-def volume_planes(arr: zarr.Array[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def volume_planes(arr: ArrayReader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The axial, coronal and sagittal mid-slices of channel 0, as display images (rows top to bottom)."""
     _, nx, ny, nz = arr.shape
     axial = np.asarray(arr[0, :, :, nz // 2])  # (X, Y)
@@ -81,8 +81,8 @@ def _overlay(gray: Image.Image, classes: np.ndarray) -> Image.Image:
     return Image.fromarray(rgb.round().astype(np.uint8))
 
 
-def volume_thumbnail(arr: zarr.Array[Any], spacing: Sequence[float], *, size: int = 160,
-                     mask: zarr.Array[Any] | None = None) -> Image.Image:
+def volume_thumbnail(arr: ArrayReader, spacing: Sequence[float], *, size: int = 160,
+                     mask: ArrayReader | None = None) -> Image.Image:
     """Three views side by side, scaled together so the longest physical extent spans `size` px; `mask` overlaid."""
     sx, sy, sz = _spacing(spacing)
     _, nx, ny, nz = arr.shape
@@ -129,8 +129,8 @@ def image_thumbnail(pixels: np.ndarray, *, size: int = 256, mask: np.ndarray | N
     return img
 
 
-def thumbnail(arr: zarr.Array[Any], *, slot: int | None, spacing: Sequence[float],
-              mask: zarr.Array[Any] | None = None) -> Image.Image:
+def thumbnail(arr: ArrayReader, *, slot: int | None, spacing: Sequence[float],
+              mask: ArrayReader | None = None) -> Image.Image:
     """The thumbnail of one store item: a slot of a 2D stack, a 2D image or a `(C, X, Y, Z)` volume with its mask."""
     if slot is not None:
         return image_thumbnail(np.asarray(arr[slot]))

@@ -28,9 +28,9 @@ import numpy.typing as npt
 import zarr
 
 from labzarr.readers import Slab, VolumeHeader
+from labzarr.store import Location
 
 from .content import ChunkDigests, block_digests, combine_digests
-from .objstore import StoreRef, transport_errors, zarr_store
 from .store import StoreWriteError, begin_array, discard, install
 
 __all__ = ["AXES", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "create_volume_array", "open_volume_array",
@@ -42,12 +42,12 @@ AXES = ("c", "x", "y", "z")
 
 
 @contextmanager
-def store_io(store: StoreRef, what: str) -> Iterator[None]:
+def store_io(store: Location, what: str) -> Iterator[None]:
     """An OSError while writing the store (disk full, read-only; for a URL store any failed request) is the
     store's problem, not the item's."""
     try:
         yield
-    except transport_errors(store) as exc:
+    except store.transport_errors() as exc:
         raise StoreWriteError(str(store), f"{what}: {exc}") from exc
 
 
@@ -63,11 +63,11 @@ def c_order_copy(view: npt.NDArray[Any], dtype: np.dtype[Any] | None = None) -> 
     return out
 
 
-def create_volume_array(folder: StoreRef, header: VolumeHeader, *, chunks: Sequence[int], shards: Sequence[int] | None,
+def create_volume_array(folder: Location, header: VolumeHeader, *, chunks: Sequence[int], shards: Sequence[int] | None,
                         codecs: Sequence[Any], attrs: Mapping[str, Any]) -> zarr.Array[Any]:
     """Create the (empty) zarr array a volume of `header` is written into, at `folder`."""
     return zarr.create_array(
-        zarr_store(folder),
+        folder.zarr(),
         shape=header.shape,
         dtype=header.dtype,
         chunks=tuple(int(c) for c in chunks),
@@ -80,14 +80,14 @@ def create_volume_array(folder: StoreRef, header: VolumeHeader, *, chunks: Seque
     )
 
 
-def open_volume_array(folder: StoreRef) -> zarr.Array[Any]:
+def open_volume_array(folder: Location) -> zarr.Array[Any]:
     """Open a volume array `create_volume_array` made, for writing (the config is per handle, not stored)."""
-    arr = zarr.open_array(zarr_store(folder), mode="r+", config={"write_empty_chunks": True})
+    arr = zarr.open_array(folder.zarr(), mode="r+", config={"write_empty_chunks": True})
     assert isinstance(arr, zarr.Array)
     return arr
 
 
-def seal_volume(store: StoreRef, name: str, folder: StoreRef, array: zarr.Array[Any], digests: ChunkDigests, *,
+def seal_volume(store: Location, name: str, folder: Location, array: zarr.Array[Any], digests: ChunkDigests, *,
                 attrs: Mapping[str, Any] | None, complete: str, run_id: str) -> str:
     """Record `content_sha256` (from every chunk's digest) and `attrs`, then `complete`, and move the staged
     array at `folder` to `name`; returns the content hash. Raises `StoreWriteError`, `Superseded`."""
@@ -101,7 +101,7 @@ def seal_volume(store: StoreRef, name: str, folder: StoreRef, array: zarr.Array[
 class _SlabWriter:
     """Writes slabs into an array, whole write units at a time, hashing each chunk in a background thread."""
 
-    def __init__(self, store: StoreRef, name: str, header: VolumeHeader, array: zarr.Array[Any]) -> None:
+    def __init__(self, store: Location, name: str, header: VolumeHeader, array: zarr.Array[Any]) -> None:
         self.store, self.name, self.header, self.array = store, name, header, array
         self.chunks = tuple(int(c) for c in array.chunks)
         # What one write covers whole: a shard when sharded (zarr rewrites a shard file on a partial write).
@@ -154,7 +154,7 @@ class _SlabWriter:
 class VolumeWriter(_SlabWriter):
     """One array written from slabs and installed by this writer: `finish` records the content hash and `complete`."""
 
-    def __init__(self, store: StoreRef, name: str, header: VolumeHeader, *, chunks: Sequence[int], codecs: Sequence[Any],
+    def __init__(self, store: Location, name: str, header: VolumeHeader, *, chunks: Sequence[int], codecs: Sequence[Any],
                  attrs: Mapping[str, Any], run_id: str = "", shards: Sequence[int] | None = None) -> None:
         with store_io(store, f"cannot create {name}"):
             folder = begin_array(store, name)
@@ -185,7 +185,7 @@ class PartWriter(_SlabWriter):
     It neither seals nor removes the array: the driver does, once every part has handed in its `digests()`.
     """
 
-    def __init__(self, store: StoreRef, name: str, header: VolumeHeader, folder: StoreRef) -> None:
+    def __init__(self, store: Location, name: str, header: VolumeHeader, folder: Location) -> None:
         with store_io(store, f"cannot open {name}"):
             array = open_volume_array(folder)
         super().__init__(store, name, header, array)

@@ -1,17 +1,17 @@
-"""The training side: reads only the store (zarr, tensorstore, torch), never readers/ or convert/."""
+"""The training side: reads only the store (through labzarr.store) and torch, never readers/ or convert/."""
 
-from ._handles import Backend, ForkAfterTensorstoreError, ReadOptions
+from labzarr.store import ClassInfo, IndexItem, StoreView, class_names, open_store
+
 from ._regions import Region
 from .collate import Collate, collate
 from .dataset import Mode, PatchDataset
+from .options import Backend, ReadOptions
 from .samplers import StratifiedSampler
-from .store import ClassInfo, IndexItem, StoreView, class_names, open_store
 
 __all__ = [
     "Backend",
     "ClassInfo",
     "Collate",
-    "ForkAfterTensorstoreError",
     "IndexItem",
     "Mode",
     "PatchDataset",

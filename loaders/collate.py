@@ -10,9 +10,9 @@ crosses to the main process as one buffer per key, not one per sample.
 from __future__ import annotations
 
 import numbers
-from functools import reduce
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any, Literal
 
 import numpy as np

@@ -13,7 +13,6 @@ that outlive an epoch (`persistent_workers=True`) still draw that epoch's patche
 from __future__ import annotations
 
 import logging
-import os
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,10 +23,11 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import Dataset
 
-from ._handles import Handles, ReadOptions
+from labzarr.store import IndexItem, class_names, read_index, store_location
+
 from ._regions import Region, centered_origin, grid_axis, random_origin, region
+from .options import ReadOptions
 from .samplers import StratifiedSampler
-from .store import IndexItem, class_names, read_index, store_location
 
 __all__ = ["Mode", "PatchDataset", "Sample"]
 
@@ -71,7 +71,7 @@ class PatchDataset(Dataset[Sample]):
     classes:
         The class names in index order, to pin the mapping across stores (default: the sorted values found).
     read:
-        The read path (``ReadOptions``: backend, decoded-chunk cache, open handles).
+        The read path (``ReadOptions``: which reader, open handles, a URL store's options).
     roles:
         The arrays of each sample to return, each under its role's key, all of the same region:
         ``("image", "mask")`` for a segmentation store (``[items] roles``). Default ``("image",)``.
@@ -99,7 +99,8 @@ class PatchDataset(Dataset[Sample]):
                  read: ReadOptions = ReadOptions(), roles: Sequence[str] = ("image",), foreground: float = 0.0,
                  class_weights: Mapping[int, float] | None = None) -> None:
         self.store = store_location(store)
-        self.attrs, self.items = read_index(self.store, read.storage_options)
+        index = read_index(self.store, read.storage_options)
+        self.attrs, self.items = index.attrs(), index.items
         self.patch_size = None if patch_size is None else tuple(int(p) for p in patch_size)
         self.patches_per_item, self.seed, self.mode, self.pad_value = patches_per_item, seed, mode, pad_value
         self.transform, self.read_options, self.label = transform, read, label
@@ -119,7 +120,7 @@ class PatchDataset(Dataset[Sample]):
         # Where each item's tiles end in the dataset's index space (grid mode): a sample finds its item by bisection.
         self._tile_ends: list[int] = (np.cumsum([int(np.prod([len(a) for a in axes])) for axes in self._tiles]).tolist()
                                       if self._tiles is not None else [])
-        self._handles: Handles | None = None
+        self._reader = read.reader(self.store)  # opens nothing; per process (a child reopens its files)
 
     # -- configuration -------------------------------------------------------------------------------------
 
@@ -247,7 +248,7 @@ class PatchDataset(Dataset[Sample]):
             w = np.array([self.class_weights[v] for v, _ in present])
             _, info = present[int(rng.choice(len(present), p=w / w.sum()))]
         row = int(rng.integers(info.start, info.stop))
-        voxel = self.handles().read(item.locations, (row, slice(None)))
+        voxel = self._reader.read(item.locations, (row, slice(None)))
         origin = []
         for v, p, n in zip(voxel, patch, item.shape[1:]):
             jitter = int(rng.integers(-(p // 4), p // 4 + 1))
@@ -277,17 +278,10 @@ class PatchDataset(Dataset[Sample]):
 
     # -- reading -------------------------------------------------------------------------------------------
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_handles"] = None  # handles hold event loops, threads and file state: never cross processes
-        return state
-
-    def handles(self) -> Handles:
-        """This process's open arrays; a new process (fork, spawn, forkserver) opens its own."""
-        if self._handles is None or not self._handles.current():
-            self._handles = Handles(self.store, self.read_options)
-            log.debug("pid %d reads %s through %s", os.getpid(), self.store, self._handles.backend)
-        return self._handles
+    def read_path(self, item: IndexItem, role: str = "image") -> Literal["labzarr", "zarr"]:
+        """Which library reads `item`'s `role` in this process: labzarr's own reader, or zarr-python for an
+        array in a layout that reader does not know (see `ReadOptions.backend`)."""
+        return self._reader.path_used(item.role_array(role))
 
     def read_region(self, item: IndexItem, reg: Region, role: str = "image") -> npt.NDArray[Any]:
         """The `(C, *reg.size)` voxels of `item`'s `role` in `reg`, padded where the region leaves the item
@@ -300,7 +294,7 @@ class PatchDataset(Dataset[Sample]):
             lead: tuple[int | slice, ...] = (item.slot,) if item.slot is not None else ()
             reads.append((item.role_array(role), (*lead, slice(None), *reg.source)))
         out = []
-        for (item, reg, role), data in zip(requests, self.handles().read_many(reads)):
+        for (item, reg, role), data in zip(requests, self._reader.read_many(reads)):
             if reg.padded:
                 full = np.full((data.shape[0], *reg.size), 0 if role == "mask" else self.pad_value, dtype=data.dtype)
                 full[(slice(None), *reg.valid)] = data

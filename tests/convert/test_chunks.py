@@ -14,6 +14,7 @@ from labzarr.convert.spec import StoreSpec
 from labzarr.convert.store import codecs
 from labzarr.convert.writer import VolumeWriter, c_order_copy
 from labzarr.readers import Limits, NiftiReader, read_head
+from labzarr.store import Folder
 
 from ..readers.test_slabs import AFFINES, _canonical, _write
 
@@ -52,7 +53,7 @@ def test_streamed_array_equals_canonical_and_content_hash_recomputes(tmp_path: P
     chunks = plan_chunks(h.shape, (16, 16, 16), voxel_bytes=h.voxel_bytes, stream_axis=h.stream_axis,
                          budget=40 * 45 * 8 * 2)  # forces thinned chunks along the stream axis
     assert chunks[h.stream_axis] < 16
-    writer = VolumeWriter(tmp_path / "s.zarr", "v", h, chunks=chunks, codecs=codecs(StoreSpec()), attrs={"a": 1})
+    writer = VolumeWriter(Folder(tmp_path / "s.zarr"), "v", h, chunks=chunks, codecs=codecs(StoreSpec()), attrs={"a": 1})
     for slab in source.slabs(chunks):
         writer.write(slab)
     content = writer.finish(complete="abc")
@@ -91,7 +92,7 @@ def test_sharded_stream_equals_canonical_in_few_files(tmp_path: Path, name: str)
     shards = plan_shards(h.shape, chunks, (32, 32, 32), voxel_bytes=h.voxel_bytes, stream_axis=h.stream_axis,
                          budget=budget)
     assert shards is not None and shards[h.stream_axis] < 32
-    writer = VolumeWriter(tmp_path / "s.zarr", "v", h, chunks=chunks, shards=shards, codecs=codecs(StoreSpec()),
+    writer = VolumeWriter(Folder(tmp_path / "s.zarr"), "v", h, chunks=chunks, shards=shards, codecs=codecs(StoreSpec()),
                           attrs={})
     for slab in source.slabs(shards):
         writer.write(slab)

@@ -14,6 +14,7 @@ from labzarr.convert.manifest import Row
 from labzarr.convert.resume import read_outcomes, write_outcomes
 from labzarr.convert.verify import verify_store
 from labzarr.readers import Reason
+from labzarr.store import Folder
 
 from ..conftest import make_delivery
 from ..faulty_readers import HANG_MAGIC, PLUGINS, SEGFAULT_MAGIC
@@ -34,15 +35,15 @@ def test_segfault_and_hang_cost_only_their_items(tmp_path: Path) -> None:
     assert {s: (r["status"], r["reason"]) for s, r in rows.items()} == dict(EXPECTED)  # nothing else lost
     assert verify_store(d.store).ok
     assert not any((d.store / ".labzarr" / "crash").iterdir())
-    assert {"case_901.dcm", "case_902.jpg"}.isdisjoint(read_outcomes(d.store).volumes)  # tried again next run
+    assert {"case_901.dcm", "case_902.jpg"}.isdisjoint(read_outcomes(Folder(d.store)).volumes)  # tried again next run
 
 
 def test_transient_rejections_are_not_recorded(tmp_path: Path) -> None:
     store = tmp_path / "s.zarr"
     rows = [Row(item_id=f"c{i}", status="rejected", source=f"c{i}.nii", reason=reason, sha256="a" * 64)
             for i, reason in enumerate([Reason.TRUNCATED, Reason.DECODER_CRASH, Reason.TIMEOUT])]
-    write_outcomes(store, rows, "s1")
-    assert sorted(read_outcomes(store).volumes) == ["c0.nii"]
+    write_outcomes(Folder(store), rows, "s1")
+    assert sorted(read_outcomes(Folder(store)).volumes) == ["c0.nii"]
 
 
 def test_fault_report_summary() -> None:

@@ -25,9 +25,9 @@ from labzarr.convert import UsageError, convert_delivery, load_spec
 from labzarr.convert.cli import main
 from labzarr.convert.demo import write_demo, write_spec
 from labzarr.convert.lock import LockInfo, store_lock
-from labzarr.convert.objstore import UrlStore
 from labzarr.convert.verify import verify_store
 from labzarr.loaders import open_store
+from labzarr.store import UrlStore
 
 from ..corpus._util import jpeg, put
 from ..s3 import S3Server, environment, free_port
@@ -108,7 +108,7 @@ def test_concurrent_starts_exactly_one_takes_the_lock_object(converted_s3, tmp_p
     holds it until the other three have been refused."""
     _, _, url = converted_s3
     stop = tmp_path / "stop"
-    script = ("import os, sys, time\nfrom labzarr.convert.lock import store_lock\nfrom labzarr.convert.objstore "
+    script = ("import os, sys, time\nfrom labzarr.convert.lock import store_lock\nfrom labzarr.store "
               "import UrlStore\nfrom labzarr.convert.errors import UsageError\ntry:\n"
               f"    with store_lock(UrlStore({url!r})):\n        print('held', flush=True)\n"
               f"        deadline = time.monotonic() + 120\n"

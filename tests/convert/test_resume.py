@@ -23,6 +23,7 @@ from labzarr.convert.spec import Spec
 from labzarr.convert.verify import verify_store
 from labzarr.loaders import open_store
 from labzarr.readers import Reason
+from labzarr.store import Folder
 
 from ..conftest import Delivery, make_delivery
 from ..corpus._util import jpeg, put
@@ -224,7 +225,7 @@ def test_samples_with_the_same_bytes_are_duplicates_after_decoding(tmp_path: Pat
     (tmp_path / "volumes" / "b").mkdir(parents=True)
     rows = [Row(item_id=i, status="ok", source=f"{i}_img.nii", sha256="a" * 64, group=f"volumes/{i}",
                 array=f"volumes/{i}/image") for i in ("b", "a")]
-    out = _drop_duplicates(rows, tmp_path)
+    out = _drop_duplicates(rows, Folder(tmp_path))
     assert [(r.item_id, r.status, r.reason) for r in out] == [("a", "ok", None),
                                                                ("b", "rejected", Reason.DUPLICATE_CONTENT)]
     assert not (tmp_path / "volumes" / "b").exists()

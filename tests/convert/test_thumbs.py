@@ -12,13 +12,17 @@ from labzarr.convert.charts import bar_chart, top_values
 from labzarr.convert.explain import EXPLAIN
 from labzarr.convert.thumbs import image_thumbnail, thumbnail, volume_planes, volume_thumbnail, window
 from labzarr.readers import Reason
+from labzarr.store import ArrayReader, StoreReader
 
 
-def _array(tmp_path: Path, data: np.ndarray) -> zarr.Array:
+def _array(tmp_path: Path, data: np.ndarray) -> ArrayReader:
+    """`data` stored as a zarr array, opened through the store layer's reader (as the report opens it)."""
     arr = zarr.create_array(tmp_path / "a.zarr", shape=data.shape, dtype=data.dtype,
                             chunks=(1, *(min(16, n) for n in data.shape[1:])))
     arr[...] = data
-    return arr
+    reader = StoreReader(tmp_path / "a.zarr", backend="labzarr").array("")
+    assert reader.path_used == "labzarr"
+    return reader
 
 
 def test_planes_are_radiological_with_anterior_and_superior_up(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ import pytest
 
 from labzarr import open_store
 from labzarr.convert.demo import EXPECTED_LABELS
-from labzarr.convert.store import write_index
+from labzarr.convert.store import index_items, write_index
+from labzarr.store import Folder
 
 from ..conftest import nib_load
 from ..dicom_data import canonical, dcm2niix
@@ -38,7 +39,7 @@ def labeled_store(converted_demo, tmp_path_factory: pytest.TempPathFactory) -> P
     shutil.copytree(d.store, store)
     assert all(dict(r.labels)["cell_type"] == CELL_TYPES[r.item_id] for r in result.rows if r.status == "ok")
     rows = [replace(r, labels=(*r.labels, ("side", SIDES[r.item_id]))) if r.status == "ok" else r for r in result.rows]
-    write_index(store, rows=rows, root_attrs=dict(open_store(d.store).attrs))
+    write_index(Folder(store), replace(open_store(d.store).index, items=index_items(rows)))
     return store
 
 
@@ -50,7 +51,7 @@ def balanced_store(converted_demo, labeled_store: Path, tmp_path_factory: pytest
     shutil.copytree(labeled_store, store)
     rows = [replace(r, labels=(*r.labels, ("side", SIDES[r.item_id]))) for r in result.rows
             if r.status == "ok" and r.kind == "nifti"]
-    write_index(store, rows=rows, root_attrs=dict(open_store(labeled_store).attrs))
+    write_index(Folder(store), replace(open_store(labeled_store).index, items=index_items(rows)))
     return store
 
 

@@ -10,7 +10,7 @@ import torch
 from labzarr import PatchDataset, open_store
 from labzarr.loaders import ReadOptions, collate
 
-BACKENDS = ["zarr", "tensorstore"]
+BACKENDS = ["labzarr", "zarr"]
 
 
 def check_sample(sample: dict, src: np.ndarray, patch: tuple[int, ...], pad: float) -> None:
@@ -63,7 +63,7 @@ def test_a_batch_read_together_equals_the_samples_read_one_by_one(labeled_store:
 
 def test_same_seed_and_epoch_same_samples_in_any_order(labeled_store: Path) -> None:
     a = PatchDataset(labeled_store, (8, 8, 8), patches_per_item=2, seed=5, read=ReadOptions(backend="zarr"))
-    b = PatchDataset(labeled_store, (8, 8, 8), patches_per_item=2, seed=5, read=ReadOptions(backend="tensorstore"))
+    b = PatchDataset(labeled_store, (8, 8, 8), patches_per_item=2, seed=5, read=ReadOptions(backend="labzarr"))
     order = np.random.default_rng(0).permutation(len(a)).tolist()
     fwd = {i: a[i] for i in range(len(a))}
     shuffled = {i: b[i] for i in order}
@@ -161,26 +161,27 @@ def test_zipped_store_reads_the_same_patches(labeled_store: Path, zipped_store: 
 
 
 def test_init_reads_only_the_index(labeled_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tensorstore
     import zarr
+
+    from labzarr.store import StoreReader
 
     def boom(*a, **k):
         raise AssertionError("array opened in __init__")
 
     monkeypatch.setattr(zarr, "open_array", boom)
-    monkeypatch.setattr(tensorstore, "open", boom)
+    monkeypatch.setattr(StoreReader, "array", boom)
     ds = PatchDataset(labeled_store, (4, 4, 4), label="cell_type", mode="grid")
     assert len(ds.items) == len(open_store(labeled_store).items)
 
 
 def test_pickling_drops_open_handles(labeled_store: Path) -> None:
-    ds = PatchDataset(labeled_store, (8, 8, 8), read=ReadOptions(backend="tensorstore", max_open=2))
+    ds = PatchDataset(labeled_store, (8, 8, 8), read=ReadOptions(max_open=2))
     first = [ds[i]["image"] for i in range(len(ds))]  # more arrays than max_open: the LRU closes some
-    assert len(ds.handles()._open) == 2
+    assert ds._reader.open_arrays() == 2
     blob = pickle.dumps(ds)
     assert len(blob) < 20_000
     again = pickle.loads(blob)
-    assert again._handles is None
+    assert again._reader.open_arrays() == 0
     assert all(torch.equal(a, again[i]["image"]) for i, a in enumerate(first))
 
 

@@ -1,0 +1,46 @@
+"""How a process reads the store: the read options a `PatchDataset` hands to its per-process `StoreReader`.
+
+Every process (the main one, and fork, spawn or forkserver workers) reads
+through `labzarr.store`'s reader, which holds nothing a fork could break: no
+threads, no event loop, file descriptors reopened under a new pid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labzarr.store import StoreReader
+from labzarr.store.reader import Backend
+
+__all__ = ["Backend", "ReadOptions"]
+
+_BACKENDS: tuple[Backend, ...] = ("auto", "labzarr", "zarr")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """How a process reads the store.
+
+    `backend`: "auto" (labzarr's own reader for the layouts labzarr writes, zarr-python for any other),
+    "labzarr" (refuse an array in another layout) or "zarr" (zarr-python for every array).
+    `max_open`: array handles kept open per process (least recently used closed first).
+    `storage_options`: for a store at a URL, options for its fsspec filesystem (e.g. ``endpoint_url``).
+    """
+
+    backend: Backend = "auto"
+    max_open: int = 64
+    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.backend not in _BACKENDS:
+            raise ValueError(f"backend = {self.backend!r}; expected one of {', '.join(map(repr, _BACKENDS))}")
+        if self.max_open < 1:
+            raise ValueError(f"ReadOptions(max_open={self.max_open}): expected max_open >= 1")
+
+    def reader(self, store: Path | str) -> StoreReader:
+        """A reader of `store` with these options (it opens nothing until the first read)."""
+        return StoreReader(store, storage_options=self.storage_options, backend=self.backend,
+                           max_open=self.max_open)

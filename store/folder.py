@@ -1,0 +1,169 @@
+"""A store (or a key prefix inside one) in a local folder: a `pathlib.Path` that also speaks the store's verbs.
+
+Invariant: a `Folder` and a `UrlStore` (`url.py`) answer the same questions
+(`keys`, `zarr`, `write_atomic`, `remove_tree`, `share_as`, `move_into_place`,
+`fsync_tree`, `tree_bytes`, `transport_errors`), so the converter writes
+either kind through one set of calls. Where a filesystem and an object store
+commit differently, the difference lives in these two classes, and
+`writes_in_place` says which protocol a location follows.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PosixPath, PurePath
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import zarr.storage
+
+from .location import Transport, open_transport
+
+__all__ = ["Folder", "atomic_write"]
+
+
+class Folder(PosixPath):
+    """A local store folder, or a path inside one; `/`, `parent` and listings stay `Folder`s."""
+
+    # A rename makes an array appear whole, so arrays are staged elsewhere and renamed into place.
+    writes_in_place: ClassVar[bool] = False
+    options: ClassVar[Mapping[str, Any]] = MappingProxyType({})  # a URL store's fsspec options; a folder has none
+
+    def transport(self) -> Transport:
+        """The read transport of the store rooted here."""
+        return open_transport(PosixPath(self))
+
+    def zarr(self, *, read_only: bool = False) -> zarr.storage.LocalStore:
+        """This folder as a zarr store."""
+        return zarr.storage.LocalStore(PosixPath(self), read_only=read_only)
+
+    def keys(self) -> set[str]:
+        """Every file under this folder, relative to it."""
+        if not self.is_dir():
+            return set()
+        return {p.relative_to(self).as_posix() for p in self.rglob("*") if p.is_file()}
+
+    def write_atomic(self, data: bytes) -> None:
+        """Write the whole file through a temporary file and a rename, so readers never see half of it."""
+        atomic_write(self, data)
+
+    def remove_tree(self, *, trash: Folder | None = None) -> None:
+        """Delete this folder (or file) and everything below; nothing there is no error. With `trash`, it is
+        first renamed there, so it leaves the hierarchy at once (a rename is atomic, a recursive delete is not)."""
+        target: PosixPath = self
+        if trash is not None and self.exists():
+            target = trash / f"{self.name}.{uuid.uuid4().hex}"
+            trash.mkdir(parents=True, exist_ok=True)
+            self.rename(target)
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=trash is None)
+        else:
+            target.unlink(missing_ok=True)
+
+    def partial_files(self) -> list[Folder]:
+        """The temporary `*.partial` files a killed zarr write left below."""
+        return sorted(self.rglob("*.partial")) if self.is_dir() else []
+
+    def array_nodes(self, *, skip: str = "") -> list[tuple[str, dict[str, Any]]]:
+        """(path, metadata) of every zarr array below, in path order; never descends into an array's chunk
+        folders, a folder that is no zarr node, or the top-level folder `skip`."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for here, dirs, files in os.walk(self):
+            at_root = PosixPath(here) == self
+            dirs[:] = sorted(d for d in dirs if not (at_root and d == skip))
+            if "zarr.json" not in files:
+                if not at_root:
+                    dirs.clear()  # not a zarr node: nothing of the hierarchy below
+                continue
+            try:
+                meta = json.loads((PosixPath(here) / "zarr.json").read_bytes())
+            except (OSError, ValueError):
+                dirs.clear()
+                continue
+            if isinstance(meta, dict) and meta.get("node_type") == "array":
+                dirs.clear()
+                out.append((PosixPath(here).relative_to(self).as_posix(), meta))
+        return out
+
+    def share_as(self, dest: Folder) -> None:
+        """Make `dest` name this file too (a hard link: installed files are never written again)."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.link(self, dest)
+
+    def tree_bytes(self) -> int:
+        """Bytes stored here (a file's size, or a folder's files)."""
+        if self.is_file():
+            return self.stat().st_size
+        return sum(p.stat().st_size for p in self.rglob("*") if p.is_file())
+
+    def fsync_tree(self, files: Sequence[str] | None = None) -> None:
+        """fsync files (all below, or just `files`) and their folders: zarr never fsyncs."""
+        paths = [self / f for f in files] if files is not None else [p for p in self.rglob("*") if p.is_file()]
+        dirs = {self} | {p.parent for p in paths}
+        for path in [*paths, *sorted(dirs, key=lambda d: len(d.parts), reverse=True)]:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def move_into_place(self, dest: Folder, trash: Folder) -> None:
+        """Rename this staged folder to `dest`, first moving any existing `dest` aside into `trash`."""
+        trash.mkdir(parents=True, exist_ok=True)
+        for _ in range(10):  # a retried task of this run may be installing the same array at the same moment
+            aside = trash / f"{dest.name}.{uuid.uuid4().hex}"
+            try:
+                dest.rename(aside)
+            except FileNotFoundError:
+                pass
+            else:
+                shutil.rmtree(aside, ignore_errors=True)
+            try:
+                self.rename(dest)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    continue
+                raise
+            dest.parent.fsync_tree(files=())
+            return
+        raise RuntimeError(f"{dest}: could not move the staged array into place (another writer keeps replacing it)")
+
+    def transport_errors(self) -> tuple[type[BaseException], ...]:
+        """What a failed write here raises."""
+        return (OSError,)
+
+    def shown(self, cwd: PurePath) -> str:
+        """This path relative to `cwd` when it lies below it (what the user typed), else as it is."""
+        try:
+            return str(self.resolve().relative_to(Path(cwd).resolve()))
+        except ValueError:
+            return str(self)
+
+
+def atomic_write(path: PosixPath, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        # mkstemp creates 0600; keep the mode of the file being replaced, else the usual 0644.
+        os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        PosixPath(tmp).unlink(missing_ok=True)
+        raise
+    # The rename is durable only once the folder is synced too.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

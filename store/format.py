@@ -1,0 +1,203 @@
+"""The store format: the root index and the array attributes, as typed records with one encode and one decode.
+
+Invariant: the converter writes these records and every reader (the Dataset,
+`inspect`, `verify`, the QC page) reads them back through `decode`, so the
+JSON layout of a store is spelled in this module only. `FORMAT_VERSION` names
+that layout; a store of another version is refused with a message rather than
+misread. The index lists the `ok` items in manifest order; a Dataset needs
+nothing but the store's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX_KEY", "ClassInfo", "FormatError", "IndexItem", "StoreIndex",
+           "VolumeAttrs", "class_names"]
+
+FORMAT_VERSION = 1
+INDEX_KEY = "labzarr"  # the root attr holding the index
+# Array attrs written after the voxels, in this order: the content hash, then `complete` (the array is whole).
+CONTENT_SHA256 = "content_sha256"
+COMPLETE = "complete"
+
+
+class FormatError(ValueError):
+    """A store whose index or attributes do not follow this format (another version, or damaged)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassInfo:
+    """A mask class of one sample: its voxel count and the rows [start, stop) of its stored locations."""
+
+    voxels: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexItem:
+    """One ok item from the store's index, in manifest order.
+
+    A sample (a delivery with ``[items] roles``) also has `roles` (role -> array path, ``image``
+    is `array`), and with a mask its `classes` and the `locations` array ((N, 3) canonical x, y, z).
+    """
+
+    item_id: str
+    array: str
+    slot: int | None
+    kind: str
+    source: str
+    shape: tuple[int, ...]
+    dtype: str
+    spacing: tuple[float, ...]
+    labels: Mapping[str, str]
+    roles: Mapping[str, str] = field(default_factory=dict)
+    classes: Mapping[int, ClassInfo] = field(default_factory=dict)
+    locations: str | None = None
+
+    def role_array(self, role: str) -> str:
+        """The array path of `role` (``image`` is the item's own array when the store has no roles)."""
+        if role in self.roles:
+            return self.roles[role]
+        if role == "image" and not self.roles:
+            return self.array
+        have = ", ".join(self.roles) or "image"
+        raise KeyError(f"item {self.item_id!r} has no role {role!r} (it has: {have})")
+
+    def encode(self) -> dict[str, Any]:
+        """The item's JSON entry in the index."""
+        out: dict[str, Any] = {
+            "item_id": self.item_id, "array": self.array, "slot": self.slot, "kind": self.kind,
+            "source": self.source, "shape": list(self.shape), "dtype": self.dtype, "spacing": list(self.spacing),
+            "labels": dict(self.labels),
+        }
+        if self.roles:
+            out["roles"] = dict(self.roles)
+        if self.classes:
+            out["classes"] = {str(v): {"voxels": c.voxels, "locations": [c.start, c.stop]}
+                              for v, c in self.classes.items()}
+        if self.locations is not None:
+            out["locations"] = self.locations
+        return out
+
+    @classmethod
+    def decode(cls, d: Mapping[str, Any]) -> IndexItem:
+        """The item of one JSON entry; raises KeyError/TypeError/ValueError on a malformed one."""
+        return cls(item_id=str(d["item_id"]), array=str(d["array"]),
+                   slot=None if d.get("slot") is None else int(d["slot"]), kind=str(d.get("kind", "")),
+                   source=str(d.get("source", "")), shape=tuple(int(n) for n in d["shape"]), dtype=str(d["dtype"]),
+                   spacing=tuple(float(s) for s in d.get("spacing", ())),
+                   labels={str(k): str(v) for k, v in d.get("labels", {}).items()},
+                   roles={str(k): str(v) for k, v in d.get("roles", {}).items()},
+                   classes={int(v): ClassInfo(voxels=int(c["voxels"]), start=int(c["locations"][0]),
+                                              stop=int(c["locations"][1]))
+                            for v, c in d.get("classes", {}).items()},
+                   locations=None if d.get("locations") is None else str(d["locations"]))
+
+
+@dataclass(frozen=True, slots=True)
+class StoreIndex:
+    """The store's root index: which delivery and run made it, and its ok items in manifest order."""
+
+    delivery: str
+    spec_sha256: str
+    manifest_sha256: str
+    tool_version: str
+    items: tuple[IndexItem, ...]
+    format_version: int = FORMAT_VERSION
+
+    def attrs(self) -> dict[str, Any]:
+        """The root-level fields without the items (what `inspect` and the report show)."""
+        return {"delivery": self.delivery, "spec_sha256": self.spec_sha256,
+                "manifest_sha256": self.manifest_sha256, "tool_version": self.tool_version,
+                "format_version": self.format_version}
+
+    def encode(self) -> dict[str, Any]:
+        """The JSON value of the root attr `INDEX_KEY`."""
+        return {**self.attrs(), "items": [item.encode() for item in self.items]}
+
+    @classmethod
+    def decode(cls, value: object, *, where: str) -> StoreIndex:
+        """The index from the root attr's JSON value; raises `FormatError` naming `where`."""
+        if not isinstance(value, Mapping) or "items" not in value:
+            raise FormatError(f"{where}: not a labzarr store (root attr {INDEX_KEY!r} missing)")
+        version = value.get("format_version")
+        if version != FORMAT_VERSION:
+            raise FormatError(f"{where}: store format version {version!r}; this labzarr reads version "
+                              f"{FORMAT_VERSION}: convert the delivery again with this version")
+        try:
+            items = tuple(IndexItem.decode(d) for d in value["items"])
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise FormatError(f"{where}: damaged index entry ({type(exc).__name__}: {exc})") from exc
+        return cls(delivery=str(value.get("delivery", "")), spec_sha256=str(value.get("spec_sha256", "")),
+                   manifest_sha256=str(value.get("manifest_sha256", "")),
+                   tool_version=str(value.get("tool_version", "")), items=items, format_version=FORMAT_VERSION)
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeAttrs:
+    """A volume's (or a sample role's) array attributes written with the array: where its voxels came from and
+    their canonical geometry. `content_sha256` and `complete` follow once the voxels are written."""
+
+    item_id: str
+    source: str
+    sha256: str
+    kind: str
+    spacing: tuple[float, ...]
+    affine: tuple[tuple[float, ...], ...]
+    orientation: str  # "RAS" for a volume; "" for a 2D image, which has no patient frame
+    source_orientation: str
+    axes: tuple[str, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    role: str | None = None
+    content_sha256: str | None = None
+    complete: str | None = None
+
+    def encode(self) -> dict[str, Any]:
+        """The attributes as JSON (the two late ones only when set)."""
+        out: dict[str, Any] = {
+            "item_id": self.item_id, "source": self.source, "sha256": self.sha256, "kind": self.kind,
+            "spacing": list(self.spacing), "affine": [list(row) for row in self.affine],
+            "orientation": self.orientation, "source_orientation": self.source_orientation,
+            "axes": list(self.axes), "labels": dict(self.labels),
+        }
+        if self.role is not None:
+            out["role"] = self.role
+        if self.content_sha256 is not None:
+            out[CONTENT_SHA256] = self.content_sha256
+        if self.complete is not None:
+            out[COMPLETE] = self.complete
+        return out
+
+    @classmethod
+    def decode(cls, attrs: Mapping[str, Any], *, where: str) -> VolumeAttrs:
+        """The record of an array's attributes; raises `FormatError` naming `where`."""
+        try:
+            return cls(item_id=str(attrs["item_id"]), source=str(attrs["source"]), sha256=str(attrs["sha256"]),
+                       kind=str(attrs["kind"]), spacing=tuple(float(s) for s in attrs["spacing"]),
+                       affine=tuple(tuple(float(v) for v in row) for row in attrs["affine"]),
+                       orientation=str(attrs["orientation"]), source_orientation=str(attrs["source_orientation"]),
+                       axes=tuple(str(a) for a in attrs["axes"]),
+                       labels={str(k): str(v) for k, v in attrs.get("labels", {}).items()},
+                       role=None if attrs.get("role") is None else str(attrs["role"]),
+                       content_sha256=_opt_str(attrs.get(CONTENT_SHA256)), complete=_opt_str(attrs.get(COMPLETE)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(f"{where}: array attributes do not follow labzarr's format "
+                              f"({type(exc).__name__}: {exc})") from exc
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def class_names(values: Iterable[str]) -> tuple[str, ...]:
+    """The distinct label values in a stable order: numerically when every value is a number, else by text."""
+    distinct = set(values)
+    try:
+        return tuple(sorted(distinct, key=lambda v: (float(v), v)))
+    except ValueError:
+        return tuple(sorted(distinct))
+

@@ -1,0 +1,229 @@
+"""A store (or a key prefix inside one) at an fsspec URL (`s3://bucket/prefix/x.zarr`).
+
+Invariant: a `UrlStore` answers the same questions as a `Folder` (`folder.py`)
+with object-store calls. An object store has no rename, hard link, fsync or
+flock, so: arrays are written at their final path (`writes_in_place`), a
+"link" is a server-side copy, fsync is nothing (an object is durable once its
+PUT returns), and moving a staged prefix into place copies every key but
+`zarr.json`, checks they all arrived, then copies `zarr.json` last, so the node
+appears whole. Listings are never cached: other processes write the same store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, ClassVar
+
+import fsspec
+import zarr.storage
+from fsspec.spec import AbstractFileSystem
+
+from .location import FsspecTransport, Transport, is_url
+
+__all__ = ["UrlStore", "url_errors"]
+
+
+def url_errors() -> tuple[type[BaseException], ...]:
+    """What a failed request to an object store raises: OSError, and botocore's and aiohttp's own errors (a refused
+    connection is not an OSError there), where those packages are installed."""
+    found: list[type[BaseException]] = [OSError]
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        found += [BotoCoreError, ClientError]
+    except ImportError:  # no s3fs: its errors cannot occur
+        pass
+    try:
+        from aiohttp import ClientError as HttpError
+
+        found.append(HttpError)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class UrlStore:
+    """A store (or a key prefix inside one) at an fsspec URL, with the `storage_options` fsspec gets."""
+
+    url: str
+    options: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    # No rename: an array is written at its final path and becomes whole when `complete` is set.
+    writes_in_place: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if not is_url(self.url):
+            raise ValueError(f"{self.url!r} is not a URL such as s3://bucket/x.zarr")
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __truediv__(self, rel: str | PurePosixPath) -> UrlStore:
+        rel = str(rel).strip("/")
+        return UrlStore(f"{self.url}/{rel}" if rel else self.url, self.options)
+
+    @property
+    def protocol(self) -> str:
+        return self.url.partition("://")[0]
+
+    @property
+    def path(self) -> str:
+        """The fsspec path (the URL without its protocol): `bucket/prefix/x.zarr`."""
+        return self.url.partition("://")[2]
+
+    @property
+    def name(self) -> str:
+        return PurePosixPath(self.path).name
+
+    @property
+    def parent(self) -> UrlStore:
+        return UrlStore(f"{self.protocol}://{PurePosixPath(self.path).parent}", self.options)
+
+    def fs(self) -> AbstractFileSystem:
+        """The fsspec filesystem."""
+        return fsspec.filesystem(self.protocol, **{"use_listings_cache": False, **self.options})
+
+    def transport(self) -> Transport:
+        """The read transport of the store rooted here."""
+        return FsspecTransport(self.url, dict(self.options))
+
+    def relative_to(self, other: UrlStore) -> PurePosixPath:
+        return PurePosixPath(self.path).relative_to(other.path)
+
+    def exists(self) -> bool:
+        return bool(self.fs().exists(self.path))
+
+    def is_file(self) -> bool:
+        return bool(self.fs().isfile(self.path))
+
+    def is_dir(self) -> bool:
+        return bool(self.fs().isdir(self.path))
+
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        """Nothing to do: an object store has no folders, a key's prefix exists once a key under it does."""
+
+    def read_bytes(self) -> bytes:
+        return bytes(self.fs().cat_file(self.path))
+
+    def write_bytes(self, data: bytes) -> None:
+        self.fs().pipe_file(self.path, data)
+
+    def write_atomic(self, data: bytes) -> None:
+        """Write the whole object: a single PUT is atomic on an object store."""
+        self.write_bytes(data)
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        try:
+            self.fs().rm_file(self.path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def iterdir(self) -> Iterator[UrlStore]:
+        for entry in sorted(self.fs().ls(self.path, detail=False)):
+            yield self / PurePosixPath(entry).name
+
+    def glob(self, pattern: str) -> list[UrlStore]:
+        found = sorted(self.fs().glob(f"{self.path}/{pattern}"))
+        return [UrlStore(f"{self.protocol}://{p}", self.options) for p in found]
+
+    def keys(self) -> set[str]:
+        """Every object key under this prefix, relative to it (one listing)."""
+        prefix = self.path.rstrip("/") + "/"
+        try:
+            found = self.fs().find(self.path)
+        except FileNotFoundError:
+            return set()
+        return {p[len(prefix):] for p in found if p.startswith(prefix)}
+
+    def zarr(self, *, read_only: bool = False) -> zarr.storage.FsspecStore:
+        """This prefix as a zarr store."""
+        return zarr.storage.FsspecStore.from_url(self.url, storage_options={"use_listings_cache": False,
+                                                                            **self.options},
+                                                 read_only=read_only)
+
+    def remove_tree(self, *, trash: UrlStore | None = None) -> None:
+        """Delete every key under this prefix, its `zarr.json` first so the node leaves the hierarchy at once
+        (no `trash` needed for that: an object store has no rename)."""
+        fs = self.fs()
+        try:
+            fs.rm_file(f"{self.path}/zarr.json")
+        except FileNotFoundError:
+            pass
+        keys = sorted(self.keys())
+        if keys:
+            fs.rm([f"{self.path}/{k}" for k in keys])
+
+    def partial_files(self) -> list[UrlStore]:
+        """None: an object is written whole or not at all."""
+        return []
+
+    def array_nodes(self, *, skip: str = "") -> list[tuple[str, dict[str, Any]]]:
+        """(path, metadata) of every zarr array below, sorted by path, by listing one prefix per group (never the
+        chunk keys below an array, nor the top-level prefix `skip`)."""
+        fs = self.fs()
+        out: list[tuple[str, dict[str, Any]]] = []
+        todo = [""]
+        while todo:
+            rel = todo.pop()
+            here = self / rel
+            try:
+                entries = fs.ls(here.path, detail=True)
+            except FileNotFoundError:
+                continue
+            names = {e["name"].rsplit("/", 1)[-1]: e["type"] for e in entries}
+            if "zarr.json" not in names:
+                continue
+            try:
+                meta = json.loads((here / "zarr.json").read_bytes())
+            except (OSError, ValueError):
+                continue
+            if isinstance(meta, dict) and meta.get("node_type") == "array":
+                out.append((rel, meta))
+                continue
+            todo += [f"{rel}/{n}".lstrip("/") for n, kind in names.items()
+                     if kind == "directory" and not (rel == "" and n == skip)]
+        return sorted(out, key=lambda node: node[0])
+
+    def share_as(self, dest: UrlStore) -> None:
+        """Copy this object to `dest` server-side (an object store has no links)."""
+        self.fs().copy(self.path, dest.path)
+
+    def tree_bytes(self) -> int:
+        """Bytes stored under this prefix."""
+        try:
+            return int(self.fs().du(self.path, total=True))
+        except FileNotFoundError:
+            return 0
+
+    def fsync_tree(self, files: Sequence[str] | None = None) -> None:
+        """Nothing to do: an object is durable once its PUT returns."""
+
+    def move_into_place(self, dest: UrlStore, trash: UrlStore) -> None:
+        """Replace `dest` by this staged prefix: every key but `zarr.json` copied server-side and checked present,
+        then `zarr.json` last (the node appears whole), then the staged keys deleted. `trash` is not needed."""
+        if dest.url == self.url:  # written in place
+            return
+        fs = self.fs()
+        staged = self.keys()
+        dest.remove_tree()
+        for key in sorted(staged - {"zarr.json"}):
+            fs.copy(f"{self.path}/{key}", f"{dest.path}/{key}")
+        missing = sorted(staged - {"zarr.json"} - dest.keys())
+        if missing:
+            raise RuntimeError(f"{dest}: {len(missing)} object(s) missing after copying, first {missing[0]}")
+        if "zarr.json" in staged:
+            fs.copy(f"{self.path}/zarr.json", f"{dest.path}/zarr.json")
+        self.remove_tree()
+
+    def transport_errors(self) -> tuple[type[BaseException], ...]:
+        """What a failed request here raises."""
+        return url_errors()
+
+    def shown(self, cwd: object) -> str:
+        """The URL, as the user wrote it."""
+        return self.url

@@ -1,0 +1,138 @@
+"""A read-only view of a converted store: its index of ok items, their labels, and their voxels.
+
+Works on a store folder, a zipped store (a zip of the folder's contents) and a
+store at an fsspec URL (`s3://bucket/x.zarr`; credentials and endpoint from the
+standard environment or `storage_options`). Opening reads only the root's
+`zarr.json`; voxels are read on demand through the store's one read path
+(`reader.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy.typing as npt
+
+from .format import INDEX_KEY, IndexItem, StoreIndex, class_names
+from .location import Transport, open_transport, store_location
+from .reader import ArrayReader, StoreReader
+from .url import UrlStore
+
+__all__ = ["StoreView", "open_store", "read_index"]
+
+
+def read_index(path: Path | str, storage_options: Mapping[str, Any] | None = None) -> StoreIndex:
+    """The store's index, from its root `zarr.json` alone; raises FileNotFoundError, ValueError (`FormatError`),
+    and ConnectionError for a URL store that cannot be read (endpoint, credentials)."""
+    where = store_location(path)
+    if isinstance(where, Path) and not where.exists():
+        raise FileNotFoundError(f"{where}: no such store; run `labzarr convert` first")
+    meta = _root_meta(open_transport(where, storage_options), where)
+    return StoreIndex.decode(meta.get("attributes", {}).get(INDEX_KEY), where=str(where))
+
+
+def _root_meta(transport: Transport, where: Path | str) -> dict[str, Any]:
+    try:
+        blob = transport.read("zarr.json")
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{where}: no such store (no zarr.json); run `labzarr convert` first") from exc
+    except PermissionError as exc:
+        raise ConnectionError(f"{where}: access denied ({exc}); check the credentials") from exc
+    except (OSError, ValueError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - botocore's connection errors share no base class with OSError
+        raise ConnectionError(f"{where}: cannot read the store ({type(exc).__name__}: {exc}); check the endpoint "
+                              "(AWS_ENDPOINT_URL or storage_options) and the network") from exc
+    try:
+        meta = json.loads(blob)
+    except ValueError as exc:
+        raise ValueError(f"{where}/zarr.json: not JSON ({exc})") from exc
+    if not isinstance(meta, dict):
+        raise ValueError(f"{where}/zarr.json: not a zarr group's metadata")
+    return meta
+
+
+@dataclass(frozen=True, slots=True)
+class StoreView:
+    """A read-only view of a store: `items` in manifest order, `attrs` of the root, voxels on demand."""
+
+    path: Path | str  # a folder or zip, or a URL
+    index: StoreIndex
+    storage_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec's, for a URL store
+    reader: StoreReader = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # The view's reader (per process: it reopens its files in a child); opening it reads nothing.
+        object.__setattr__(self, "reader", StoreReader(self.path, storage_options=self.storage_options))
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        """The index's root-level fields: delivery, spec and manifest sha256, tool and format version."""
+        return self.index.attrs()
+
+    @property
+    def items(self) -> Sequence[IndexItem]:
+        """The ok items, in manifest order."""
+        return self.index.items
+
+    def array(self, item: IndexItem | str) -> ArrayReader:
+        """One array (by IndexItem, or by array path) for region reads: `shape`, `dtype`, `attrs`, `read(sel)`."""
+        return self.reader.array(item.array if isinstance(item, IndexItem) else item)
+
+    def read(self, item: IndexItem | str) -> npt.NDArray[Any]:
+        """One item's voxels, `(C, *spatial)` (its own image, for an item of a 2D stack); by IndexItem or item_id."""
+        if isinstance(item, str):
+            item = self.item(item)
+        return self.reader.read(item.array, (item.slot,) if item.slot is not None else ())
+
+    def item(self, item_id: str) -> IndexItem:
+        """The item with this ID; KeyError names a few known IDs."""
+        for i in self.items:
+            if i.item_id == item_id:
+                return i
+        raise KeyError(f"{self.path}: no ok item {item_id!r}; items are e.g. "
+                       f"{', '.join(i.item_id for i in self.items[:5])}")
+
+    def labels(self, name: str) -> list[str]:
+        """The label `name` of every item, in index order ('' where missing)."""
+        return [i.labels.get(name, "") for i in self.items]
+
+    def label_names(self) -> tuple[str, ...]:
+        """Every label name some item carries, sorted."""
+        return tuple(sorted({k for i in self.items for k in i.labels}))
+
+    def classes(self, name: str) -> tuple[str, ...]:
+        """The distinct values of label `name` in the order PatchDataset numbers them."""
+        return class_names(v for v in self.labels(name) if v)
+
+
+def open_store(path: Path | str | UrlStore, *, storage_options: Mapping[str, Any] | None = None) -> StoreView:
+    """Open a converted store for inspection.
+
+    Parameters
+    ----------
+    path:
+        A store folder (``data/stores/x.zarr``), a zipped store (``x.zarr.zip``) or a URL
+        (``s3://bucket/x.zarr``).
+    storage_options:
+        For a URL: options for its fsspec filesystem (e.g. ``{"endpoint_url": ...}``); credentials and
+        endpoint otherwise come from the standard environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``).
+
+    Raises
+    ------
+    FileNotFoundError
+        No store at ``path``.
+    ValueError
+        ``path`` is a zarr group but not a labzarr store (or one of another format version).
+    ConnectionError
+        A URL store that cannot be read (endpoint unreachable, access denied).
+    """
+    if isinstance(path, UrlStore):  # a store the converter located, with its own options
+        storage_options = {**path.options, **(storage_options or {})}
+    where = store_location(path.url if isinstance(path, UrlStore) else path)
+    return StoreView(path=where, index=read_index(where, storage_options),
+                     storage_options=dict(storage_options or {}))
