@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar, cast
 
-import fsspec
-
 from labzarr.readers import ColumnRef, Limits, SeriesRules, WorkbookLimits, load_reader
 from labzarr.store import Folder, Location, UrlStore, is_url
 
@@ -310,6 +308,8 @@ def _delivery(t: _Table, cwd: Path, store_table: _Table) -> DeliverySpec:
 
 def _check_protocol(t: _Table, store: UrlStore) -> None:
     """The URL's protocol has an fsspec implementation installed (no I/O: the bucket is checked by the run)."""
+    import fsspec  # only a URL store needs it; the planner imports the spec without it
+
     try:
         fsspec.get_filesystem_class(store.protocol)
     except ValueError as exc:

@@ -1,26 +1,24 @@
 """The store layer: the store format, where a store lives, and the one read path every process uses.
 
-Depends on zarr, numcodecs, numpy and fsspec only (never torch, dask, readers or convert).
+Depends on zarr, numcodecs, numpy and fsspec only (never torch, dask, readers or convert). Names are imported
+on first use (PEP 562), so a module that needs only a store's location (the spec, the pure planner) does not
+load zarr or fsspec.
 """
 
-from .folder import Folder, atomic_write
-from .format import (
-    COMPLETE,
-    CONTENT_SHA256,
-    FORMAT_VERSION,
-    INDEX_KEY,
-    ClassInfo,
-    FormatError,
-    IndexItem,
-    StoreIndex,
-    VolumeAttrs,
-    class_names,
-)
-from .locate import Location, as_location, sorted_glob
-from .location import Transport, is_url, open_transport, store_location, zarr_store_for
-from .reader import ArrayReader, ChecksumError, StoreReader
-from .url import UrlStore, url_errors
-from .view import StoreView, open_store, read_index
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .folder import Folder, atomic_write
+    from .format import (COMPLETE, CONTENT_SHA256, FORMAT_VERSION, INDEX_KEY, ClassInfo, FormatError, IndexItem,
+                         StoreIndex, VolumeAttrs, class_names)
+    from .locate import Location, as_location, sorted_glob
+    from .location import Transport, is_url, open_transport, store_location, zarr_store_for
+    from .reader import ArrayReader, ChecksumError, StoreReader
+    from .url import UrlStore, url_errors
+    from .view import StoreView, open_store, read_index
 
 __all__ = [
     "COMPLETE",
@@ -52,3 +50,44 @@ __all__ = [
     "url_errors",
     "zarr_store_for",
 ]
+
+_WHERE = {
+    "Folder": "folder",
+    "atomic_write": "folder",
+    "ArrayReader": "reader",
+    "COMPLETE": "format",
+    "CONTENT_SHA256": "format",
+    "ChecksumError": "reader",
+    "ClassInfo": "format",
+    "FORMAT_VERSION": "format",
+    "FormatError": "format",
+    "INDEX_KEY": "format",
+    "IndexItem": "format",
+    "Location": "locate",
+    "StoreIndex": "format",
+    "StoreReader": "reader",
+    "StoreView": "view",
+    "Transport": "location",
+    "UrlStore": "url",
+    "VolumeAttrs": "format",
+    "as_location": "locate",
+    "class_names": "format",
+    "is_url": "location",
+    "open_store": "view",
+    "open_transport": "location",
+    "read_index": "view",
+    "sorted_glob": "locate",
+    "store_location": "location",
+    "url_errors": "url",
+    "zarr_store_for": "location",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

@@ -19,11 +19,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PosixPath, PurePath
 from types import MappingProxyType
-from typing import Any, ClassVar
-
-import zarr.storage
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .location import Transport, open_transport
+
+if TYPE_CHECKING:
+    import zarr.storage
 
 __all__ = ["Folder", "atomic_write"]
 
@@ -41,6 +42,8 @@ class Folder(PosixPath):
 
     def zarr(self, *, read_only: bool = False) -> zarr.storage.LocalStore:
         """This folder as a zarr store."""
+        import zarr.storage  # a module that only locates stores (the spec, the planner) does without zarr
+
         return zarr.storage.LocalStore(PosixPath(self), read_only=read_only)
 
     def keys(self) -> set[str]:

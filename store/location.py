@@ -17,9 +17,11 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import zarr.storage
+if TYPE_CHECKING:
+    import zarr.storage
+
 
 __all__ = ["FolderTransport", "FsspecTransport", "Range", "Transport", "ZipTransport", "is_url", "open_transport",
            "store_location", "zarr_store_for"]
@@ -288,6 +290,8 @@ def open_transport(store: Path | str, storage_options: Mapping[str, Any] | None 
 
 def zarr_store_for(store: Path | str, storage_options: Mapping[str, Any] | None = None) -> zarr.storage.StoreLike:
     """A read-only zarr-python store for the same location (the reference reader, and the fallback)."""
+    import zarr.storage  # a module that only locates stores does without zarr
+
     where = store_location(store)
     if isinstance(where, str):
         # Listings are not cached: a store can be rewritten by a conversion while a reader lives.

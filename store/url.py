@@ -15,13 +15,13 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, ClassVar
-
-import fsspec
-import zarr.storage
-from fsspec.spec import AbstractFileSystem
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .location import FsspecTransport, Transport, is_url
+
+if TYPE_CHECKING:
+    import zarr.storage
+    from fsspec.spec import AbstractFileSystem
 
 __all__ = ["UrlStore", "url_errors"]
 
@@ -85,6 +85,8 @@ class UrlStore:
 
     def fs(self) -> AbstractFileSystem:
         """The fsspec filesystem."""
+        import fsspec  # a module that only locates stores (the spec, the planner) does without fsspec
+
         return fsspec.filesystem(self.protocol, **{"use_listings_cache": False, **self.options})
 
     def transport(self) -> Transport:
@@ -142,6 +144,8 @@ class UrlStore:
 
     def zarr(self, *, read_only: bool = False) -> zarr.storage.FsspecStore:
         """This prefix as a zarr store."""
+        import zarr.storage
+
         return zarr.storage.FsspecStore.from_url(self.url, storage_options={"use_listings_cache": False,
                                                                             **self.options},
                                                  read_only=read_only)
