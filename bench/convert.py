@@ -20,6 +20,11 @@ Rows (uncompressed MB per wall second, one run, compare ratios):
   and split in two parts, one per worker (the default), and the peak RSS of
   its largest process above that process's baseline (a worker right after its
   imports), next to the straightforward path's peak RSS.
+
+A second group, peak RSS per worker: two 512x512x800 int16 `.nii.gz` (420 MB
+each, one per worker) converted by 2 workers in the default layout and with
+`chunks = [64, 64, 64]` (whose default shards are 512x512x256): each worker's
+peak above its baseline, against the 256 MB bound of tests/convert/test_memory.py.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import subprocess
 import sys
 import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import dask
@@ -52,6 +58,8 @@ NAME = "conversion: uncompressed MB/s, 4 x 512x512x300 int16 .nii.gz (629 MB), 6
 SPEC = StoreSpec(chunks=(64, 64, 64), compressor="blosc-zstd", level=5, checksum=True)
 SMALL = (512, 512, 300)
 BIG = (1024, 1024, 1000)
+PEAK = (512, 512, 800)  # the peak-RSS group's volumes: 420 MB each
+PEAK_BOUND = 256  # MB above a worker's baseline: the bound tests/convert/test_memory.py asserts
 MB = 1e6
 
 
@@ -90,6 +98,14 @@ def _inputs(workdir: Path) -> tuple[list[Path], Path]:
     small = [_write_ct(root / "raw4" / f"case_{i:03d}.nii.gz", SMALL, i) for i in range(4)]
     big = _write_ct(root / "raw1" / "case_100.nii.gz", BIG, 100)
     return small, big
+
+
+def _peak_inputs(workdir: Path) -> Path:
+    """The peak-RSS group's two volumes (generated once, cached like the others); returns their folder."""
+    raw = workdir / "convert" / "raw2x800"
+    for i in range(2):
+        _write_ct(raw / f"case_{200 + i:03d}.nii.gz", PEAK, 200 + i)
+    return raw
 
 
 def _nbytes(shape: tuple[int, ...]) -> float:
@@ -153,10 +169,24 @@ SAME_STORE = _store_toml("blosc-zstd", 5)  # what SPEC says, for the rows compar
 DEFAULT_STORE = "[store]\n"  # every key at the spec's default
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One labzarr conversion: wall s of execute, CPU s of workers and driver, and per worker (in address order)
+    its peak RSS above its baseline and that baseline (B)."""
+
+    wall: float
+    cpu: float
+    peaks: tuple[tuple[int, int], ...]
+
+    @property
+    def worst(self) -> tuple[int, int]:
+        """(peak above baseline, baseline) of the worker that rose most."""
+        return max(self.peaks)
+
+
 def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
-             split_bytes: int | None = None) -> tuple[float, float, int, int]:
-    """Convert `raw` on a ready LocalCluster with the `[store]` section `store_toml`: (wall s of execute,
-    CPU s of workers and driver, largest peak RSS above baseline, that baseline)."""
+             split_bytes: int | None = None) -> _Run:
+    """Convert `raw` on a ready LocalCluster with the `[store]` section `store_toml`."""
     store = root / f"store-{workers}w.zarr"
     shutil.rmtree(store, ignore_errors=True)
     spec_path = write_spec(root / f"manifests-{workers}w" / raw.name / "delivery.toml", raw=raw, store=store,
@@ -180,8 +210,7 @@ def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
         cpu = sum(client.run(_cpu_seconds).values()) + _cpu_seconds() - cpu0
         peaks = client.run(_worker_rss, "VmHWM")
     assert result.summary["counts"]["ok"] == len(result.rows), result.rows
-    worst = max(peaks, key=lambda w: peaks[w] - base[w])
-    return wall, cpu, peaks[worst] - base[worst], base[worst]
+    return _Run(wall, cpu, tuple((peaks[w] - base[w], base[w]) for w in sorted(peaks)))
 
 
 def _gunzip(paths: list[Path], module: object) -> float:
@@ -222,14 +251,14 @@ def run(workdir: Path) -> list[Result]:
     out.append(Result("straightforward: nibabel load + zarr write, 1 process", total / t, "MB/s", baseline=True))
     cpu_rows = [Result("CPU cost: straightforward", total / sf_cpu, "MB/cpu-s", note="load-independent")]
     for workers in (1, 2):
-        wall, cpu, _, _ = _labzarr(small[0].parent, root, workers)
+        r = _labzarr(small[0].parent, root, workers)
         out.append(Result(f"labzarr, {workers} worker{'s' if workers > 1 else ''} (incl. sha256 + manifest)",
-                          total / wall, "MB/s"))
-        cpu_rows.append(Result(f"CPU cost: labzarr, {workers} worker{'s' if workers > 1 else ''}", total / cpu,
-                               "MB/cpu-s", note=f"{total / cpu / (total / sf_cpu):.2f}x the straightforward path"))
+                          total / r.wall, "MB/s"))
+        cpu_rows.append(Result(f"CPU cost: labzarr, {workers} worker{'s' if workers > 1 else ''}", total / r.cpu,
+                               "MB/cpu-s", note=f"{total / r.cpu / (total / sf_cpu):.2f}x the straightforward path"))
     for label, store_toml in (("default layout: 32^3 in shards, blosc-lz4-5", DEFAULT_STORE),
                               ("zstd-5", _store_toml("zstd", 5)), ("blosc-zstd-3", _store_toml("blosc-zstd", 3))):
-        wall, _, _, _ = _labzarr(small[0].parent, root, 2, store_toml)
+        wall = _labzarr(small[0].parent, root, 2, store_toml).wall
         ratio = total * MB / sum(f.stat().st_size for f in (root / "store-2w.zarr").rglob("c/*/*/*/*"))
         out.append(Result(f"labzarr, 2 workers, {label} (codec choice)", total / wall, "MB/s",
                           note=f"compression ratio {ratio:.2f}"))
@@ -240,14 +269,29 @@ def run(workdir: Path) -> list[Result]:
                       "MB/s"))
     out += cpu_rows
     big_mb = _nbytes(BIG) / MB
-    wall, _, _, _ = _labzarr(big.parent, root, 2, split_bytes=0)
+    wall = _labzarr(big.parent, root, 2, split_bytes=0).wall
     out.append(Result("2.1 GB volume: labzarr, 2 workers, one task (split_bytes = 0)", big_mb / wall, "MB/s"))
-    wall, _, peak, base = _labzarr(big.parent, root, 2)
-    out.append(Result("2.1 GB volume: labzarr, 2 workers, split in 2 parts (default)", big_mb / wall, "MB/s"))
+    r = _labzarr(big.parent, root, 2)
+    peak, base = r.worst
+    out.append(Result("2.1 GB volume: labzarr, 2 workers, split in 2 parts (default)", big_mb / r.wall, "MB/s"))
     out.append(Result("2.1 GB volume: labzarr peak RSS above baseline", peak / MB, "MB", higher_is_better=False,
                       note=f"largest process; its baseline {base / MB:.0f} MB; target <= 256"))
     sf_peak = _straightforward_peak_rss(big, root / "straight-big.zarr")
     out.append(Result("2.1 GB volume: straightforward peak RSS above baseline", sf_peak / MB, "MB",
                       higher_is_better=False))
+    out += _peak_rows(_peak_inputs(workdir), root)
     shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def _peak_rows(raw: Path, root: Path) -> list[Result]:
+    """The peak-RSS group: each worker's peak above its baseline, in the default layout and with 64^3 chunks."""
+    group = "peak RSS per worker: 2 x 512x512x800 int16 .nii.gz (420 MB each), 2 workers"
+    out: list[Result] = []
+    for label, store_toml in (("default layout (32^3 in 256x256x128 shards)", DEFAULT_STORE),
+                              ("chunks = [64, 64, 64] (512x512x256 shards)", "[store]\nchunks = [64, 64, 64]\n")):
+        r = _labzarr(raw, root, 2, store_toml)
+        for i, (peak, base) in enumerate(r.peaks, 1):
+            out.append(Result(f"{label}, worker {i}", peak / MB, "MB", higher_is_better=False, group=group,
+                              note=f"above its baseline {base / MB:.0f} MB; bound {PEAK_BOUND}"))
     return out

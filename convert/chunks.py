@@ -5,7 +5,10 @@ Invariant: one channel per chunk; spatial chunks are the spec's patch-sized
 file order, where the chunk is thinned (by powers of two, down to one plane)
 until one chunk-row of the volume -- the slab a worker holds in memory --
 fits the slab budget. Writing whole chunk-rows means no chunk is ever read
-back, re-encoded, or written by two slabs or two tasks.
+back, re-encoded, or written by two slabs or two tasks. A sharded array streams
+one shard-row per slab, so its shards are thinned along that axis the same way;
+their other extents cost no memory, since the writer encodes a shard chunk by
+chunk straight from the slab (`_shard.py`).
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from collections.abc import Sequence
 
 __all__ = ["SLAB_BYTES", "chunk_grid", "plan_chunks", "plan_shards", "slab_bytes"]
 
-# Memory one worker holds for the slab being converted (on-disk + output copies of
-# one chunk-row), before the codec's per-chunk buffers. 128 MiB keeps a 1024 x 1024
-# int16 plane at 64-plane chunks and a worker's peak well inside the 256 MB target.
+# Memory one worker holds for the slab being converted (the source's `voxel_bytes`
+# per voxel of one chunk-row, or shard-row when sharded), before the writer's few
+# chunks in flight. 128 MiB keeps a 1024 x 1024 int16 plane at 64-plane chunks and
+# a worker's peak well inside the 256 MB target.
 SLAB_BYTES = 128 << 20
 
 
@@ -42,8 +46,8 @@ def plan_shards(shape: Sequence[int], chunks: Sequence[int], shards: Sequence[in
     """Shard shape for a (C, *spatial) array of `chunks`, or None (no sharding): the spec's `shards` in whole
     chunks, no more chunks than an axis has, and along `stream_axis` no thicker than a slab `budget` allows.
 
-    A source streams one shard-row per slab and the writer writes whole shards, so zarr never reads a
-    shard back to patch it (a partial write rewrites the whole shard file).
+    A source streams one shard-row per slab and the writer writes whole shards, so no shard is read back to
+    be patched (zarr rewrites the whole shard file on a partial write).
     """
     if shards is None:
         return None

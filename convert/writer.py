@@ -1,12 +1,20 @@
 """Writing a volume's slabs into its zarr array, chunk-aligned, hashing each chunk as it goes.
 
 Invariant: every write covers whole chunks (edge chunks to the array's end),
-so zarr never reads a chunk back; the array is written in a staging folder,
+and in a sharded array whole shards, so no chunk or shard is ever read back;
+the array is written in a staging folder,
 with every chunk file present (all-fill ones too), and claims `complete` and
 moves to its final path only in `finish()`, after the source's last slab (and
 so its whole-stream checks). `close()` without `finish()` removes the staged
 folder. A failure to write the store is `StoreWriteError`, never the item's fault.
 On a URL store the array is written at its final path instead (`objstore.py`).
+
+Memory: a sharded array's shards are encoded here, chunk by chunk, straight
+from the slab (`_shard.py`), since zarr-python holds a whole shard (voxels and
+encoded bytes) while it writes one; a worker then holds the slab and a few
+chunks, whatever the shard shape. Only an unsharded array (or a codec chain
+`_shard.py` does not write) goes through zarr-python, in blocks of whole write
+units of about `_BLOCK_BYTES`.
 
 Speed: a slab arrives as a reoriented view of the source's buffer (x fastest
 in memory, the store wants C order, z fastest). numpy copies such a view
@@ -18,6 +26,7 @@ runs at ~1.5 GB/s, so the transposition costs little next to the codec.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,6 +39,7 @@ import zarr
 from labzarr.readers import Slab, VolumeHeader
 from labzarr.store import Location
 
+from ._shard import ShardCodec
 from .content import ChunkDigests, block_digests, combine_digests
 from .store import StoreWriteError, begin_array, discard, install
 
@@ -38,6 +48,7 @@ __all__ = ["AXES", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "cr
 
 _TILE = 64  # voxels per tile edge for the transposing copy: 64^3 x 8 B fits in L2
 _BLOCK_BYTES = 16 << 20  # voxels handed to zarr per call: enough chunks to keep its codec threads busy
+_THREADS = min(8, os.cpu_count() or 1)  # threads encoding one shard's chunks, as zarr's codecs use every core
 AXES = ("c", "x", "y", "z")
 
 
@@ -99,19 +110,25 @@ def seal_volume(store: Location, name: str, folder: Location, array: zarr.Array[
 
 
 class _SlabWriter:
-    """Writes slabs into an array, whole write units at a time, hashing each chunk in a background thread."""
+    """Writes slabs into the array at `folder`: shard by shard when sharded, else through zarr in blocks of whole
+    chunks; hashes each chunk in worker threads."""
 
-    def __init__(self, store: Location, name: str, header: VolumeHeader, array: zarr.Array[Any]) -> None:
-        self.store, self.name, self.header, self.array = store, name, header, array
+    def __init__(self, store: Location, name: str, header: VolumeHeader, array: zarr.Array[Any],
+                 folder: Location) -> None:
+        self.store, self.name, self.header, self.array, self.folder = store, name, header, array, folder
         self.chunks = tuple(int(c) for c in array.chunks)
         # What one write covers whole: a shard when sharded (zarr rewrites a shard file on a partial write).
         self.unit = tuple(int(s) for s in array.shards) if array.shards is not None else self.chunks
+        self._shard = ShardCodec.of(array)
         self._digests: ChunkDigests = {}
-        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labzarr-hash")
+        self._pool = ThreadPoolExecutor(max_workers=_THREADS if self._shard else 1, thread_name_prefix="labzarr-write")
         self._pending: Future[ChunkDigests] | None = None
 
     def write(self, slab: Slab) -> None:
-        """Write one slab aligned to the write unit, in blocks of whole chunk-rows (shard-rows) along one axis."""
+        """Write one slab aligned to the write unit (whole shards, or whole chunks when unsharded)."""
+        if self._shard is not None:
+            self._write_shards(slab, self._shard)
+            return
         axis = self._block_axis(slab)
         start, stop = slab.region[axis].start, slab.region[axis].stop
         step = self._rows_per_block(slab, axis) * self.unit[axis]
@@ -125,9 +142,21 @@ class _SlabWriter:
             origin = [r.start for r in region]
             self._collect()
             # hashlib and numpy's copy release the GIL: hash this block while zarr encodes it
-            self._pending = self._hasher.submit(block_digests, block, origin, self.chunks)
+            self._pending = self._pool.submit(block_digests, block, origin, self.chunks)
             with store_io(self.store, f"cannot write {self.name}"):
                 self.array[tuple(region)] = block
+
+    def _write_shards(self, slab: Slab, codec: ShardCodec) -> None:
+        """Write every shard of `slab`, each whole: the slab covers whole shards (edge shards to the array's end)."""
+        region, shape = slab.region, self.array.shape
+        if any(r.start % u or (r.stop % u and r.stop != n) for r, u, n in zip(region, self.unit, shape)):
+            raise ValueError(f"{self.name}: slab {region} does not cover whole shards of {self.unit}")
+        for coords in itertools.product(*(range(r.start // u, -(-r.stop // u)) for r, u in zip(region, self.unit))):
+            sel = tuple(slice(k * u - r.start, min((k + 1) * u, r.stop) - r.start)
+                        for k, u, r in zip(coords, self.unit, region))
+            with store_io(self.store, f"cannot write {self.name}"):
+                self._digests.update(codec.write(self.folder, coords, slab.data[sel], pool=self._pool, threads=_THREADS,
+                                                 copy=lambda view: c_order_copy(view, self.header.dtype)))
 
     def digests(self) -> ChunkDigests:
         """Each written chunk's digest by chunk index (after waiting for the hashing thread)."""
@@ -159,22 +188,22 @@ class VolumeWriter(_SlabWriter):
         with store_io(store, f"cannot create {name}"):
             folder = begin_array(store, name)
             array = create_volume_array(folder, header, chunks=chunks, shards=shards, codecs=codecs, attrs=attrs)
-        super().__init__(store, name, header, array)
-        self.folder, self.run_id = folder, run_id
+        super().__init__(store, name, header, array, folder)
+        self.run_id = run_id
         self._installed = False
 
     def finish(self, *, attrs: Mapping[str, Any] | None = None, complete: str) -> str:
         """Record `content_sha256` (and `attrs`), then `complete`, and move the array into place; returns the hash."""
         self._collect()
-        self._hasher.shutdown()
+        self._pool.shutdown()
         content = seal_volume(self.store, self.name, self.folder, self.array, self._digests, attrs=attrs,
                               complete=complete, run_id=self.run_id)
         self._installed = True
         return content
 
     def close(self) -> None:
-        """Stop the hashing thread and, unless `finish` installed the array, remove the staged folder."""
-        self._hasher.shutdown(cancel_futures=True)
+        """Stop the writing threads and, unless `finish` installed the array, remove the staged folder."""
+        self._pool.shutdown(cancel_futures=True)
         if not self._installed:
             discard(self.folder)
 
@@ -188,8 +217,8 @@ class PartWriter(_SlabWriter):
     def __init__(self, store: Location, name: str, header: VolumeHeader, folder: Location) -> None:
         with store_io(store, f"cannot open {name}"):
             array = open_volume_array(folder)
-        super().__init__(store, name, header, array)
+        super().__init__(store, name, header, array, folder)
 
     def close(self) -> None:
-        """Stop the hashing thread."""
-        self._hasher.shutdown(cancel_futures=True)
+        """Stop the writing threads."""
+        self._pool.shutdown(cancel_futures=True)

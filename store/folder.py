@@ -16,7 +16,8 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path, PosixPath, PurePath
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -55,6 +56,19 @@ class Folder(PosixPath):
     def write_atomic(self, data: bytes) -> None:
         """Write the whole file through a temporary file and a rename, so readers never see half of it."""
         atomic_write(self, data)
+
+    @contextmanager
+    def write_stream(self) -> Iterator[Callable[[bytes], object]]:
+        """Write this file piece by piece (the block gets an `append(bytes)`): into a `.partial` file beside it,
+        renamed into place when the block ends without an error, so the file appears whole or not at all."""
+        self.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.with_name(f"{self.name}.{uuid.uuid4().hex}.partial")
+        try:
+            with tmp.open("wb") as out:
+                yield out.write
+            os.replace(tmp, self)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def remove_tree(self, *, trash: Folder | None = None) -> None:
         """Delete this folder (or file) and everything below; nothing there is no error. With `trash`, it is

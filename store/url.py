@@ -12,7 +12,8 @@ appears whole. Listings are never cached: other processes write the same store.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -117,6 +118,14 @@ class UrlStore:
     def write_atomic(self, data: bytes) -> None:
         """Write the whole object: a single PUT is atomic on an object store."""
         self.write_bytes(data)
+
+    @contextmanager
+    def write_stream(self) -> Iterator[Callable[[bytes], object]]:
+        """Write this object piece by piece (the block gets an `append(bytes)`): the pieces are collected and
+        sent in one PUT when the block ends without an error (a single PUT is atomic)."""
+        parts: list[bytes] = []
+        yield parts.append
+        self.write_bytes(b"".join(parts))
 
     def unlink(self, missing_ok: bool = False) -> None:
         try:

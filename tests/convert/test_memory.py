@@ -1,4 +1,5 @@
-"""A volume larger than a worker's memory bound converts in bounded memory and equals its source voxel for voxel."""
+"""A volume larger than a worker's memory bound converts in bounded memory and equals its source voxel for voxel,
+whatever the chunk and shard shapes (the writer holds one slab, never a whole shard's encoding)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,13 @@ from labzarr.convert.spec import load_spec
 SHAPE = (600, 520, 1000)  # int16: 624 MB uncompressed, far more than the bound below
 BOUND = 256 << 20  # a worker's peak RSS above its baseline (after imports), whatever the volume's size
 AFFINE = np.diag([-0.8, -0.8, -1.0, 1.0])  # every axis flipped: canonical z runs against the file's z
+DEMO_STORE = "chunks = [32, 32, 32]\nshards = [256, 256, 128]\n"  # what write_spec writes: the default layout
+# The [store] lines put in place of DEMO_STORE, and the shards the planner then gives this volume. 64^3 chunks get
+# their default shards (512 x 512 x 256), thinned along z to the slab budget: each 96 MiB shard is most of a slab.
+LAYOUTS = {
+    "default": (DEMO_STORE, (1, 256, 256, 128)),
+    "chunks-64": ("chunks = [64, 64, 64]\n", (1, 512, 512, 192)),
+}
 
 
 def _voxels(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -52,13 +60,23 @@ def _reset_peak() -> int:
     return _rss("VmRSS")
 
 
-def test_large_volume_converts_in_bounded_worker_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    _write(raw / "case_001.nii.gz")
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The big volume's delivery folder, written once for every layout."""
+    folder = tmp_path_factory.mktemp("raw")
+    _write(folder / "case_001.nii.gz")
+    return folder
+
+
+@pytest.mark.parametrize(("store_lines", "shards"), LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_large_volume_converts_in_bounded_worker_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: Path,
+                                                        store_lines: str, shards: tuple[int, ...]) -> None:
     store = tmp_path / "big.zarr"
-    spec = load_spec(write_spec(tmp_path / "manifests" / "big" / "delivery.toml", raw=raw, store=store, name="big",
-                                labels=False), cwd=tmp_path)
+    path = write_spec(tmp_path / "manifests" / "big" / "delivery.toml", raw=raw, store=store, name="big", labels=False)
+    text = path.read_text()
+    assert text.count(DEMO_STORE) == 1
+    path.write_text(text.replace(DEMO_STORE, store_lines))
+    spec = load_spec(path, cwd=tmp_path)
     # The worker starts as `labzarr convert` starts it (its malloc thresholds); a nanny started earlier in this
     # process left dask's own values in os.environ, which would take precedence over the config.
     for name in WORKER_MALLOC:
@@ -79,6 +97,7 @@ def test_large_volume_converts_in_bounded_worker_memory(tmp_path: Path, monkeypa
     assert peak - baseline < BOUND < nbytes, f"worker peak {peak:,} B, baseline {baseline:,} B"
     arr = zarr.open_array(store, path=row.array, mode="r")
     assert arr.shape == (1, *SHAPE) and arr.dtype == np.int16 and arr.attrs["complete"] == row.sha256
+    assert arr.shards == shards
     X, Y, Z = SHAPE
     x, y = np.ogrid[:X, :Y]
     for z0 in range(0, Z, 100):  # canonical (x, y, z) = on-disk (X-1-x, Y-1-y, Z-1-z)

@@ -1,0 +1,200 @@
+"""One shard file of a sharded zarr v3 volume array, encoded chunk by chunk: zarr-python's bytes, in bounded memory.
+
+Why not zarr-python: its sharding codec holds a whole shard while writing it (the voxels, every encoded
+chunk, then their concatenation), so a writer's memory would grow with the shard shape; here a handful
+of inner chunks are in flight at a time, whatever the shard holds.
+
+Invariant: a shard is written as zarr-python writes a whole shard of the same voxels (tests/convert/test_writer.py
+compares the files byte for byte): every inner chunk that intersects the array, encoded at the full chunk shape
+(edge chunks padded with the fill value) by the array's own codec chain, stored back to back in Morton order;
+then the index, (offset, nbytes) as little-endian uint64 per inner chunk in C order (2^64-1 for a chunk wholly
+outside the array), and the index's crc32c. `ShardCodec.of` accepts only chains it encodes exactly so (what
+`store.codecs` makes); for any other the caller lets zarr-python write.
+
+A shard file appears whole: it is written through its location's `write_stream` (a folder: a `.partial` file
+beside its final name, renamed, what zarr's LocalStore does and what the next run sweeps after a kill; a URL:
+the encoded chunks gathered and PUT once, which is atomic there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, cast
+
+import crc32c
+import numcodecs
+import numpy as np
+import numpy.typing as npt
+import zarr
+
+from labzarr.store import Location
+
+from .content import ChunkDigests
+
+__all__ = ["ShardCodec"]
+
+_ABSENT = 2**64 - 1  # the index entry (offset and nbytes) of an inner chunk that is not stored
+_IN_FLIGHT_BYTES = 16 << 20  # voxels of the inner chunks being encoded at once (each also has its encoded copy)
+
+_Encode = Callable[[bytes | npt.NDArray[Any]], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardCodec:
+    """How one sharded array's shards are laid out and encoded (from its zarr metadata)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    fill: np.generic
+    chunks: tuple[int, ...]  # the inner chunk
+    shards: tuple[int, ...]
+    steps: tuple[_Encode, ...]  # bytes-to-bytes encoders in order, after the little-endian bytes
+    keys: Callable[[tuple[int, ...]], str]  # a shard's key below the array, from its grid coordinates
+
+    @classmethod
+    def of(cls, array: zarr.Array[Any]) -> ShardCodec | None:
+        """The codec of `array`'s shards, or None when it is not sharded or has a chain this module does not write."""
+        if array.shards is None:
+            return None
+        outer: object = array.metadata.to_dict()["codecs"]
+        conf = _conf(outer[0], "sharding_indexed") if isinstance(outer, Sequence) and len(outer) == 1 else None
+        if conf is None or conf.get("index_location", "end") != "end":
+            return None
+        index_codecs = list(conf.get("index_codecs", ()))
+        if [c.get("name") if isinstance(c, Mapping) else c for c in index_codecs] != ["bytes", "crc32c"] \
+                or _conf(index_codecs[0], "bytes", endian=True) is None:
+            return None
+        inner = list(conf.get("codecs", ()))
+        if not inner or _conf(inner[0], "bytes", endian=array.dtype.itemsize > 1) is None:
+            return None
+        steps: list[_Encode] = []
+        for c in inner[1:]:
+            step = _step(c)
+            if step is None:
+                return None
+            steps.append(step)
+        meta = array.metadata
+        return cls(shape=tuple(int(n) for n in array.shape), dtype=np.dtype(array.dtype),
+                   fill=cast(np.generic, np.asarray(array.fill_value, dtype=array.dtype)[()]),
+                   chunks=tuple(int(c) for c in array.chunks), shards=tuple(int(s) for s in array.shards),
+                   steps=tuple(steps), keys=meta.encode_chunk_key)
+
+    def write(self, folder: Location, coords: Sequence[int], data: npt.NDArray[Any], *, pool: ThreadPoolExecutor,
+              threads: int, copy: Callable[[npt.NDArray[Any]], npt.NDArray[Any]]) -> ChunkDigests:
+        """Write shard `coords` of the array at `folder` from `data` (its voxels, trimmed to the array's end; any
+        strides): each chunk is copied C-ordered by `copy`, hashed and encoded on `pool` (of `threads`), and
+        written in order. Returns the chunks' digests. Raises OSError (or the URL store's errors)."""
+        per = tuple(s // c for s, c in zip(self.shards, self.chunks))
+        first = tuple(int(k) * p for k, p in zip(coords, per))  # the shard's first chunk, in array chunk indices
+        grid = tuple(-(-n // c) for n, c in zip(self.shape, self.chunks))
+        stored = [local for local in _morton(per) if all(f + i < g for f, i, g in zip(first, local, grid))]
+        nbytes = self.dtype.itemsize * math.prod(self.chunks)
+        window = max(2, min(2 * threads, _IN_FLIGHT_BYTES // max(1, nbytes)))  # keeps every thread busy
+        index = np.full((*per, 2), _ABSENT, dtype="<u8")
+        digests: ChunkDigests = {}
+        pending: deque[tuple[tuple[int, ...], Future[tuple[bytes, bytes]]]] = deque()
+        with (folder / self.keys(tuple(int(k) for k in coords))).write_stream() as write:
+            out = _ShardFile(write)
+            for local in stored:
+                sel = tuple(slice(i * c, (i + 1) * c) for i, c in zip(local, self.chunks))
+                pending.append((local, pool.submit(self._encode, data[sel], copy)))
+                if len(pending) >= window:
+                    self._put(out, index, digests, first, *pending.popleft())
+            while pending:
+                self._put(out, index, digests, first, *pending.popleft())
+            raw = index.tobytes()
+            out.append(raw + crc32c.crc32c(raw).to_bytes(4, "little"))
+        return digests
+
+    def _put(self, out: _ShardFile, index: npt.NDArray[np.uint64], digests: ChunkDigests, first: tuple[int, ...],
+             local: tuple[int, ...], done: Future[tuple[bytes, bytes]]) -> None:
+        digest, encoded = done.result()
+        index[local] = (out.size, len(encoded))
+        out.append(encoded)
+        digests[tuple(f + i for f, i in zip(first, local))] = digest
+
+    def _encode(self, view: npt.NDArray[Any],
+                copy: Callable[[npt.NDArray[Any]], npt.NDArray[Any]]) -> tuple[bytes, bytes]:
+        """(sha256 of the chunk's voxels as the array holds them, trimmed; the chunk's encoded bytes)."""
+        block = copy(view)
+        digest = hashlib.sha256(block.data).digest()
+        if block.shape != self.chunks:  # an edge chunk: encoded at full size, as zarr pads it
+            full = np.full(self.chunks, self.fill, dtype=self.dtype)
+            full[tuple(slice(0, n) for n in block.shape)] = block
+            block = full
+        encoded: bytes | npt.NDArray[Any] = block.astype(self.dtype.newbyteorder("<"), copy=False).reshape(-1).view("B")
+        for step in self.steps:
+            encoded = step(encoded)
+        return digest, bytes(encoded)
+
+
+class _ShardFile:
+    """A shard's bytes as they are written (through its location's `write_stream`), and how many so far: each
+    chunk's offset in the shard index."""
+
+    def __init__(self, write: Callable[[bytes], object]) -> None:
+        self.write, self.size = write, 0
+
+    def append(self, data: bytes) -> None:
+        self.write(data)
+        self.size += len(data)
+
+
+def _conf(codec: object, name: str, *, endian: bool = False) -> Mapping[str, Any] | None:
+    """`codec`'s configuration when it is the codec `name` (with little-endian bytes when `endian`), else None."""
+    if not isinstance(codec, Mapping) or codec.get("name") != name:
+        return None
+    conf = codec.get("configuration") or {}
+    if endian and conf.get("endian") != "little":
+        return None
+    return conf
+
+
+def _step(codec: object) -> _Encode | None:
+    """The encoder of one bytes-to-bytes codec as zarr-python runs it (the numcodecs codec it builds), or None."""
+    if not isinstance(codec, Mapping):
+        return None
+    name, conf = codec.get("name"), codec.get("configuration") or {}
+    if name == "crc32c":
+        return _crc32c
+    if name == "zstd":
+        zstd = numcodecs.Zstd(level=conf["level"], checksum=conf.get("checksum", False))
+        return lambda data: bytes(zstd.encode(data))
+    if name == "blosc":
+        shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[conf["shuffle"]]
+        try:  # numcodecs >= 0.16 takes the type size, as zarr-python passes it; older ones read the bytes' itemsize (1)
+            blosc = numcodecs.Blosc(cname=conf["cname"], clevel=conf["clevel"], shuffle=shuffle,
+                                    blocksize=conf.get("blocksize", 0), typesize=conf["typesize"])
+        except TypeError:
+            blosc = numcodecs.Blosc(cname=conf["cname"], clevel=conf["clevel"], shuffle=shuffle,
+                                    blocksize=conf.get("blocksize", 0))
+        return lambda data: bytes(blosc.encode(data))
+    return None
+
+
+def _crc32c(data: bytes | npt.NDArray[Any]) -> bytes:
+    raw = bytes(data)
+    return raw + crc32c.crc32c(raw).to_bytes(4, "little")
+
+
+def _morton(per: Sequence[int]) -> list[tuple[int, ...]]:
+    """Every position in a grid of `per`, in zarr's Morton order: bits interleaved axis by axis, each axis
+    contributing only the bits its own extent needs."""
+    bits = [(n - 1).bit_length() for n in per]
+
+    def code(pos: tuple[int, ...]) -> int:
+        z, at = 0, 0
+        for bit in range(max(bits, default=0)):
+            for axis, width in enumerate(bits):
+                if bit < width:
+                    z |= ((pos[axis] >> bit) & 1) << at
+                    at += 1
+        return z
+
+    return sorted(itertools.product(*(range(n) for n in per)), key=code)

@@ -1,0 +1,113 @@
+"""The slab writer's own shard encoding: the same files zarr-python writes, read back identically by both readers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from labzarr.convert.content import array_content_sha256
+from labzarr.convert.spec import StoreSpec
+from labzarr.convert.store import codecs
+from labzarr.convert.writer import VolumeWriter, create_volume_array
+from labzarr.readers import Slab, VolumeHeader
+from labzarr.store import Folder, StoreReader
+
+SPECS = {
+    "blosc-lz4+crc": StoreSpec(),
+    "blosc-zstd+crc": StoreSpec(compressor="blosc-zstd", level=3),
+    "zstd+crc": StoreSpec(compressor="zstd", level=5),
+    "zstd": StoreSpec(compressor="zstd", level=1, checksum=False),
+    "none+crc": StoreSpec(compressor="none"),
+    "none": StoreSpec(compressor="none", checksum=False),
+}
+
+# (shape, chunks, shards): edge chunks, edge shards with inner chunks wholly outside the array, shards of a
+# number of chunks that is not a power of two (Morton order over a ragged grid), one chunk per shard.
+LAYOUTS = {
+    "ragged": ((2, 37, 50, 23), (1, 8, 8, 8), (1, 16, 24, 16)),
+    "pow2": ((1, 64, 32, 40), (1, 8, 8, 8), (1, 32, 32, 16)),
+    "one-chunk-shards": ((1, 20, 9, 7), (1, 4, 4, 4), (1, 4, 4, 4)),
+}
+
+
+def _header(shape: tuple[int, ...], dtype: np.dtype[np.generic]) -> VolumeHeader:
+    eye = tuple(tuple(float(i == j) for j in range(4)) for i in range(4))
+    return VolumeHeader(kind="nifti", shape=shape, dtype=dtype, spacing=(1.0, 1.0, 1.0), affine=eye, orientation="RAS",
+                        stream_axis=None, voxel_bytes=dtype.itemsize)
+
+
+def _volume(shape: tuple[int, ...], dtype: str, fill: str) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    if fill == "zeros":
+        return np.zeros(shape, dtype)
+    if fill == "smooth":  # compressible, as a scan is
+        grid = np.indices(shape).sum(axis=0)
+        return (grid % 50 + rng.integers(0, 3, shape)).astype(dtype)
+    return rng.integers(0, 200, shape).astype(dtype)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()
+            and p.name != "zarr.json"}
+
+
+def _write_both(tmp_path: Path, data: np.ndarray, chunks: tuple[int, ...], shards: tuple[int, ...], spec: StoreSpec,
+                slabs: int) -> tuple[Path, Path, str]:
+    """`data` written by zarr-python (one whole-array write) and by `VolumeWriter` in `slabs` slabs along x, each a
+    strided (flipped, transposed) view as a reader hands it over: (zarr's array, ours, our content hash)."""
+    h = _header(tuple(data.shape), data.dtype)
+    theirs = Folder(tmp_path / "zarr.zarr") / "v"
+    arr = create_volume_array(theirs, h, chunks=chunks, shards=shards, codecs=codecs(spec), attrs={})
+    arr[...] = data
+    writer = VolumeWriter(Folder(tmp_path / "ours.zarr"), "v", h, chunks=chunks, shards=shards, codecs=codecs(spec),
+                          attrs={})
+    flipped = np.asfortranarray(data[:, ::-1])[:, ::-1]  # the same values, x fastest in memory, then flipped back
+    step = -(-data.shape[1] // slabs // shards[1]) * shards[1]
+    for lo in range(0, data.shape[1], step):
+        hi = min(data.shape[1], lo + step)
+        writer.write(Slab(region=(slice(0, data.shape[0]), slice(lo, hi), *(slice(0, n) for n in data.shape[2:])),
+                          data=flipped[:, lo:hi]))
+    content = writer.finish(complete="x")
+    return Path(theirs), tmp_path / "ours.zarr" / "v", content
+
+
+@pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS.keys())
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_shards_are_byte_identical_to_zarr_python(tmp_path: Path, layout: tuple[tuple[int, ...], ...],
+                                                  spec: StoreSpec) -> None:
+    shape, chunks, shards = layout
+    data = _volume(shape, "int16", "smooth")
+    theirs, ours, content = _write_both(tmp_path, data, chunks, shards, spec, slabs=2)
+    want, got = _files(theirs), _files(ours)
+    assert sorted(got) == sorted(want)
+    assert [k for k in want if got[k] != want[k]] == []
+    arr = zarr.open_array(tmp_path / "ours.zarr", path="v", mode="r")
+    np.testing.assert_array_equal(arr[...], data)
+    np.testing.assert_array_equal(StoreReader(tmp_path / "ours.zarr", backend="labzarr").read("v"), data)
+    assert arr.attrs["content_sha256"] == content == array_content_sha256(arr)
+
+
+@pytest.mark.parametrize(("dtype", "fill"), [("uint8", "random"), ("float32", "random"), ("int16", "zeros"),
+                                             ("uint16", "random")])
+def test_dtypes_and_all_fill_shards_match_zarr_python(tmp_path: Path, dtype: str, fill: str) -> None:
+    shape, chunks, shards = LAYOUTS["ragged"]
+    data = _volume(shape, dtype, fill)
+    theirs, ours, _ = _write_both(tmp_path, data, chunks, shards, StoreSpec(), slabs=1)
+    assert _files(ours) == _files(theirs)
+    np.testing.assert_array_equal(StoreReader(tmp_path / "ours.zarr", backend="labzarr").read("v"), data)
+
+
+def test_a_slab_that_splits_a_shard_is_refused(tmp_path: Path) -> None:
+    shape, chunks, shards = LAYOUTS["pow2"]
+    data = _volume(shape, "int16", "random")
+    writer = VolumeWriter(Folder(tmp_path / "s.zarr"), "v", _header(shape, data.dtype), chunks=chunks, shards=shards,
+                          codecs=codecs(StoreSpec()), attrs={})
+    try:
+        with pytest.raises(ValueError, match="does not cover whole shards"):
+            writer.write(Slab(region=(slice(0, 1), slice(0, 8), slice(0, 32), slice(0, 40)), data=data[:, :8]))
+    finally:
+        writer.close()
+    assert not list((tmp_path / "s.zarr").rglob("*.partial"))
