@@ -9,14 +9,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from labzarr.readers import Reason
+from labzarr.store.folder import atomic_write  # re-exported: the manifest, summary and report are written whole
 
 __all__ = ["BASE_COLUMNS", "ClassCount", "RoleSource", "Row", "Status", "atomic_write", "manifest_bytes", "read_manifest", "role_columns", "sort_rows", "summary_json"]
 
@@ -137,29 +136,6 @@ def read_manifest(path: Path) -> list[dict[str, str]]:
     """Read a manifest CSV back as one dict per row (for diff, report and tests)."""
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        # mkstemp creates 0600; keep the mode of the file being replaced, else the usual 0644.
-        os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    # The rename is durable only once the folder is synced too.
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def summary_json(summary: Mapping[str, object]) -> bytes:

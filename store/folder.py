@@ -163,7 +163,7 @@ class Folder(PosixPath):
             return str(self)
 
 
-def atomic_write(path: PosixPath, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     """Write `data` to `path` via a temporary file and rename, so readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
