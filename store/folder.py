@@ -22,7 +22,6 @@ from pathlib import Path, PosixPath, PurePath
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .location import Transport, open_transport
 
 if TYPE_CHECKING:
     import zarr.storage
@@ -36,10 +35,6 @@ class Folder(PosixPath):
     # A rename makes an array appear whole, so arrays are staged elsewhere and renamed into place.
     writes_in_place: ClassVar[bool] = False
     options: ClassVar[Mapping[str, Any]] = MappingProxyType({})  # a URL store's fsspec options; a folder has none
-
-    def transport(self) -> Transport:
-        """The read transport of the store rooted here."""
-        return open_transport(PosixPath(self))
 
     def zarr(self, *, read_only: bool = False) -> zarr.storage.LocalStore:
         """This folder as a zarr store."""

@@ -276,14 +276,21 @@ class FsspecTransport:
         self.url, self.options, self._fs, self._pid = state["url"], state["options"], None, os.getpid()
 
 
+def _is_zipped(where: Path) -> bool:
+    """True for a zipped store, False for a folder; a file that is no zip is refused."""
+    if not where.is_file():
+        return False
+    if not zipfile.is_zipfile(where):
+        raise ValueError(f"{where}: a file but not a zip; a store is a folder or a zip of one")
+    return True
+
+
 def open_transport(store: Path | str, storage_options: Mapping[str, Any] | None = None) -> Transport:
     """The transport for a store folder, a zipped store (recognised by content) or a URL."""
     where = store_location(store)
     if isinstance(where, str):
         return FsspecTransport(where, dict(storage_options or {}))
-    if where.is_file():
-        if not zipfile.is_zipfile(where):
-            raise ValueError(f"{where}: a file but not a zip; a store is a folder or a zip of one")
+    if _is_zipped(where):
         return ZipTransport(where)
     return FolderTransport(where)
 
@@ -298,8 +305,6 @@ def zarr_store_for(store: Path | str, storage_options: Mapping[str, Any] | None 
         return zarr.storage.FsspecStore.from_url(where, read_only=True,
                                                  storage_options={"use_listings_cache": False,
                                                                   **(storage_options or {})})
-    if where.is_file():
-        if not zipfile.is_zipfile(where):
-            raise ValueError(f"{where}: a file but not a zip; a store is a folder or a zip of one")
+    if _is_zipped(where):
         return zarr.storage.ZipStore(where, mode="r")
     return zarr.storage.LocalStore(where, read_only=True)

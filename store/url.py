@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .location import FsspecTransport, Transport, is_url
+from .location import is_url
 
 if TYPE_CHECKING:
     import zarr.storage
@@ -89,10 +89,6 @@ class UrlStore:
         import fsspec  # a module that only locates stores (the spec, the planner) does without fsspec
 
         return fsspec.filesystem(self.protocol, **{"use_listings_cache": False, **self.options})
-
-    def transport(self) -> Transport:
-        """The read transport of the store rooted here."""
-        return FsspecTransport(self.url, dict(self.options))
 
     def relative_to(self, other: UrlStore) -> PurePosixPath:
         return PurePosixPath(self.path).relative_to(other.path)
