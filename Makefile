@@ -19,7 +19,7 @@ DELIVERY ?=
 SPECS  := $(if $(DELIVERY),manifests/$(DELIVERY)/delivery.toml,$(wildcard manifests/*/delivery.toml))
 PYTEST_ARGS ?=
 
-.PHONY: help install test-deps demo test typecheck stress convert report diff verify inspect bench clean
+.PHONY: help install test-deps demo test typecheck lint stress convert report diff verify inspect bench clean
 
 help:
 	@echo "make demo     install everything, build a messy sample delivery, convert it, print the summary"
@@ -31,6 +31,7 @@ help:
 	@echo "make verify   re-read every chunk of every converted store, check checksums and hashes (or DELIVERY=name)"
 	@echo "make stress   the long trials (tests marked slow)"
 	@echo "make typecheck  mypy --strict over the installed layout of the package (also part of make test)"
+	@echo "make lint     ruff check with the rules in pyproject.toml (also part of make test)"
 	@echo "make bench    run the benchmarks (one table per section, ratios vs baselines)"
 	@echo "make clean    remove data/, the venv and caches"
 
@@ -85,6 +86,9 @@ verify: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_typing.py
+
+lint: $(STAMP)
+	$(BIN)/python -m pytest -q tests/test_lint.py
 
 stress: $(STAMP) test-deps
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)

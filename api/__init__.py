@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from labzarr.convert.run import convert_delivery
+    from labzarr.convert.run.driver import convert_delivery
     from labzarr.loaders.dataset import PatchDataset
     from labzarr.store.view import open_store
 
@@ -22,7 +22,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 __all__ = ["PatchDataset", "__version__", "convert_delivery", "open_store"]
 
-_WHERE = {"convert_delivery": "labzarr.convert.run", "PatchDataset": "labzarr.loaders.dataset",
+_WHERE = {"convert_delivery": "labzarr.convert.run.driver", "PatchDataset": "labzarr.loaders.dataset",
           "open_store": "labzarr.store.view"}
 
 

@@ -25,13 +25,15 @@ A second group, peak RSS per worker: two 512x512x800 int16 `.nii.gz` (420 MB
 each, one per worker) converted by 2 workers in the default layout and with
 `chunks = [64, 64, 64]` (whose default shards are 512x512x256): each worker's
 peak above its baseline, against the 256 MB bound of tests/convert/test_memory.py.
+
+A third group, the writer's C-order copy: a reoriented slab (x fastest in memory) made C-contiguous by
+numpy in one pass, against labzarr's copy tile by tile.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -42,17 +44,17 @@ from pathlib import Path
 
 import dask
 import nibabel as nib
-import numpy as np
 import numcodecs
+import numpy as np
+from common import Result, median_p90, time_calls
 from distributed import Client, LocalCluster
 from isal import isal_zlib
 
-from common import Result
-
 from labzarr.convert.demo import write_spec
-from labzarr.convert.run import execute, local_cluster_config
+from labzarr.convert.run.driver import execute, local_cluster_config
 from labzarr.convert.spec import StoreSpec, load_spec
-from labzarr.convert.store import codecs
+from labzarr.convert.write.arrays import codecs
+from labzarr.convert.write.writer import c_order_copy
 
 NAME = "conversion: uncompressed MB/s, 4 x 512x512x300 int16 .nii.gz (629 MB), 64^3 blosc-zstd-5 + crc32c"
 SPEC = StoreSpec(chunks=(64, 64, 64), compressor="blosc-zstd", level=5, checksum=True)
@@ -201,7 +203,8 @@ def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
     with dask.config.set(local_cluster_config(crash_retries=1)), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                          memory_limit=0) as cluster, Client(cluster) as client:
-        client.run(lambda: __import__("labzarr.convert.task"))  # imports are the baseline, not the conversion
+        # imports are the baseline, not the conversion
+        client.run(lambda: __import__("labzarr.convert.run.volume_task"))
         base = client.run(_reset_peak)
         cpu0 = sum(client.run(_cpu_seconds).values()) + _cpu_seconds()
         t = time.perf_counter()
@@ -280,8 +283,21 @@ def run(workdir: Path) -> list[Result]:
     out.append(Result("2.1 GB volume: straightforward peak RSS above baseline", sf_peak / MB, "MB",
                       higher_is_better=False))
     out += _peak_rows(_peak_inputs(workdir), root)
+    out += _copy_rows()
     shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def _copy_rows() -> list[Result]:
+    """The C-order copy group: a reoriented slab (x fastest in memory) made C-contiguous, as the writer does."""
+    group = "C-order copy of a reoriented 512x512x64 int16 slab (convert/write/writer.py)"
+    slab = np.asfortranarray(_ct_planes((512, 512, 64), 0, 0, 64))[np.newaxis]  # (1, x, y, z), x fastest
+    mb = slab.nbytes / MB
+    numpy_s, _ = median_p90(time_calls(lambda: np.ascontiguousarray(slab), 5))
+    tiles_s, _ = median_p90(time_calls(lambda: c_order_copy(slab), 5))
+    return [Result("numpy ascontiguousarray (one pass across the cache)", mb / numpy_s, "MB/s", baseline=True,
+                   group=group),
+            Result("labzarr c_order_copy (64^3 tiles, each transposed in cache)", mb / tiles_s, "MB/s", group=group)]
 
 
 def _peak_rows(raw: Path, root: Path) -> list[Result]:

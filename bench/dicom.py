@@ -27,9 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import pydicom
-from pydicom.uid import generate_uid
-
 from common import Result
+from pydicom.uid import generate_uid
 
 from labzarr.readers import read_dicom_header, read_head
 
@@ -85,7 +84,7 @@ def _straightforward(folder: Path, store: Path) -> float:
     import zarr
 
     from labzarr.convert.spec import StoreSpec
-    from labzarr.convert.store import codecs
+    from labzarr.convert.write.arrays import codecs
 
     shutil.rmtree(store, ignore_errors=True)
     t = time.perf_counter()

@@ -8,7 +8,6 @@ import tracemalloc
 from pathlib import Path
 
 import openpyxl
-
 from common import Result, median_p90, time_calls
 
 from labzarr.convert.labels import join_labels
@@ -44,7 +43,8 @@ def run(workdir: Path) -> list[Result]:
     base, _ = median_p90(time_calls(plain, 3))
     mine, _ = median_p90(time_calls(ours, 3))
     sheet = ours()
-    rows = [Row(item_id=f"case{i}", status="ok", source=f"case_{i:05d}.nii", array=f"volumes/case{i}") for i in range(ROWS)]
+    rows = [Row(item_id=f"case{i}", status="ok", source=f"case_{i:05d}.nii", array=f"volumes/case{i}")
+            for i in range(ROWS)]
     spec = LabelsSpec(workbook=book, columns=cols)
     join, _ = median_p90(time_calls(lambda: join_labels(rows, sheet, spec, STEPS, workbook="l.xlsx"), 3))  # type: ignore[arg-type]
 

@@ -21,10 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from common import Result
 from PIL import Image
 from turbojpeg import TJPF_RGB, TJSAMP_420, TurboJPEG
-
-from common import Result
 
 from labzarr.convert import convert_delivery
 from labzarr.convert.demo import write_spec

@@ -255,7 +255,8 @@ class _BareRead:
         meta = json.loads((path / "zarr.json").read_text())
         (sharding,) = meta["codecs"]
         cfg = sharding["configuration"]
-        if sharding["name"] != "sharding_indexed" or [c["name"] for c in cfg["codecs"]] != ["bytes", "blosc", "crc32c"] \
+        if sharding["name"] != "sharding_indexed" \
+                or [c["name"] for c in cfg["codecs"]] != ["bytes", "blosc", "crc32c"] \
                 or cfg.get("index_location", "end") != "end":
             raise ValueError(f"{path}: not the default layout (sharded, blosc + crc32c, index at the end): {sharding}")
         self.path, self.shape = path, tuple(meta["shape"])
@@ -448,7 +449,7 @@ def _latency_rows(inputs: Inputs, store: Path, baseline_store: Path) -> list[Res
         plain[k]
     ts = _tensorstore()  # a library to compare with: its threads are never forked (this process forks nothing)
     ts_arrays = {k: _ts_open(ts, store / item.array) for k, item in enumerate(ds.items)} if ts is not None else {}
-    for k, a in ts_arrays.items():
+    for a in ts_arrays.values():
         a[(0, *_box((0, 0, 0)))].read().result()
     if ts_arrays:
         np.testing.assert_array_equal(np.asarray(ts_arrays[k0][(0, *_box(o0))].read().result()), _crop(truth, o0))
@@ -540,9 +541,10 @@ def _trial(factory: _Factory, workers: int, cap_s: float, inputs_root: str, stor
 
 def _labzarr(inputs: Inputs, workers: int, store: Path, _: Path, context: str | None = None,
              parent_reads: bool = False) -> Callable[[], Iterable[Any]]:
+    from torch.utils.data import DataLoader
+
     from labzarr import PatchDataset
     from labzarr.loaders import collate
-    from torch.utils.data import DataLoader
 
     ds = PatchDataset(store, PATCH, patches_per_item=BATCHES * BATCH // inputs.n + 1, seed=0)
     if parent_reads:

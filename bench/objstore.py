@@ -17,7 +17,6 @@ from pathlib import Path
 
 import nibabel as nib
 import numpy as np
-
 from common import Result
 
 from labzarr.convert import convert_delivery

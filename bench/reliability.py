@@ -16,13 +16,12 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import zarr
-
 from common import Result
 
 from labzarr.convert import convert_delivery
 from labzarr.convert.demo import write_spec
+from labzarr.convert.qc.verify import verify_store
 from labzarr.store import Folder
-from labzarr.convert.verify import verify_store
 
 NAME = "reliability: incremental reruns, verify, sealing"
 _SHAPE = (256, 256, 128)

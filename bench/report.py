@@ -14,12 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import zarr
-
 from common import Result, median_p90, time_calls
 
+from labzarr.convert.qc.thumbs import thumbnail, volume_thumbnail
 from labzarr.convert.spec import StoreSpec
-from labzarr.convert.store import codecs
-from labzarr.convert.thumbs import thumbnail, volume_thumbnail
+from labzarr.convert.write.arrays import codecs
 
 NAME = "report thumbnails: ms per 512x512x300 int16 volume (64^3 chunks, blosc-zstd-5 + crc32c)"
 SHAPE = (512, 512, 300)

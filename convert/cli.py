@@ -32,8 +32,8 @@ Run `labzarr COMMAND --help` for each command's options and a worked example.
 
 _CONVERT_EPILOG = """worked example:
   $ labzarr convert manifests/demo/delivery.toml --workers 2
-  probing: 100%|██████████| 33/33 [00:00<00:00, 41.5file/s, 813kB/813kB, 1.6MB/s]
-  converting: 100%|██████████| 18/18 [00:00<00:00, 61.1item/s, 781kB/781kB, 2.9MB/s]
+  probing: 100%|██████████| 33/33 [elapsed<left, files/s, bytes done/total, MB/s]
+  converting: 100%|██████████| 18/18 [elapsed<left, items/s, bytes done/total, MB/s]
   demo: 27 items from 34 files
 
     status        items
@@ -53,8 +53,8 @@ _CONVERT_EPILOG = """worked example:
 
     18 converted, 0 unchanged
 
-    time 4.7 s (start 4.4 s, discover 0.0 s, probe 0.0 s, convert 0.2 s)
-    read 0.8 MB in 4.7 s (0.16 MB/s overall), decoded 0.8 MB in 0.2 s (3.34 MB/s)
+    time T s (start, discover, probe and convert, each in seconds)
+    read 0.8 MB in T s (MB/s overall), decoded 0.8 MB in the convert time (MB/s)
 
   manifest: manifests/demo/manifest.csv
   store:    data/stores/demo.zarr
@@ -63,7 +63,7 @@ Writes the store named in the spec (a folder, or a URL such as s3://bucket/x.zar
 credentials and endpoint from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL or
 [store] storage_options), and manifest.csv + summary.json beside the spec.
 Progress goes to stderr: a bar on a terminal; when stderr is not a terminal (a CI log)
-a line like `labzarr: converting 9/18 items (50%), 390kB/781kB, 2.6MB/s, ETA 00:01`
+a line like `labzarr: converting 9/18 items (50%), 390kB/781kB, <rate>MB/s, ETA <time>`
 every --progress-every seconds; nothing with --quiet (errors only).
 A rerun decodes only new and changed files ("0 converted, 18 unchanged") and resumes an
 interrupted run; one run per store at a time: a second one exits at once (code 2) naming
@@ -101,7 +101,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line and a hint (argparse prints the whole usage block)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n  hint: see `{self.prog} --help` for the options and an example\n")
+        self.exit(2, f"{self.prog}: error: {message}\n"
+                     f"  hint: see `{self.prog} --help` for the options and an example\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -204,7 +205,11 @@ def _positive(name: str, value: float | int, hint: str) -> None:
 
 def _convert(args: argparse.Namespace) -> int:
     from .console import progress_display, summary_table
-    from .run import convert_delivery, dry_run
+    from .run.driver import convert_delivery, dry_run
+
+    # distributed logs through the root handler once it has one (ours): its scheduler and worker chatter
+    # would bury the run's own messages, which say what went wrong in the delivery's terms.
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
     if args.dry_run:
         print(dry_run(args.spec, cwd=Path.cwd()).describe())
@@ -219,7 +224,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report import write_report
+    from .qc.report import write_report
 
     _positive("--max-thumbs", args.max_thumbs, "drop the option to show up to 200 items")
     result = write_report(args.spec, cwd=Path.cwd(), out=args.out, max_thumbs=args.max_thumbs)
@@ -230,10 +235,11 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .diff import diff_manifests, load_manifest_rows
+    from .qc.diff import diff_manifests, load_manifest_rows
 
     if args.limit < 0:
-        raise UsageError(f"--limit {args.limit}: must be 0 (all) or more", "drop the option to show 50 lines per section")
+        raise UsageError(f"--limit {args.limit}: must be 0 (all) or more",
+                         "drop the option to show 50 lines per section")
     cwd = Path.cwd()
     result = diff_manifests(load_manifest_rows(args.old, cwd=cwd), load_manifest_rows(args.new, cwd=cwd),
                             old_name=args.old, new_name=args.new)
@@ -242,7 +248,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .verify import verify_store
+    from .qc.verify import verify_store
 
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads {args.threads}: must be at least 1", "drop the option to use the default")
@@ -257,7 +263,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from labzarr.store import open_store
 
-    from .inspect import describe_store
+    from .qc.describe import describe_store
 
     try:
         view = open_store(args.store)

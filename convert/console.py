@@ -141,7 +141,8 @@ def summary_table(summary: Mapping[str, Any]) -> str:
 
 def _label_lines(s: Mapping[str, Any]) -> list[str]:
     book = s["label_workbook"]
-    lines = [f"  labels from {book['path']} sheet {book['sheet_index']} {book['sheet']!r} (header row {book['header_row']}):"]
+    lines = [f"  labels from {book['path']} sheet {book['sheet_index']} {book['sheet']!r} "
+             f"(header row {book['header_row']}):"]
     for name, counts in s["labels"].items():
         values = ", ".join(f"{v} {n}" for v, n in counts.items()) or "none"
         lines.append(f"    {name:<28} {values}")

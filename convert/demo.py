@@ -2,9 +2,9 @@
 label workbook.
 
 Used by `make demo` and by the test fixtures; every row's expected fate is in `EXPECTED` (keyed by the
-manifest's `source`: a file, or a DICOM series' folder and number), every ok item's label in `EXPECTED_LABELS`. The workbook is what labs send: labels on
-the third sheet, column F, under two merged title rows, IDs typed several ways, a hidden
-older sheet and distracting sheets with the same header names.
+manifest's `source`: a file, or a DICOM series' folder and number), every ok item's label in
+`EXPECTED_LABELS`. The workbook is what labs send: labels on the third sheet, column F, under two merged
+title rows, IDs typed several ways, a hidden older sheet and distracting sheets with the same header names.
 """
 
 from __future__ import annotations

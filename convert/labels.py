@@ -92,7 +92,8 @@ def join_labels(rows: Sequence[Row], sheet: LabelSheet, spec: LabelsSpec, normal
     unmatched = [{"id": r.id.value, "normalized": key, "cell": r.id.ref}
                  for key, group in by_id.items() if key not in item_ids for r in group]
     unlabelled = sorted({r.item_id for r in out if r.item_id and r.status != "ignored" and not _labelled(r, names)})
-    counts = {n: dict(sorted(Counter(dict(r.labels)[n] for r in out if r.status == "ok" and n in dict(r.labels)).items()))
+    counts = {n: dict(sorted(Counter(dict(r.labels)[n] for r in out
+                                     if r.status == "ok" and n in dict(r.labels)).items()))
               for n in names}
     summary = {
         "labels": counts,

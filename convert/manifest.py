@@ -17,7 +17,8 @@ from typing import Literal
 from labzarr.readers import Reason
 from labzarr.store.folder import atomic_write  # re-exported: the manifest, summary and report are written whole
 
-__all__ = ["BASE_COLUMNS", "ClassCount", "RoleSource", "Row", "Status", "atomic_write", "manifest_bytes", "read_manifest", "role_columns", "sort_rows", "summary_json"]
+__all__ = ["BASE_COLUMNS", "ClassCount", "RoleSource", "Row", "Status", "atomic_write", "manifest_bytes",
+           "read_manifest", "role_columns", "sort_rows", "summary_json"]
 
 Status = Literal["ok", "rejected", "ignored"]
 

@@ -17,8 +17,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from labzarr.readers import (READERS, DicomHeader, DicomReader, Head, Plane, Reader, Reason, Rejected, as_planar,
-                             looks_like_text, read_dicom_header, read_head, reader_for)
+from labzarr.readers import (
+    READERS,
+    DicomHeader,
+    DicomReader,
+    Head,
+    Plane,
+    Reader,
+    Reason,
+    Rejected,
+    as_planar,
+    looks_like_text,
+    read_dicom_header,
+    read_head,
+    reader_for,
+)
 
 __all__ = ["Probe", "probe_files"]
 

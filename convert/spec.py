@@ -138,7 +138,7 @@ class RunSpec:
     crash_retries: int = 1  # further attempts after a worker dies on an item, before `decoder_crash`
     readers: tuple[str, ...] = ()  # "module.path:Name" readers tried before the built-in ones
     # A streamed volume of more uncompressed bytes is split into parts of about this size, written by
-    # several workers at once (convert/parts.py); 0: never. The stored bytes are the same either way.
+    # several workers at once (convert/plan/parts.py); 0: never. The stored bytes are the same either way.
     split_bytes: int = 512 << 20
 
 
@@ -247,13 +247,15 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
     try:
         blob = path.read_bytes()
     except FileNotFoundError as exc:
-        raise UsageError(f"{where}: spec file not found", "pass the path of a delivery.toml, e.g. manifests/demo/delivery.toml") from exc
+        raise UsageError(f"{where}: spec file not found",
+                         "pass the path of a delivery.toml, e.g. manifests/demo/delivery.toml") from exc
     except IsADirectoryError as exc:
         raise UsageError(f"{where}: is a folder, not a spec file", f"pass {path / 'delivery.toml'}") from exc
     try:
         doc = tomllib.loads(blob.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{where}: not valid TOML: {exc}", "fix the syntax; see README.md for a complete example") from exc
+        raise UsageError(f"{where}: not valid TOML: {exc}",
+                         "fix the syntax; see README.md for a complete example") from exc
 
     sections = {"delivery", "dicom", "items", "labels", "masks", "run", "store", "validate"}
     for name, value in doc.items():
@@ -337,8 +339,10 @@ def _items(t: _Table) -> ItemsSpec:
     if required and not roles:
         raise t.fail("required_roles", list(required), "needs [items] roles", 'add roles = { image = "*_img*", ... }')
     for name in required:
-        t.check("required_roles", list(required), lambda _: name in dict(roles),
-                f"{name!r} is not a role (roles: {', '.join(n for n, _ in roles)})", "name roles from [items] roles")
+        if name not in dict(roles):
+            raise t.fail("required_roles", list(required),
+                         f"{name!r} is not a role (roles: {', '.join(n for n, _ in roles)})",
+                         "name roles from [items] roles")
     if roles and REFERENCE_ROLE not in required:
         raise t.fail("required_roles", list(required), f"must include {REFERENCE_ROLE!r}: a sample is built around it",
                      f'e.g. required_roles = ["{REFERENCE_ROLE}", "mask"]')
@@ -373,7 +377,8 @@ def _roles(t: _Table) -> tuple[tuple[str, RolePattern], ...]:
         else:
             raise t.fail(f"roles.{name}", value, "expected a glob or { regex = \"...\" }", f"write e.g. {example}")
     if out and REFERENCE_ROLE not in given:
-        raise t.fail("roles", given, f"roles need an {REFERENCE_ROLE!r} role (the geometry every other role must match)",
+        raise t.fail("roles", given,
+                     f"roles need an {REFERENCE_ROLE!r} role (the geometry every other role must match)",
                      f"write e.g. {example}")
     return tuple(out)
 
@@ -397,7 +402,8 @@ def _masks(t: _Table) -> MasksSpec:
 
 def _store(t: _Table) -> StoreSpec:
     chunks = t.take("chunks", list, list(StoreSpec().chunks), what="three positive integers, e.g. [64, 64, 64]")
-    t.check("chunks", chunks, lambda c: len(c) == 3 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in c),
+    t.check("chunks", chunks,
+            lambda c: len(c) == 3 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in c),
             "expected three positive integers", "e.g. chunks = [64, 64, 64]")
     compressor = t.take("compressor", str, StoreSpec().compressor, what="a compressor name")
     t.check("compressor", compressor, lambda c: c in _COMPRESSORS, f"allowed: {' | '.join(_COMPRESSORS)}",

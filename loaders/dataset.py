@@ -294,7 +294,7 @@ class PatchDataset(Dataset[Sample]):
             lead: tuple[int | slice, ...] = (item.slot,) if item.slot is not None else ()
             reads.append((item.role_array(role), (*lead, slice(None), *reg.source)))
         out = []
-        for (item, reg, role), data in zip(requests, self._reader.read_many(reads)):
+        for (_item, reg, role), data in zip(requests, self._reader.read_many(reads)):
             if reg.padded:
                 full = np.full((data.shape[0], *reg.size), 0 if role == "mask" else self.pad_value, dtype=data.dtype)
                 full[(slice(None), *reg.valid)] = data

@@ -212,7 +212,8 @@ def _volume(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     n = len(positions)
     if n < rules.min_slices:
         raise Rejected(Reason.SERIES_TOO_SHORT, f"{n} slice position(s), fewer than [dicom] min_slices = "
-                                                f"{rules.min_slices}" + (f" ({n_volumes} volumes)" if n_volumes > 1 else ""))
+                                                f"{rules.min_slices}"
+                                                + (f" ({n_volumes} volumes)" if n_volumes > 1 else ""))
     depths = np.array([p[0].depth for p in positions])
     step_mm = _check_spacing(depths, rules) if n > 1 else 0.0
     origin = np.array(positions[0][0].frame.position, dtype=np.float64)

@@ -81,7 +81,8 @@ def read_header(f: BinaryIO, size: int) -> JpegHeader:
             raise _cut(size, "inside a marker's length field")
         length = int.from_bytes(raw_len, "big")
         if length < 2:
-            raise Rejected(Reason.CORRUPT_DATA, f"marker FF {marker:02X} at byte {at:,} has length {length}, expected >= 2")
+            raise Rejected(Reason.CORRUPT_DATA,
+                           f"marker FF {marker:02X} at byte {at:,} has length {length}, expected >= 2")
         if marker == _SOS:
             if frame is None:
                 raise Rejected(Reason.BAD_HEADER, f"scan (SOS) at byte {at:,} before any frame header (SOF)")

@@ -18,8 +18,15 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ._head import Head
-from ._planar import (ORIENTATION_TAG, check_plane, checked_orientation, orient, orientation_warning, oriented_plane,
-                      planar_volume)
+from ._planar import (
+    ORIENTATION_TAG,
+    check_plane,
+    checked_orientation,
+    orient,
+    orientation_warning,
+    oriented_plane,
+    planar_volume,
+)
 from .reasons import Reason, Rejected
 from .records import Limits, Plane, Volume
 

@@ -27,7 +27,8 @@ def check_plane(plane: Plane, limits: Limits) -> None:
                                          f"cap {limits.max_pixels:,} ([validate] max_pixels)")
     if plane.nbytes > limits.max_bytes:
         raise Rejected(Reason.TOO_LARGE, f"{'x'.join(map(str, plane.shape))} x {np.dtype(plane.dtype).itemsize} B "
-                                         f"= {plane.nbytes:,} B decoded, cap {limits.max_bytes:,} B ([validate] max_bytes)")
+                                         f"= {plane.nbytes:,} B decoded, cap {limits.max_bytes:,} B "
+                                         "([validate] max_bytes)")
 
 
 def exif_orientation(exif: bytes) -> tuple[int, tuple[str, ...]]:
@@ -84,7 +85,7 @@ def orientation_warning(orientation: int) -> tuple[str, ...]:
 
 def planar_volume(hwc: npt.NDArray[np.generic], kind: str, warnings: tuple[str, ...]) -> Volume:
     """The (C, H, W) Volume of an (H, W, C) image; 2D images have no physical spacing or affine here."""
-    data = hwc.transpose(2, 0, 1).copy()  # C order; ~3x faster than ascontiguousarray(moveaxis(...)) on uint8
+    data = hwc.transpose(2, 0, 1).copy()  # C order; faster than ascontiguousarray(moveaxis(...)) on uint8
     if data.dtype.byteorder not in ("=", "|"):
         data = data.astype(data.dtype.newbyteorder("="))
     return Volume(kind=kind, data=data, spacing=(), affine=(), orientation="", warnings=warnings)

@@ -22,7 +22,8 @@ MiB = 1 << 20
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 # Small members may legitimately compress far better than any cap (an empty sheet); they cannot bomb.
 _RATIO_FLOOR = 1 * MiB
-_SAVE_AS_XLSX = "open it in Excel or LibreOffice, save a copy as .xlsx (Excel Workbook), and point [labels] workbook at it"
+_SAVE_AS_XLSX = ("open it in Excel or LibreOffice, save a copy as .xlsx (Excel Workbook), "
+                 "and point [labels] workbook at it")
 
 
 class WorkbookError(Exception):
@@ -59,7 +60,8 @@ def check_container(path: Path, limits: WorkbookLimits) -> None:
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise WorkbookError("workbook", f"not an xlsx: a broken zip archive ({exc})", "export the workbook again") from exc
+        raise WorkbookError("workbook", f"not an xlsx: a broken zip archive ({exc})",
+                            "export the workbook again") from exc
     _check_members(infos, limits)
 
 
@@ -104,6 +106,7 @@ def _check_members(infos: list[zipfile.ZipInfo], limits: WorkbookLimits) -> None
     if total > limits.max_unzipped_bytes:
         raise WorkbookError(
             "workbook",
-            f"zip inflates to {total:,} B in {len(infos)} members, cap {limits.max_unzipped_bytes:,} B (refused unread)",
+            f"zip inflates to {total:,} B in {len(infos)} members, cap {limits.max_unzipped_bytes:,} B "
+            "(refused unread)",
             "a zip bomb, or a genuinely huge workbook: if genuine, raise [labels] max_unzipped_bytes",
         )

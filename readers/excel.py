@@ -276,8 +276,10 @@ def _find_header(rows: Iterator[_Row], refs: Mapping[str, ColumnRef], header_row
     named = [k for k, c in refs.items() if c.header]
     if named:
         texts = ", ".join(f"{k} = {refs[k].header!r}" for k in named)
-        absent = [k for k in named if not any(_norm(t) == _norm(refs[k].header) for r in first for _, t in r.header_cells())]
-        raise WorkbookError((absent or named)[0], f"no row of {where} holds all the headers ({texts}); rows found: {found}",
+        absent = [k for k in named
+                  if not any(_norm(t) == _norm(refs[k].header) for r in first for _, t in r.header_cells())]
+        raise WorkbookError((absent or named)[0],
+                            f"no row of {where} holds all the headers ({texts}); rows found: {found}",
                             "fix the header text (matched ignoring case and extra spaces), use a column letter, "
                             "or set header_row")
     for row in first:  # a letter that is really a header's text ("ID") explains the miss best

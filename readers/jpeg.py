@@ -58,7 +58,8 @@ class JpegReader:
     def read(self, path: Path, limits: Limits, head: Head) -> Volume:
         """Check header and caps, then decode the whole file; raise `Rejected` on any libjpeg complaint."""
         if head.size > limits.max_bytes:
-            raise Rejected(Reason.TOO_LARGE, f"file is {head.size:,} B, cap {limits.max_bytes:,} B ([validate] max_bytes)")
+            raise Rejected(Reason.TOO_LARGE,
+                           f"file is {head.size:,} B, cap {limits.max_bytes:,} B ([validate] max_bytes)")
         data = path.read_bytes()
         header = read_header_bytes(data)
         plane, orientation = _plane(header)
@@ -131,7 +132,8 @@ def _decode_turbo(data: bytes, header: JpegHeader) -> npt.NDArray[np.uint8]:
         else:
             reason = Reason.CORRUPT_DATA
         what = "warning (every libjpeg warning rejects the file)" if exc.warning else "error"
-        raise Rejected(reason, f"libjpeg-turbo {what}: {msg} ({header.process}, {header.width}x{header.height})") from exc
+        raise Rejected(reason,
+                       f"libjpeg-turbo {what}: {msg} ({header.process}, {header.width}x{header.height})") from exc
     return out
 
 
@@ -150,7 +152,8 @@ def _decode_fallback(data: bytes, header: JpegHeader) -> npt.NDArray[np.generic]
         import libjpeg  # pylibjpeg-libjpeg
     except ImportError as exc:
         raise Rejected(Reason.DECODER_MISSING, f"{what}: libjpeg-turbo 2.1 decodes only 8-bit non-lossless JPEG and "
-                                               "the fallback decoder is not installed (pip install pylibjpeg-libjpeg)") from exc
+                                               "the fallback decoder is not installed "
+                                               "(pip install pylibjpeg-libjpeg)") from exc
     transform = 1 if header.components == 3 and _ycbcr(header) else 0
     try:
         out = libjpeg.decode(data, colour_transform=transform)  # type: ignore[attr-defined]

@@ -114,7 +114,8 @@ class NiftiReader:
             prefix = memoryview(bytearray(offset))
             got = stream.readinto(prefix)
         if got < offset:
-            raise Rejected(Reason.TRUNCATED, f"{got:,} B of content, header and extensions end at vox_offset {offset:,}")
+            raise Rejected(Reason.TRUNCATED,
+                           f"{got:,} B of content, header and extensions end at vox_offset {offset:,}")
         try:
             full = header_cls.from_fileobj(io.BytesIO(bytes(prefix)))
             layout = _layout(full, shape, dtype, offset)

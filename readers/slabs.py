@@ -86,7 +86,7 @@ def open_source(reader: object, path: Path, limits: Limits, head: Head) -> Volum
     """Stream `path` when `reader` can, else read it whole; raises `Rejected`."""
     if isinstance(reader, StreamingReader):
         return reader.open(path, limits, head)
-    read = getattr(reader, "read")
+    read = getattr(reader, "read")  # noqa: B009 - `reader` is typed `object`: any plugin with a read method
     return MemorySource(read(path, limits, head))
 
 

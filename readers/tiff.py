@@ -60,7 +60,8 @@ class TiffReader(PillowReader):
             end = ifd + 2 + 12 * entries + 4
             if end > head.size:
                 return Rejected(Reason.TRUNCATED, f"first image directory (IFD) at byte {ifd:,} has {entries} entries "
-                                                  f"and ends at byte {end:,}, past the end of the {head.size:,}-byte file")
+                                                  f"and ends at byte {end:,}, "
+                                                  f"past the end of the {head.size:,}-byte file")
         return Rejected(Reason.CORRUPT_DATA, "TIFF signature present but Pillow finds no readable image directory")
 
 

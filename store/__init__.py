@@ -12,8 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .folder import Folder, atomic_write
-    from .format import (COMPLETE, CONTENT_SHA256, FORMAT_VERSION, INDEX_KEY, ClassInfo, FormatError, IndexItem,
-                         StoreIndex, VolumeAttrs, class_names)
+    from .format import (
+        COMPLETE,
+        CONTENT_SHA256,
+        FORMAT_VERSION,
+        INDEX_KEY,
+        STATE,
+        ClassInfo,
+        FormatError,
+        IndexItem,
+        StoreIndex,
+        VolumeAttrs,
+        class_names,
+    )
     from .locate import Location, as_location, sorted_glob
     from .location import Transport, is_url, open_transport, store_location, zarr_store_for
     from .reader import ArrayReader, ChecksumError, StoreReader
@@ -25,6 +36,7 @@ __all__ = [
     "CONTENT_SHA256",
     "FORMAT_VERSION",
     "INDEX_KEY",
+    "STATE",
     "ArrayReader",
     "ChecksumError",
     "ClassInfo",
@@ -62,6 +74,7 @@ _WHERE = {
     "FORMAT_VERSION": "format",
     "FormatError": "format",
     "INDEX_KEY": "format",
+    "STATE": "format",
     "IndexItem": "format",
     "Location": "locate",
     "StoreIndex": "format",

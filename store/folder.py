@@ -22,7 +22,6 @@ from pathlib import Path, PosixPath, PurePath
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-
 if TYPE_CHECKING:
     import zarr.storage
 

@@ -14,14 +14,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX_KEY", "ClassInfo", "FormatError", "IndexItem", "StoreIndex",
-           "VolumeAttrs", "class_names"]
+__all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX_KEY", "STATE", "ClassInfo", "FormatError",
+           "IndexItem", "StoreIndex", "VolumeAttrs", "class_names"]
 
 FORMAT_VERSION = 1
 INDEX_KEY = "labzarr"  # the root attr holding the index
 # Array attrs written after the voxels, in this order: the content hash, then `complete` (the array is whole).
 CONTENT_SHA256 = "content_sha256"
 COMPLETE = "complete"
+# The bookkeeping folder at the store root (lock, staging, records): never data, skipped by every listing.
+STATE = ".labzarr"
 
 
 class FormatError(ValueError):

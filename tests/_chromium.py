@@ -52,7 +52,8 @@ class Chromium:
         deadline = time.monotonic() + self.timeout
         while not (port_file.exists() and port_file.read_text().count("\n") >= 1):
             if self._proc.poll() is not None:
-                raise AssertionError(f"chromium exited {self._proc.returncode}: {self._proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                stderr = self._proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+                raise AssertionError(f"chromium exited {self._proc.returncode}: {stderr}")
             if time.monotonic() > deadline:
                 raise AssertionError("chromium did not open its DevTools port")
             time.sleep(0.05)
@@ -85,7 +86,8 @@ class Chromium:
         msg: dict[str, Any] = json.loads(self._ws.recv())
         method, params = msg.get("method"), msg.get("params", {})
         if method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
-            self.errors.append("console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in params["args"]))
+            self.errors.append("console: "
+                               + " ".join(str(a.get("value", a.get("description", ""))) for a in params["args"]))
         elif method == "Runtime.exceptionThrown":
             self.errors.append("exception: " + params["exceptionDetails"].get("text", ""))
         elif method == "Log.entryAdded" and params["entry"]["level"] == "error":

@@ -27,14 +27,15 @@ def make_delivery(root: Path, name: str = "demo", extra: str = "") -> Delivery:
 
 
 @pytest.fixture(scope="session")
-def converted_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Delivery, RunResult]]:
+def converted_demo(tmp_path_factory: pytest.TempPathFactory, scheduler: str) -> Iterator[tuple[Delivery, RunResult]]:
     """The demo delivery converted once with 2 workers; read-only for the tests that share it."""
     d = make_delivery(tmp_path_factory.mktemp("demo"))
-    yield d, convert_delivery(d.spec, workers=2)
+    yield d, convert_delivery(d.spec, scheduler=scheduler)
 
 
 @pytest.fixture(scope="session")
-def converted_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Delivery, RunResult, dict[str, tuple[str, str]]]]:
+def converted_images(tmp_path_factory: pytest.TempPathFactory,
+                     scheduler: str) -> Iterator[tuple[Delivery, RunResult, dict[str, tuple[str, str]]]]:
     """A messy 2D delivery (tests/imaging.py) converted once with 2 workers, and each file's expected outcome."""
     from .imaging import write_image_delivery
 
@@ -44,19 +45,32 @@ def converted_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     spec = write_spec(root / "manifests" / "images" / "delivery.toml", raw=root / "raw" / "images", store=store,
                       name="images", labels=False)
     d = Delivery(raw=root / "raw" / "images", spec=spec, store=store)
-    yield d, convert_delivery(d.spec, workers=2), expected
+    yield d, convert_delivery(d.spec, scheduler=scheduler), expected
 
 
 @pytest.fixture(scope="session")
-def dask_client() -> Iterator[object]:
-    """One 2-worker LocalCluster for tests that run `execute` many times (saves ~2 s of startup per run)."""
-    import logging
+def dask_cluster() -> Iterator[object]:
+    """One 2-worker cluster, started as `labzarr convert` starts its own, for the whole session: conversions
+    that are not about the embedded cluster run on it (`scheduler`), saving a cluster start each."""
+    from labzarr.convert.run.driver import local_cluster
+    from labzarr.convert.spec import RunSpec
 
-    from distributed import Client, LocalCluster
+    with local_cluster(2, crash_retries=RunSpec().crash_retries) as cluster:
+        yield cluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      scheduler_kwargs={"dashboard": False}, silence_logs=logging.CRITICAL) as cluster, \
-            Client(cluster) as client:
+
+@pytest.fixture(scope="session")
+def scheduler(dask_cluster) -> str:
+    """The shared cluster's address: `convert_delivery(spec, scheduler=scheduler)`."""
+    return str(dask_cluster.scheduler_address)
+
+
+@pytest.fixture(scope="session")
+def dask_client(dask_cluster) -> Iterator[object]:
+    """A client of the shared cluster, for tests that run `execute` directly."""
+    from distributed import Client
+
+    with Client(dask_cluster) as client:
         yield client
 
 
@@ -73,14 +87,15 @@ def nib_load(path: Path):
 
 
 @pytest.fixture(scope="session")
-def converted_seg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Delivery, RunResult, dict[str, tuple[str, str]]]]:
+def converted_seg(tmp_path_factory: pytest.TempPathFactory,
+                  scheduler: str) -> Iterator[tuple[Delivery, RunResult, dict[str, tuple[str, str]]]]:
     """The segmentation delivery (tests/segmentation.py) converted once with 2 workers, and each outcome by item."""
     from .segmentation import SEG_MASKS, SEG_ROLES, write_seg_delivery
 
     root = tmp_path_factory.mktemp("seg")
     d = seg_delivery(root, SEG_ROLES + "\n" + SEG_MASKS)
     expected = write_seg_delivery(d.raw)
-    yield d, convert_delivery(d.spec, workers=2), expected
+    yield d, convert_delivery(d.spec, scheduler=scheduler), expected
 
 
 def seg_delivery(root: Path, spec_tail: str, name: str = "seg") -> Delivery:

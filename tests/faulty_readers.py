@@ -1,8 +1,9 @@
 """Readers that fail the way C decoders do, plugged in through the spec's `[run] readers` extension point.
 
 A file whose content starts with `SEGFAULT_MAGIC` makes the worker process die of a real SIGSEGV; one
-starting with `HANG_MAGIC` never returns; one starting with `SLAB_SEGFAULT_MAGIC` streams slabs until its last. Workers import this module by name, so it must stay importable
-as `tests.faulty_readers` (the repo root is on the workers' sys.path, inherited from pytest).
+starting with `HANG_MAGIC` never returns; one starting with `SLAB_SEGFAULT_MAGIC` streams slabs until its
+last. Workers import this module by name, so it must stay importable as `tests.faulty_readers` (the repo
+root is on the workers' sys.path, inherited from pytest).
 """
 
 from __future__ import annotations

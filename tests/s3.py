@@ -55,7 +55,8 @@ def moto_server(log: Path) -> Iterator[S3Server]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not start: {log.read_text(errors='replace')[-2000:]}")
+                    tail = log.read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"moto_server did not start: {tail}") from None
                 time.sleep(0.1)
         yield S3Server(endpoint=f"http://127.0.0.1:{port}", process=proc)
     finally:

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_public_names() -> None:
     assert {"PatchDataset", "open_store", "convert_delivery"} <= set(labzarr.__all__)
-    assert not hasattr(labzarr, "convert") or labzarr.convert.__name__ == "labzarr.convert"  # the subpackage, not a function
+    # the subpackage, not a function
+    assert not hasattr(labzarr, "convert") or labzarr.convert.__name__ == "labzarr.convert"
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def test_wheel_holds_every_module(wheel: Path) -> None:
                             ("loaders", "labzarr/loaders")]:
         for src in (ROOT / folder).glob("*.py"):
             assert f"{package}/{src.name}" in names, f"{src} missing from the wheel"
-    assert "labzarr/convert/templates/report.html.j2" in names  # package data: `labzarr report` needs it
+    assert "labzarr/convert/qc/templates/report.html.j2" in names  # package data: `labzarr report` needs it
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "labzarr = labzarr.convert.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 

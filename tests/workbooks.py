@@ -108,7 +108,9 @@ def stale_dimension(ref: str = "A1:B2", member: str = SHEET3) -> Edit:
     """A `<dimension>` that no longer matches the data (editors leave these behind)."""
 
     def edit(name: str, data: bytes) -> bytes:
-        return re.sub(rb'<dimension ref="[^"]*" */>', f'<dimension ref="{ref}"/>'.encode(), data) if name == member else data
+        if name != member:
+            return data
+        return re.sub(rb'<dimension ref="[^"]*" */>', f'<dimension ref="{ref}"/>'.encode(), data)
 
     return edit
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import zarr
 
-from labzarr.convert.chunks import plan_chunks, plan_shards, slab_bytes
-from labzarr.convert.content import array_content_sha256
+from labzarr.convert.plan.chunks import plan_chunks, plan_shards, slab_bytes
 from labzarr.convert.spec import StoreSpec
-from labzarr.convert.store import codecs
-from labzarr.convert.writer import VolumeWriter, c_order_copy
+from labzarr.convert.write.arrays import codecs
+from labzarr.convert.write.writer import VolumeWriter, c_order_copy
 from labzarr.readers import Limits, NiftiReader, read_head
 from labzarr.store import Folder
+from labzarr.store.content import array_content_sha256
 
 from ..readers.test_slabs import AFFINES, _canonical, _write
 
@@ -53,7 +53,8 @@ def test_streamed_array_equals_canonical_and_content_hash_recomputes(tmp_path: P
     chunks = plan_chunks(h.shape, (16, 16, 16), voxel_bytes=h.voxel_bytes, stream_axis=h.stream_axis,
                          budget=40 * 45 * 8 * 2)  # forces thinned chunks along the stream axis
     assert chunks[h.stream_axis] < 16
-    writer = VolumeWriter(Folder(tmp_path / "s.zarr"), "v", h, chunks=chunks, codecs=codecs(StoreSpec()), attrs={"a": 1})
+    writer = VolumeWriter(Folder(tmp_path / "s.zarr"), "v", h, chunks=chunks, codecs=codecs(StoreSpec()),
+                          attrs={"a": 1})
     for slab in source.slabs(chunks):
         writer.write(slab)
     content = writer.finish(complete="abc")

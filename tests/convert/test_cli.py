@@ -116,7 +116,8 @@ def test_line_progress_is_periodic() -> None:
         show(ProgressEvent("convert", i, 100, i * mb, 100 * mb))
     lines = stream.getvalue().splitlines()
     # the phase's start, one line per 10 s, and its end
-    assert [line.split(" items")[0] for line in lines] == [f"labzarr: converting {n}/100" for n in (0, 20, 40, 60, 80, 100)]
+    assert [line.split(" items")[0] for line in lines] == [f"labzarr: converting {n}/100"
+                                                           for n in (0, 20, 40, 60, 80, 100)]
     assert lines[2] == "labzarr: converting 40/100 items (40%), 40.0MB/100MB, 2.00MB/s, ETA 00:30"
     assert lines[-1].endswith("done in 00:50")
 
@@ -141,7 +142,7 @@ def _no_workbook(d: Delivery) -> str:
 
 def _locked(d: Delivery) -> str:
     """The spec of a store that another run (this process, for the test's duration) holds the lock of."""
-    from labzarr.convert.lock import store_lock
+    from labzarr.convert.write.lock import store_lock
 
     _HELD.enter_context(store_lock(d.store))
     return str(d.spec)
@@ -170,13 +171,15 @@ _USAGE = [
                  id="unknown-command"),
     pytest.param(lambda d: ["convert", str(d.spec), "--workers", "two"],
                  r"^labzarr convert: error: argument --workers: invalid int value", id="workers-not-a-number"),
-    pytest.param(lambda d: ["convert", "nope/delivery.toml"], r"^labzarr: error: nope/delivery.toml: spec file not found$",
-                 id="spec-missing"),
+    pytest.param(lambda d: ["convert", "nope/delivery.toml"],
+                 r"^labzarr: error: nope/delivery.toml: spec file not found$", id="spec-missing"),
     pytest.param(lambda d: ["convert", str(d.spec.parent)], r"is a folder, not a spec file$", id="spec-is-a-folder"),
-    pytest.param(lambda d: ["convert", _spec(d, "a", "[delivery\n")], r"delivery.toml: not valid TOML", id="spec-not-toml"),
+    pytest.param(lambda d: ["convert", _spec(d, "a", "[delivery\n")], r"delivery.toml: not valid TOML",
+                 id="spec-not-toml"),
     pytest.param(lambda d: ["convert", _spec(d, "b", d.spec.read_text().replace("level = 5", "level = 40"))],
                  r"delivery.toml: \[store\] level = 40: blosc-lz4 levels are 1..9$", id="spec-bad-value"),
-    pytest.param(lambda d: ["convert", _spec(d, "c", f'[delivery]\nname = "x"\nraw = "{d.raw}-gone"\nstore = "s.zarr"\n')],
+    pytest.param(lambda d: ["convert", _spec(d, "c",
+                                             f'[delivery]\nname = "x"\nraw = "{d.raw}-gone"\nstore = "s.zarr"\n')],
                  r"\[delivery\] raw = '.*-gone': folder not found$", id="raw-missing"),
     pytest.param(lambda d: ["convert", _no_workbook(d)], r"\[labels\] workbook = '.*labels.xlsx': file not found$",
                  id="workbook-missing"),
@@ -187,7 +190,8 @@ _USAGE = [
                  r"\[labels\] sheet: labels/annotations.xlsx: sheet 9 is past the end: .* has 4 sheets",
                  id="workbook-sheet-past-end"),
     pytest.param(lambda d: ["convert", _locked(d)],
-                 rf"demo.zarr: in use by another labzarr run: pid {os.getpid()} on host {socket.gethostname()}, started 20",
+                 rf"demo.zarr: in use by another labzarr run: pid {os.getpid()} "
+                 rf"on host {socket.gethostname()}, started 20",
                  id="store-locked"),
     pytest.param(lambda d: ["convert", str(d.spec), "--scheduler", "foo://x"],
                  r"--scheduler foo://x: not a scheduler address", id="scheduler-scheme"),
@@ -195,7 +199,8 @@ _USAGE = [
                  r"--scheduler localhost: not a scheduler address", id="scheduler-no-port"),
     pytest.param(lambda d: ["convert", str(d.spec), "--scheduler", f"tcp://127.0.0.1:{_free_port()}"],
                  r"--scheduler tcp://127\.0\.0\.1:\d+: cannot connect", id="scheduler-unreachable"),
-    pytest.param(lambda d: ["convert", str(d.spec), "--workers", "0"], r"--workers 0: must be at least 1$", id="workers-zero"),
+    pytest.param(lambda d: ["convert", str(d.spec), "--workers", "0"], r"--workers 0: must be at least 1$",
+                 id="workers-zero"),
     pytest.param(lambda d: ["convert", str(d.spec), "--progress-every", "0"],
                  r"--progress-every 0.0: must be greater than 0$", id="progress-every-zero"),
     pytest.param(lambda d: ["report", str(d.spec)], r"summary.json: not found; delivery 'demo' is not converted yet$",
@@ -211,7 +216,8 @@ _USAGE = [
 
 @pytest.mark.parametrize("argv, match", _USAGE)
 def test_usage_error_is_one_line_and_a_hint(argv: Callable[[Delivery], list[str]], match: str, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     d = make_delivery(tmp_path)
     monkeypatch.chdir(tmp_path)
     try:

@@ -16,7 +16,7 @@ import pytest
 
 from labzarr.convert import RunResult, UsageError, convert_delivery, read_manifest
 from labzarr.convert.demo import NIBABEL_DATA, write_spec
-from labzarr.convert.verify import verify_store
+from labzarr.convert.qc.verify import verify_store
 from labzarr.loaders import open_store
 from labzarr.readers import Reason
 
@@ -41,7 +41,7 @@ class CorpusRun:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> CorpusRun:
+def corpus(tmp_path_factory: pytest.TempPathFactory, scheduler: str) -> CorpusRun:
     root = tmp_path_factory.mktemp("corpus")
     raw = root / "raw"
     raw.mkdir()
@@ -53,7 +53,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> CorpusRun:
     goods = [(build(raw), expected) for build, expected in GOOD]
     spec = write_spec(root / "m" / "delivery.toml", raw=raw, store=root / "s.zarr", name="corpus",
                       labels=False)
-    result = convert_delivery(spec, workers=2)
+    result = convert_delivery(spec, scheduler=scheduler)
     rows = {r["source"]: r for r in read_manifest(result.manifest)}
     return CorpusRun(raw=raw, store=root / "s.zarr", result=result, placed=placed, goods=goods, rows=rows)
 

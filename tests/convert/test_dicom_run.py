@@ -8,8 +8,8 @@ for the same files, after `as_closest_canonical` on both sides: voxels exactly, 
 from __future__ import annotations
 
 import re
-import subprocess
 import shutil
+import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,13 +26,13 @@ from ..dicom_data import DCM2NIIX, DICOMDIR_TESTS, PYDICOM_DATA, canonical, dcm2
 
 
 @pytest.fixture(scope="module")
-def delivery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, RunResult]]:
+def delivery(tmp_path_factory: pytest.TempPathFactory, scheduler: str) -> Iterator[tuple[Path, Path, RunResult]]:
     root = tmp_path_factory.mktemp("dicom")
     raw = write_delivery(root / "raw")
     store = root / "stores" / "dicom.zarr"
     spec = write_spec(root / "manifests" / "dicom" / "delivery.toml", raw=raw, store=store, name="dicom",
                       labels=False)
-    yield raw, store, convert_delivery(spec, workers=2)
+    yield raw, store, convert_delivery(spec, scheduler=scheduler)
 
 
 def files_of(row: Row) -> tuple[str, ...]:
@@ -117,13 +117,15 @@ def row(result: RunResult, source: str) -> Row:
 
 
 @pytest.mark.parametrize(("source", "detail"), [
-    ("case_001/77654033/CT2/ (series 2)", r"gap 202 mm between slice 0 and 1 .* expected 1\.25 .* 161 slice\(s\) missing"),
+    ("case_001/77654033/CT2/ (series 2)",
+     r"gap 202 mm between slice 0 and 1 .* expected 1\.25 .* 161 slice\(s\) missing"),
     ("case_020/ (series 5)", r"gap 5 mm between slice 1 and 2 .* expected 2\.5 ± 0\.23 mm: 1 slice\(s\) missing"),
     ("case_021/ (series 5)", r"member case_021/3023: pixel data ends after 312 of its 512 B"),
     ("case_024/ (series 5)", r"holds 2 different images \(case_024/2392, case_024/reexported\.dcm\)"),
     ("case_029/ (series 5)", r"no pixel decoder exists for transfer syntax 1\.2\.840\.10008\.1\.2\.4\.100"),
     ("case_030/ (series 5)", r"gantry tilt 15\.00°"),
-    ("case_001/98892003/MR700/ (series 700, plane 3 of 7)", r"1 slice position\(s\), fewer than \[dicom\] min_slices = 4"),
+    ("case_001/98892003/MR700/ (series 700, plane 3 of 7)",
+     r"1 slice position\(s\), fewer than \[dicom\] min_slices = 4"),
 ])
 def test_rejections_say_what_was_measured(delivery: tuple[Path, Path, RunResult], source: str, detail: str) -> None:
     found = row(delivery[2], source)
@@ -135,7 +137,8 @@ def test_duplicates_and_splits_are_reported_as_warnings(delivery: tuple[Path, Pa
     assert "case_023/copy_of_slice.dcm = case_023/2392" in "; ".join(row(result, "case_023/ (series 5)").warnings)
     assert row(result, "case_023/ (series 5)").n_files == 6  # the copy is a member of the item it duplicates
     for echo in (1, 2):
-        assert "series split into 2 parts by echo (as dcm2niix)" in row(result, f"case_005/ (series 5, echo {echo})").warnings
+        assert ("series split into 2 parts by echo (as dcm2niix)"
+                in row(result, f"case_005/ (series 5, echo {echo})").warnings)
 
 
 def stored(delivery: tuple[Path, Path, RunResult], source: str) -> tuple[np.ndarray, dict]:
@@ -226,7 +229,7 @@ def test_radiographs_are_2d_images_in_one_stack(delivery: tuple[Path, Path, RunR
         assert any(w.startswith("MONOCHROME1") for w in r.warnings)
 
 
-def test_every_pydicom_dicomdirtests_series_equals_dcm2niix_with_min_slices_1(tmp_path: Path) -> None:
+def test_every_pydicom_dicomdirtests_series_equals_dcm2niix_with_min_slices_1(tmp_path: Path, scheduler: str) -> None:
     """The contract on each of pydicom's dicomdirtests series, not only CT5N: with `[dicom] min_slices = 1` the
     localizers (rejected `series_too_short` by default) are stored too, and every stored volume equals dcm2niix
     on exactly its member files. CT2 stays rejected: dcm2niix converts it, but says the result is not a volume."""
@@ -235,7 +238,7 @@ def test_every_pydicom_dicomdirtests_series_equals_dcm2niix_with_min_slices_1(tm
     store = tmp_path / "stores" / "ddt.zarr"
     spec = write_spec(tmp_path / "manifests" / "ddt" / "delivery.toml", raw=raw, store=store, name="ddt",
                       labels=False, extra="\n[dicom]\nmin_slices = 1\n")
-    result = convert_delivery(spec, workers=1)
+    result = convert_delivery(spec, scheduler=scheduler)
     volumes = [r for r in result.rows if r.status == "ok" and r.members]
     # CT5N, CT2N's two planes, MR1's three series, MR2's seven single slices, MR700's seven planes
     assert len(volumes) == 20
@@ -251,6 +254,7 @@ def test_every_pydicom_dicomdirtests_series_equals_dcm2niix_with_min_slices_1(tm
         np.testing.assert_allclose(np.array(attrs["affine"]), affine, atol=1e-3, err_msg=r.source)
     (ct2,) = [r for r in result.rows if r.source.startswith("case_001/77654033/CT2/")]
     assert (ct2.status, ct2.reason) == ("rejected", "series_missing_slices")
-    said = subprocess.run([str(DCM2NIIX), "-z", "n", "-b", "n", "-o", str(tmp_path), str(raw / "case_001/77654033/CT2")],
+    said = subprocess.run([str(DCM2NIIX), "-z", "n", "-b", "n", "-o", str(tmp_path),
+                           str(raw / "case_001/77654033/CT2")],
                           capture_output=True, text=True, timeout=120)
     assert "Interslice distance varies" in said.stdout  # dcm2niix's own warning: the slices are not equidistant

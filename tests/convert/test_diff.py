@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 import os
-from collections import Counter
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import nibabel as nib
@@ -13,8 +13,8 @@ import pytest
 
 from labzarr.convert import Row, UsageError, convert_delivery
 from labzarr.convert.cli import main
-from labzarr.convert.diff import diff_manifests, load_manifest_rows
 from labzarr.convert.manifest import manifest_bytes, read_manifest
+from labzarr.convert.qc.diff import diff_manifests, load_manifest_rows
 from labzarr.readers import Reason
 
 from ..conftest import make_delivery
@@ -36,7 +36,8 @@ def test_diff_reports_exactly_the_four_changes(tmp_path: Path) -> None:
            _ok("case4", "case_004.nii.gz", "d" * 64, "B")]
     new = [same, _ok("case2", "case_002.nii.gz", "b" * 64, "NK"),  # label changed
            # case3 removed; case4 re-delivered truncated: newly rejected (its content changed too)
-           _ok("case4", "case_004.nii.gz", "e" * 64, "B").rejected(Reason.TRUNCATED, "file ends at 1,000 B, expected 4,000 B"),
+           _ok("case4", "case_004.nii.gz", "e" * 64, "B").rejected(Reason.TRUNCATED,
+                                                                    "file ends at 1,000 B, expected 4,000 B"),
            _ok("case5", "case_005.nii.gz", "f" * 64, "T")]  # added
     a, b = _write(tmp_path / "old.csv", old), _write(tmp_path / "new.csv", new)
     d = diff_manifests(read_manifest(a), read_manifest(b), old_name="old.csv", new_name="new.csv")
@@ -44,7 +45,8 @@ def test_diff_reports_exactly_the_four_changes(tmp_path: Path) -> None:
     assert [c.source for c in d.removed] == ["case_003.nii.gz"]
     assert [(c.source, c.old, c.new, c.also) for c in d.status] == [
         ("case_004.nii.gz", "ok", "rejected truncated", ("content changed",))]
-    assert [(c.source, c.old, c.new) for c in d.labels] == [("case_002.nii.gz", "label.cell_type='T'", "label.cell_type='NK'")]
+    assert [(c.source, c.old, c.new) for c in d.labels] == [
+        ("case_002.nii.gz", "label.cell_type='T'", "label.cell_type='NK'")]
     assert d.content == ()
     assert d.describe() == "\n".join([
         "manifest diff: old.csv -> new.csv",
@@ -103,9 +105,9 @@ def _git(cwd: Path, *args: str) -> None:
                    capture_output=True, timeout=60)
 
 
-def test_diff_against_the_committed_manifest(tmp_path: Path) -> None:
+def test_diff_against_the_committed_manifest(tmp_path: Path, scheduler: str) -> None:
     d = make_delivery(tmp_path)
-    before = Counter(r["status"] for r in read_manifest(convert_delivery(d.spec, workers=1).manifest))
+    before = Counter(r["status"] for r in read_manifest(convert_delivery(d.spec, scheduler=scheduler).manifest))
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "manifests")
     _git(tmp_path, "commit", "-q", "-m", "demo delivery")
@@ -114,7 +116,7 @@ def test_diff_against_the_committed_manifest(tmp_path: Path) -> None:
     shutil.rmtree(d.raw / "case_006")  # removed
     blob = (d.raw / "case-008.nii").read_bytes()
     (d.raw / "case-008.nii").write_bytes(blob[: len(blob) // 2])  # newly rejected
-    convert_delivery(d.spec, workers=1)
+    convert_delivery(d.spec, scheduler=scheduler)
     rel = "manifests/demo/manifest.csv"
     out = subprocess.run([sys.executable, "-m", "labzarr", "diff", f"git:HEAD:{rel}", rel], cwd=tmp_path,
                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -133,8 +135,10 @@ def test_diff_against_the_committed_manifest(tmp_path: Path) -> None:
 @pytest.mark.parametrize("ref, match", [
     pytest.param("missing.csv", r"missing.csv: no such manifest", id="missing-file"),
     pytest.param("git:HEAD", r"git:HEAD: expected git:REV:PATH", id="git-no-path"),
-    pytest.param("git:nosuchrev:manifest.csv", r"git:nosuchrev:manifest.csv: invalid object name 'nosuchrev'", id="git-bad-rev"),
-    pytest.param("git:HEAD:nope.csv", r"git:HEAD:nope.csv: path 'nope.csv' does not exist in 'HEAD'", id="git-not-committed"),
+    pytest.param("git:nosuchrev:manifest.csv", r"git:nosuchrev:manifest.csv: invalid object name 'nosuchrev'",
+                 id="git-bad-rev"),
+    pytest.param("git:HEAD:nope.csv", r"git:HEAD:nope.csv: path 'nope.csv' does not exist in 'HEAD'",
+                 id="git-not-committed"),
     pytest.param("notes.csv", r"notes.csv: not a labzarr manifest \(no column 'item_id'\)", id="not-a-manifest"),
 ])
 def test_diff_usage_errors(tmp_path: Path, ref: str, match: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 from labzarr.convert import read_manifest
 from labzarr.convert.cli import main
 from labzarr.convert.demo import write_spec
-from labzarr.convert.verify import verify_store
+from labzarr.convert.qc.verify import verify_store
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import pytest
 
 from labzarr.convert import UsageError, convert_delivery, load_spec, read_manifest
 from labzarr.convert.demo import EXPECTED
-from labzarr.convert.faults import summarize_report
 from labzarr.convert.manifest import Row
-from labzarr.convert.resume import read_outcomes, write_outcomes
-from labzarr.convert.verify import verify_store
+from labzarr.convert.qc.verify import verify_store
+from labzarr.convert.run.faults import summarize_report
+from labzarr.convert.write.outcomes import read_outcomes, write_outcomes
 from labzarr.readers import Reason
 from labzarr.store import Folder
 
@@ -21,7 +21,8 @@ from ..faulty_readers import HANG_MAGIC, PLUGINS, SEGFAULT_MAGIC
 
 
 def test_segfault_and_hang_cost_only_their_items(tmp_path: Path) -> None:
-    d = make_delivery(tmp_path, extra=f"\n[run]\nitem_timeout = 4\ncrash_retries = 1\nreaders = {json.dumps(PLUGINS)}\n")
+    d = make_delivery(tmp_path,
+                      extra=f"\n[run]\nitem_timeout = 4\ncrash_retries = 1\nreaders = {json.dumps(PLUGINS)}\n")
     (d.raw / "case_901.dcm").write_bytes(SEGFAULT_MAGIC + bytes(range(256)))
     (d.raw / "case_902.jpg").write_bytes(HANG_MAGIC + bytes(range(256)))
     result = convert_delivery(d.spec, workers=2)
@@ -55,7 +56,7 @@ Thread 0x00007f0000000001 (most recent call first):
 Current thread 0x00007f0000000002 (most recent call first):
   File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at
   File "/repo/readers/dicom.py", line 80 in read
-  File "/repo/convert/task.py", line 70 in convert_item
+  File "/repo/convert/run/volume_task.py", line 70 in convert_item
 
 Extension modules: numpy (total: 1)
 """

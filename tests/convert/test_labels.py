@@ -35,7 +35,8 @@ def sheet(*rows: tuple[str, str], names: tuple[str, ...] = ("cell_type",)) -> La
     return LabelSheet(
         sheet="S", sheet_index=3, sheets=("a", "b", "S"), header_row=3, id_column="A",
         columns=tuple((n, "F", n) for n in names),
-        rows=tuple(LabelRow(cell(i, "A", 4 + k), tuple(cell(v, "F", 4 + k) for _ in names)) for k, (i, v) in enumerate(rows)),
+        rows=tuple(LabelRow(cell(i, "A", 4 + k), tuple(cell(v, "F", 4 + k) for _ in names))
+                   for k, (i, v) in enumerate(rows)),
         warnings=(),
     )
 
@@ -88,7 +89,8 @@ def test_required_rejects_unlabelled_optional_keeps_with_warning() -> None:
     assert [(r.status, r.reason) for r in strict.rows] == [("ok", None), ("rejected", Reason.NO_LABEL),
                                                            ("rejected", Reason.NO_LABEL)]
     assert "no row for ID 'case2' in labels/w.xlsx sheet 'S' column A" in strict.rows[1].detail
-    assert strict.rows[2].detail == "row for ID 'case3' at S!A5, but cell_type is formula without a cached value at S!F5"
+    assert strict.rows[2].detail == ("row for ID 'case3' at S!A5, but cell_type is formula without a cached value "
+                                     "at S!F5")
     loose = join([ok("case1"), ok("case2")], sh, required=False)
     assert [r.status for r in loose.rows] == ["ok", "ok"]
     assert loose.rows[1].warnings[0].startswith("no_label: no row for ID 'case2'")
@@ -193,20 +195,24 @@ def test_delivery_labels_in_manifest_summary_store_and_attrs(tmp_path: Path, cli
         "case_006.nii": ("rejected", "no_label", "", ""),
         "case_007.nii": ("rejected", "no_label", "", ""),
         "case_008.nii": ("ok", "", "neuron", "Annotations v2!F10; Annotations v2!C10"),
-        "case_009.nii": ("rejected", "label_conflict", "", "Annotations v2!F12; Annotations v2!F13; Annotations v2!C12"),
+        "case_009.nii": ("rejected", "label_conflict", "",
+                         "Annotations v2!F12; Annotations v2!F13; Annotations v2!C12"),
         "case_010.nii": ("rejected", "no_label", "", "Annotations v2!C14"),
     }
     for source, (status, reason, cell_type, where) in want.items():
         r = rows[source]
-        assert (r["status"], r["reason"], r["label.cell_type"], r["label_source"]) == (status, reason, cell_type, where), source
+        assert (r["status"], r["reason"], r["label.cell_type"], r["label_source"]) == (
+            status, reason, cell_type, where), source
         assert r["label.reviewed"] == ("2026-11-03" if reason != "no_label" or source == "case_010.nii" else "")
-    assert rows["case_009.nii"]["detail"] == "cell_type: 'neuron' at Annotations v2!F12, 'astrocyte' at Annotations v2!F13"
+    assert rows["case_009.nii"]["detail"] == ("cell_type: 'neuron' at Annotations v2!F12, "
+                                              "'astrocyte' at Annotations v2!F13")
     assert "formula without a cached value at Annotations v2!F14" in rows["case_010.nii"]["detail"]
     book = rows["labels/Annotations 2026.xlsx"]
     assert (book["status"], book["item_id"]) == ("ignored", "") and "label workbook" in book["detail"]
 
     summary = json.loads(result.summary_path.read_text())
-    assert summary["labels"] == {"cell_type": {"astrocyte": 1, "microglia": 1, "neuron": 4}, "reviewed": {"2026-11-03": 6}}
+    assert summary["labels"] == {"cell_type": {"astrocyte": 1, "microglia": 1, "neuron": 4},
+                                 "reviewed": {"2026-11-03": 6}}
     assert summary["unmatched_workbook_ids"] == [
         {"id": "007", "normalized": "7", "cell": "Annotations v2!A9"},
         {"id": "case_099", "normalized": "case99", "cell": "Annotations v2!A15"},
@@ -215,7 +221,8 @@ def test_delivery_labels_in_manifest_summary_store_and_attrs(tmp_path: Path, cli
     meta = summary["label_workbook"]
     assert (meta["path"], meta["sheet"], meta["sheet_index"], meta["header_row"]) == (
         "labels/Annotations 2026.xlsx", "Annotations v2", 3, 3)
-    assert meta["columns"] == {"cell_type": {"column": "F", "header": "Cell type"}, "reviewed": {"column": "C", "header": "Reviewed"}}
+    assert meta["columns"] == {"cell_type": {"column": "F", "header": "Cell type"},
+                               "reviewed": {"column": "C", "header": "Reviewed"}}
     assert any("2 'Annotations v1'" in w for w in meta["warnings"])
     assert any("F14: formula without a cached value" in w for w in meta["warnings"])
 
@@ -265,7 +272,8 @@ BAD = [
                  r"\[labels\] sheet: labels/l\.xlsx: sheet 7 is past the end: l\.xlsx has 4 sheets: 1 'Read me', "
                  r"2 'Annotations v1' \(hidden\), 3 'Annotations v2', 4 'Pivot'", id="sheet-past-end"),
     pytest.param(lambda p: save(lab_workbook(ENTRIES), p), 'sheet = 3\ncolumns = { cell_type = "Celltype" }\n',
-                 r"\[labels\] columns\.cell_type: .*row 3: 'Case', 'Reader', 'Reviewed', 'Slices', 'Notes', 'Cell type'",
+                 r"\[labels\] columns\.cell_type: .*row 3: 'Case', 'Reader', 'Reviewed', 'Slices', 'Notes', "
+                 r"'Cell type'",
                  id="header-not-found"),
     pytest.param(_xls, "", r"\[labels\] workbook: labels/l\.xlsx: not an xlsx: a legacy Excel 97-2003 \.xls", id="xls"),
     pytest.param(lambda p: zip_bomb(p, 64 << 20), "", r"\[labels\] workbook: .*inflates .* \(ratio", id="zip-bomb"),

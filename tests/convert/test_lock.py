@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labzarr.convert.lock import LockInfo, StoreLocked, store_lock
-from labzarr.convert.state import lock_path
+from labzarr.convert.write.lock import LockInfo, StoreLocked, store_lock
+from labzarr.convert.write.state import lock_path
 
 from ..conftest import make_delivery
 

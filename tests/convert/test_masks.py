@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from labzarr.convert.masks import ClassLocator, MaskScan
-from labzarr.readers import NiftiReader, Limits, Reason, Rejected, open_source, read_head
+from labzarr.readers import Limits, NiftiReader, Reason, Rejected, open_source, read_head
 
 MiB = 1 << 20
 

@@ -24,8 +24,8 @@ from PIL import Image
 from labzarr.convert import UsageError, convert_delivery, load_spec
 from labzarr.convert.cli import main
 from labzarr.convert.demo import write_demo, write_spec
-from labzarr.convert.lock import LockInfo, store_lock
-from labzarr.convert.verify import verify_store
+from labzarr.convert.qc.verify import verify_store
+from labzarr.convert.write.lock import LockInfo, store_lock
 from labzarr.loaders import open_store
 from labzarr.store import UrlStore
 
@@ -108,7 +108,7 @@ def test_concurrent_starts_exactly_one_takes_the_lock_object(converted_s3, tmp_p
     holds it until the other three have been refused."""
     _, _, url = converted_s3
     stop = tmp_path / "stop"
-    script = ("import os, sys, time\nfrom labzarr.convert.lock import store_lock\nfrom labzarr.store "
+    script = ("import os, sys, time\nfrom labzarr.convert.write.lock import store_lock\nfrom labzarr.store "
               "import UrlStore\nfrom labzarr.convert.errors import UsageError\ntry:\n"
               f"    with store_lock(UrlStore({url!r})):\n        print('held', flush=True)\n"
               f"        deadline = time.monotonic() + 120\n"
@@ -130,7 +130,6 @@ def test_verify_finds_a_deleted_and_a_corrupted_chunk_object(converted_s3, capsy
     fs = _fs()
     fs.copy(f"{BUCKET}/demo.zarr", f"{BUCKET}/damaged.zarr", recursive=True)
     damaged = f"s3://{BUCKET}/damaged.zarr"
-    assert verify_store(UrlStore(damaged)).ok
     chunks: dict[str, list[str]] = {}
     for key in sorted(fs.find(f"{BUCKET}/damaged.zarr/volumes")):
         array, _, rest = key.removeprefix(f"{BUCKET}/damaged.zarr/").partition("/c/")
@@ -141,12 +140,13 @@ def test_verify_finds_a_deleted_and_a_corrupted_chunk_object(converted_s3, capsy
     blob = bytearray(fs.cat_file(chunks[corrupted][0]))
     blob[len(blob) // 2] ^= 0x10
     fs.pipe_file(chunks[corrupted][0], bytes(blob))
-    report = verify_store(UrlStore(damaged))
-    assert report.damaged() == [deleted, corrupted], report.describe()
-    gone = chunks[deleted][-1].split(f"{deleted}/", 1)[1]
-    assert any(p.array == deleted and f"chunk file {gone} missing" in p.what for p in report.problems)
+    # One pass over the damaged copy, through the CLI (each verify of a store on moto takes seconds); the
+    # undamaged URL stores verify clean in the segmentation and stack tests below.
     assert main(["verify", damaged]) == 1
-    assert "DAMAGED: 2 item(s)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "DAMAGED: 2 item(s)" in out, out
+    gone = chunks[deleted][-1].split(f"{deleted}/", 1)[1]
+    assert f"chunk file {gone} missing" in out and corrupted in out, out
 
 
 def test_inspect_and_report_read_the_url_store(converted_s3, capsys, tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_inspect_and_report_read_the_url_store(converted_s3, capsys, tmp_path: P
     assert main(["inspect", url]) == 0
     out = capsys.readouterr().out
     assert f"store:     {url}" in out and f"items:     {ok} ok" in out
-    from labzarr.convert.report import write_report
+    from labzarr.convert.qc.report import write_report
 
     report = write_report(d.spec, cwd=tmp_path, out=tmp_path / "report")
     assert report.ok == ok and report.thumbnails == ok  # every tile drawn from the URL store

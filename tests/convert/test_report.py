@@ -14,7 +14,7 @@ from PIL import Image
 
 from labzarr.convert import UsageError, convert_delivery, read_manifest
 from labzarr.convert.demo import write_spec
-from labzarr.convert.report import sample_evenly, write_report
+from labzarr.convert.qc.report import sample_evenly, write_report
 
 from .._chromium import Chromium
 from ..conftest import make_delivery
@@ -92,7 +92,8 @@ def test_report_cli_writes_under_data_reports(converted_demo, tmp_path: Path) ->
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, out.stderr
     index = tmp_path / "data" / "reports" / "demo" / "index.html"
-    assert out.stdout.strip() == f"report: data/reports/demo/index.html ({c['ok']} ok items, 4 thumbnails, {c['rejected']} rejected)"
+    assert out.stdout.strip() == (f"report: data/reports/demo/index.html ({c['ok']} ok items, 4 thumbnails, "
+                                  f"{c['rejected']} rejected)")
     html = index.read_text()
     assert f"Showing 4 of {c['ok']} ok items" in html
     assert len(list(index.parent.glob("thumbs/*.png"))) == 4
@@ -147,7 +148,8 @@ def _no_store(spec: Path) -> None:
 
 
 @pytest.mark.parametrize("damage, match", [
-    pytest.param(_edit_manifest, r"manifest.csv: its sha256 differs from the one summary.json records", id="edited-manifest"),
+    pytest.param(_edit_manifest, r"manifest.csv: its sha256 differs from the one summary.json records",
+                 id="edited-manifest"),
     pytest.param(_other_store, r"demo.zarr: written by another run than", id="store-from-another-run"),
     pytest.param(_no_store, r"demo.zarr: no such store", id="store-missing"),
 ])
@@ -168,13 +170,14 @@ def test_report_before_convert_says_what_to_do(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("n, k, want", [
-    (5, 200, [0, 1, 2, 3, 4]), (10, 1, [0]), (10, 2, [0, 9]), (10, 4, [0, 3, 6, 9]), (1000, 3, [0, 500, 999]), (0, 5, []),
+    (5, 200, [0, 1, 2, 3, 4]), (10, 1, [0]), (10, 2, [0, 9]), (10, 4, [0, 3, 6, 9]), (1000, 3, [0, 500, 999]),
+    (0, 5, []),
 ])
 def test_sample_evenly(n: int, k: int, want: list[int]) -> None:
     assert sample_evenly(n, k) == want
 
 
-def test_report_draws_2d_images_from_their_stacks(tmp_path: Path) -> None:
+def test_report_draws_2d_images_from_their_stacks(tmp_path: Path, scheduler: str) -> None:
     raw = tmp_path / "raw"
     raw.mkdir()
     rng = np.random.default_rng(0)
@@ -185,7 +188,7 @@ def test_report_draws_2d_images_from_their_stacks(tmp_path: Path) -> None:
     Image.fromarray(np.tile(np.linspace(0, 255, 500).astype(np.uint8), (200, 1))).save(raw / "case_003.png")
     spec = write_spec(tmp_path / "manifests" / "tiles" / "delivery.toml", raw=raw, store=tmp_path / "tiles.zarr",
                       name="tiles", labels=False)
-    result = convert_delivery(spec, workers=1)
+    result = convert_delivery(spec, scheduler=scheduler)
     rows = {r["source"]: r for r in read_manifest(result.manifest)}
     assert all(r["status"] == "ok" and r["slot"] for r in rows.values())  # every image sits in a stack slot
     out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
@@ -200,7 +203,7 @@ def test_report_draws_2d_images_from_their_stacks(tmp_path: Path) -> None:
 
 
 def test_report_tables_are_capped(converted_demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from labzarr.convert import report
+    from labzarr.convert.qc import report
 
     monkeypatch.setattr(report, "_MAX_ROWS", 3)
     spec = _copy_converted(converted_demo, tmp_path)

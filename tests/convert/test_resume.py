@@ -16,11 +16,11 @@ from labzarr.convert.cli import main
 from labzarr.convert.demo import EXPECTED, write_spec
 from labzarr.convert.discover import Candidate, FileEntry
 from labzarr.convert.manifest import ClassCount, RoleSource, Row
-from labzarr.convert.plan import plan
+from labzarr.convert.plan.build import plan
+from labzarr.convert.plan.records import Outcome, Recorded, from_record, to_record
 from labzarr.convert.probe import Probe
-from labzarr.convert.resume import Outcome, Recorded, from_record, to_record
+from labzarr.convert.qc.verify import verify_store
 from labzarr.convert.spec import Spec
-from labzarr.convert.verify import verify_store
 from labzarr.loaders import open_store
 from labzarr.readers import Reason
 from labzarr.store import Folder
@@ -194,8 +194,8 @@ def test_plan_reuses_an_outcome_only_when_nothing_changed(tmp_path: Path, change
     settings = change.get("settings", "s1")
     fields.pop("settings", None)
     row = Row(status="ok", source="case_001.nii", kind="nifti", shape=(1, 2, 3, 4), dtype="int16", **fields)
-    p = plan(spec, candidates, probes, Recorded(volumes={"case_001.nii": Outcome(settings=settings, row=row)}),
-             settings="s1")
+    p = plan(spec, candidates, probes, Recorded(volumes={"case_001.nii": Outcome(fingerprint=settings, row=row)}),
+             fingerprint="s1")
     assert (len(p.unchanged), len(p.tasks)) == ((1, 0) if reused else (0, 1))
     if reused:
         assert p.unchanged[0] == row
@@ -220,7 +220,7 @@ def test_duplicates_are_decided_before_decoding(tmp_path: Path) -> None:
 
 def test_samples_with_the_same_bytes_are_duplicates_after_decoding(tmp_path: Path) -> None:
     """Samples are grouped after probing, so their duplicates are found among decoded rows; the later one goes."""
-    from labzarr.convert.run import _drop_duplicates
+    from labzarr.convert.run.driver import _drop_duplicates
 
     (tmp_path / "volumes" / "b").mkdir(parents=True)
     rows = [Row(item_id=i, status="ok", source=f"{i}_img.nii", sha256="a" * 64, group=f"volumes/{i}",

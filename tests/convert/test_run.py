@@ -7,13 +7,12 @@ from pathlib import Path
 
 import nibabel as nib
 import numpy as np
-import pytest
 import zarr
 
 from labzarr.convert import convert_delivery, read_manifest
 from labzarr.convert.demo import EXPECTED, EXPECTED_LABELS
 from labzarr.convert.manifest import BASE_COLUMNS
-from labzarr.convert.run import WORKER_MALLOC
+from labzarr.convert.run.driver import WORKER_MALLOC
 from labzarr.loaders import open_store
 
 from ..conftest import make_delivery, nib_load
@@ -51,10 +50,12 @@ def test_demo_labels_from_sheet3_column_f(converted_demo) -> None:
     by_source = {r["source"]: r for r in rows}
     assert by_source["case_020.nii.gz"]["detail"] == ("cell_type: 'neuron' at Annotations v2!F18, "
                                                       "'astrocyte' at Annotations v2!F19")
-    assert "labels/annotations.xlsx" in by_source and by_source["labels/annotations.xlsx"]["detail"].startswith("label workbook")
+    assert "labels/annotations.xlsx" in by_source and by_source["labels/annotations.xlsx"]["detail"].startswith(
+        "label workbook")
     s = result.summary
     assert s["unmatched_workbook_ids"] == [{"id": "case_099", "normalized": "case99", "cell": "Annotations v2!A20"}]
-    assert s["labels"]["cell_type"] == {v: list(EXPECTED_LABELS.values()).count(v) for v in set(EXPECTED_LABELS.values())}
+    assert s["labels"]["cell_type"] == {v: list(EXPECTED_LABELS.values()).count(v)
+                                        for v in set(EXPECTED_LABELS.values())}
     assert "case19" in s["unlabelled_items"] and "case18" in s["unlabelled_items"]
     assert {i.item_id: i.labels["cell_type"] for i in open_store(d.store).items} == EXPECTED_LABELS
 
@@ -116,7 +117,8 @@ def test_store_codecs_and_root_attrs(converted_demo) -> None:
     # only ok items have arrays, and items rejected only for their labels (kept outside the index, so a
     # corrected workbook makes them ok without decoding again); other rejected ones (the duplicate) have none
     root = zarr.open_group(d.store, mode="r")
-    label_rejected = [r["item_id"] for r in read_manifest(result.manifest) if r["reason"] in ("no_label", "label_conflict")]
+    label_rejected = [r["item_id"] for r in read_manifest(result.manifest)
+                      if r["reason"] in ("no_label", "label_conflict")]
     assert label_rejected
     assert sorted(n for n, _ in root["volumes"].arrays()) == sorted(
         [i.array.split("/")[1] for i in view.items] + label_rejected)
@@ -130,12 +132,12 @@ def test_manifest_byte_identical_across_workers_and_reruns(converted_demo, tmp_p
     assert one == again == first.manifest.read_bytes()
 
 
-def test_symlink_outside_raw_is_rejected_never_read(tmp_path: Path) -> None:
+def test_symlink_outside_raw_is_rejected_never_read(tmp_path: Path, scheduler: str) -> None:
     d = make_delivery(tmp_path)
     secret = tmp_path / "secret_9.nii"
     secret.write_bytes((Path(nib.__file__).parent / "tests/data/anatomical.nii").read_bytes())
     os.symlink(secret, d.raw / "case_099.nii")
-    rows = {r["source"]: r for r in read_manifest(convert_delivery(d.spec, workers=1).manifest)}
+    rows = {r["source"]: r for r in read_manifest(convert_delivery(d.spec, scheduler=scheduler).manifest)}
     assert rows["case_099.nii"]["status"] == "rejected"
     assert rows["case_099.nii"]["reason"] == "path_outside_raw"
     assert str(secret) in rows["case_099.nii"]["detail"]
@@ -164,9 +166,9 @@ def test_dry_run_converts_nothing(tmp_path: Path) -> None:
     assert not d.store.exists()
 
 
-def test_non_finite_warn_policy_keeps_item(tmp_path: Path) -> None:
+def test_non_finite_warn_policy_keeps_item(tmp_path: Path, scheduler: str) -> None:
     d = make_delivery(tmp_path, extra='\n[validate]\nnon_finite = "warn"\n')
-    rows = {r["source"]: r for r in read_manifest(convert_delivery(d.spec, workers=1).manifest)}
+    rows = {r["source"]: r for r in read_manifest(convert_delivery(d.spec, scheduler=scheduler).manifest)}
     assert rows["case_016_nan.nii.gz"]["status"] == "ok"
     assert "non_finite" in rows["case_016_nan.nii.gz"]["warnings"]
 
@@ -174,7 +176,7 @@ def test_non_finite_warn_policy_keeps_item(tmp_path: Path) -> None:
 def test_embedded_cluster_workers_start_with_large_malloc_thresholds() -> None:
     # dask's nanny default (MALLOC_TRIM_THRESHOLD_=65536) makes every slab buffer a fresh mmap; checked in a fresh
     # interpreter, since a nanny started earlier in this process leaves its variables in os.environ.
-    code = ("import os\nfrom labzarr.convert.run import _client\n"
+    code = ("import os\nfrom labzarr.convert.run.driver import _client\n"
             "if __name__ == '__main__':\n"
             "    with _client(1, None, crash_retries=1) as c:\n"
             "        print(sorted((k, v) for k, v in c.run(lambda: dict(os.environ)).popitem()[1].items()"

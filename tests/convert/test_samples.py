@@ -13,16 +13,24 @@ from PIL import Image
 
 from labzarr.convert import UsageError, convert_delivery, execute, load_spec, read_manifest
 from labzarr.convert.discover import discover, walk
-from labzarr.convert.plan import plan
+from labzarr.convert.plan.build import plan
 from labzarr.convert.probe import probe_files
-from labzarr.convert.thumbs import thumbnail
+from labzarr.convert.qc.thumbs import thumbnail
 from labzarr.loaders import PatchDataset, open_store
 
 from ..conftest import nib_load, seg_delivery
 from ..dicom_data import canonical as dicom_canonical
 from ..dicom_data import ct_series
-from ..segmentation import (DICOM_SEG_ROLES, SEG_MASKS, SEG_ROLES, anatomy, classes_of, save, write_2d_seg_delivery,
-                            write_dicom_seg_delivery)
+from ..segmentation import (
+    DICOM_SEG_ROLES,
+    SEG_MASKS,
+    SEG_ROLES,
+    anatomy,
+    classes_of,
+    save,
+    write_2d_seg_delivery,
+    write_dicom_seg_delivery,
+)
 
 
 def canonical(path: Path) -> np.ndarray:
@@ -119,15 +127,15 @@ def test_class_counts_and_locations(converted_seg) -> None:
     assert rows[first.item_id]["classes"] == " ".join(f"{v}:{c.voxels}" for v, c in sorted(first.classes.items()))
 
 
-def test_locations_are_capped_and_seeded(tmp_path: Path) -> None:
+def test_locations_are_capped_and_seeded(tmp_path: Path, scheduler: str) -> None:
     d = seg_delivery(tmp_path, SEG_ROLES + "\n[masks]\nlocations = 40\n")
     data, affine = anatomy()
     save(d.raw / "case_001_img.nii.gz", data, affine)
     save(d.raw / "case_001_seg.nii.gz", classes_of(data), affine)
-    convert_delivery(d.spec, workers=1)
+    convert_delivery(d.spec, scheduler=scheduler)
     first = open_store(d.store)
     loc_a = first.array(first.items[0].locations)[...]
-    convert_delivery(d.spec, workers=1)
+    convert_delivery(d.spec, scheduler=scheduler)
     again = open_store(d.store)
     assert len(loc_a) == 3 * 40
     np.testing.assert_array_equal(again.array(again.items[0].locations)[...], loc_a)
@@ -136,7 +144,7 @@ def test_locations_are_capped_and_seeded(tmp_path: Path) -> None:
     assert np.ptp(loc_a[info.start:info.stop], axis=0).min() > 10
 
 
-def test_warn_policy_keeps_fractional_and_unexpected_masks(tmp_path: Path) -> None:
+def test_warn_policy_keeps_fractional_and_unexpected_masks(tmp_path: Path, scheduler: str) -> None:
     d = seg_delivery(tmp_path, SEG_ROLES + '\n[masks]\nclasses = [0, 1, 2]\npolicy = "warn"\n')
     data, affine = anatomy()
     mask = classes_of(data)
@@ -148,7 +156,7 @@ def test_warn_policy_keeps_fractional_and_unexpected_masks(tmp_path: Path) -> No
     extra[0:2, 0:2, 0:2] = 300  # does not fit uint8: the stored dtype grows to uint16
     save(d.raw / "case_008_img.nii.gz", data + 1, affine)
     save(d.raw / "case_008_seg.nii.gz", extra, affine)
-    result = convert_delivery(d.spec, workers=1)
+    result = convert_delivery(d.spec, scheduler=scheduler)
     rows = {r["item_id"]: r for r in read_manifest(result.manifest)}
     assert rows["case007"]["status"] == rows["case008"]["status"] == "ok"
     assert "rounded to the nearest integer" in rows["case007"]["warnings"]
@@ -387,7 +395,7 @@ def test_2d_pairs_give_patches_of_one_region(converted_2d_seg) -> None:
     assert all(c.all() for c in covered.values())
 
 
-def test_plugin_reader_reads_a_sample_member(tmp_path: Path) -> None:
+def test_plugin_reader_reads_a_sample_member(tmp_path: Path, scheduler: str) -> None:
     """A mask in a format only a `[run] readers` plugin knows is read by that plugin inside the sample, too."""
     from ..plugin_readers import PLUGINS
 
@@ -399,7 +407,7 @@ def test_plugin_reader_reads_a_sample_member(tmp_path: Path) -> None:
     d = seg_delivery(tmp_path, tail)
     save(d.raw / "case_001_img.nii.gz", image, np.eye(4))
     np.save(d.raw / "case_001_seg.npy", mask.astype(np.uint8))
-    result = convert_delivery(d.spec, workers=1)
+    result = convert_delivery(d.spec, scheduler=scheduler)
     (row,) = read_manifest(result.manifest)
     assert (row["status"], row["reason"]) == ("ok", ""), row["detail"]
     assert row["role.mask"] == "case_001_seg.npy"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from labzarr.convert.discover import Candidate, FileEntry
+from labzarr.convert.plan.series import group_series
 from labzarr.convert.probe import Probe
-from labzarr.convert.series import group_series
 from labzarr.readers import Reason, SeriesRules, read_dicom_header, read_head
 
 from ..dicom_data import CT5N, DICOMDIR_TESTS, four_d, multi_echo
@@ -82,7 +82,8 @@ def test_a_file_holding_two_planes_cannot_be_split() -> None:
 
 def test_series_without_item_id_is_one_rejected_row() -> None:
     _, (row,) = group(files(CT5N, "scans/ct", item_id=None))
-    assert (row.status, row.reason, row.n_files, row.source) == ("rejected", Reason.ID_UNMATCHED, 5, "scans/ct/ (series 5)")
+    assert (row.status, row.reason, row.n_files, row.source) == ("rejected", Reason.ID_UNMATCHED, 5,
+                                                                 "scans/ct/ (series 5)")
     assert "id_pattern" in row.detail
 
 

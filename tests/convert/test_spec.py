@@ -35,7 +35,8 @@ def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
 
 
 def test_dicom_section_sets_the_series_rules(tmp_path: Path) -> None:
-    spec = load_spec(write(tmp_path, GOOD + '[dicom]\nmin_slices = 2\nspacing_tolerance_mm = 0.5\ngantry_tilt = "shear"\n'),
+    spec = load_spec(write(tmp_path,
+                           GOOD + '[dicom]\nmin_slices = 2\nspacing_tolerance_mm = 0.5\ngantry_tilt = "shear"\n'),
                      cwd=tmp_path)
     rules = spec.dicom.rules()
     assert (rules.min_slices, rules.spacing_tolerance_mm, rules.gantry_tilt) == (2, 0.5, "shear")
@@ -44,10 +45,12 @@ def test_dicom_section_sets_the_series_rules(tmp_path: Path) -> None:
 
 
 BAD = [
-    pytest.param(GOOD + "[store]\ncompressor = \"zstd\"\nlevel = 40\n", r"\[store\] level = 40: zstd levels are 1\.\.22",
-                 id="level-range"),
-    pytest.param(GOOD + "[store]\nlevel = 10\n", r"\[store\] level = 10: blosc-lz4 levels are 1\.\.9", id="level-default"),
-    pytest.param(GOOD + "[store]\nshards = [100, 256, 128]\n", r"shards = \[100, 256, 128\]: each shard extent must be a "
+    pytest.param(GOOD + "[store]\ncompressor = \"zstd\"\nlevel = 40\n",
+                 r"\[store\] level = 40: zstd levels are 1\.\.22", id="level-range"),
+    pytest.param(GOOD + "[store]\nlevel = 10\n", r"\[store\] level = 10: blosc-lz4 levels are 1\.\.9",
+                 id="level-default"),
+    pytest.param(GOOD + "[store]\nshards = [100, 256, 128]\n",
+                 r"shards = \[100, 256, 128\]: each shard extent must be a "
                  r"multiple of the chunk extent", id="shards-not-multiple"),
     pytest.param(GOOD + "[store]\nshards = true\n", r"shards = True: expected three positive integers, or false",
                  id="shards-true"),
@@ -56,15 +59,20 @@ BAD = [
     pytest.param(GOOD + "[store]\nchecksum = \"yes\"\n", r"checksum = 'yes': expected true or false", id="type"),
     pytest.param(GOOD + "[store]\nlevle = 3\n", r"\[store\] unknown key 'levle'", id="unknown-key"),
     pytest.param(GOOD + "[stores]\n", r"unknown section \[stores\]", id="unknown-section"),
-    pytest.param(GOOD.replace('raw = "raw"', 'raw = "nowhere"'), r"raw = '.*nowhere': folder not found", id="raw-missing"),
+    pytest.param(GOOD.replace('raw = "raw"', 'raw = "nowhere"'), r"raw = '.*nowhere': folder not found",
+                 id="raw-missing"),
     pytest.param(GOOD.replace('name = "lab-1"\n', ""), r"\[delivery\] name is missing", id="name-missing"),
-    pytest.param(GOOD + "[items]\nid_pattern = '(\\d+'\n", r"id_pattern = .*not a valid regular expression", id="bad-regex"),
+    pytest.param(GOOD + "[items]\nid_pattern = '(\\d+'\n", r"id_pattern = .*not a valid regular expression",
+                 id="bad-regex"),
     pytest.param(GOOD + "[items]\nid_pattern = '\\d+'\n", r"needs a group \(\?P<id>", id="regex-no-group"),
     pytest.param(GOOD + "[items]\nid_normalize = [\"upper\"]\n", r"allowed steps", id="normalize-step"),
     pytest.param(GOOD + "[validate]\nnon_finite = \"ignore\"\n", r"non_finite = 'ignore'", id="non-finite-policy"),
-    pytest.param(GOOD + "[labels]\nworkbook = \"nope.xlsx\"\n", r"workbook = '.*nope.xlsx': file not found", id="workbook"),
-    pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\nconflict = \"keep\"\n", r"conflict = 'keep': allowed", id="conflict"),
-    pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\nid_column = 3\n", r"id_column = 3: expected a column", id="column-type"),
+    pytest.param(GOOD + "[labels]\nworkbook = \"nope.xlsx\"\n", r"workbook = '.*nope.xlsx': file not found",
+                 id="workbook"),
+    pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\nconflict = \"keep\"\n", r"conflict = 'keep': allowed",
+                 id="conflict"),
+    pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\nid_column = 3\n", r"id_column = 3: expected a column",
+                 id="column-type"),
     pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\ncolumns = { x = { name = \"F\" } }\n",
                  r"columns\.x = \{'name': 'F'\}: expected a column letter", id="column-table"),
     pytest.param(GOOD + "[labels]\nworkbook = \"w.xlsx\"\ncolumns = { \"cell type\" = \"F\" }\n",
@@ -126,5 +134,6 @@ def test_labels_section_columns_by_letter_header_or_table(tmp_path: Path) -> Non
     assert labels.id_column == ColumnRef(header="ID")
     assert dict(labels.columns) == {"cell_type": ColumnRef(letter="F"), "grade": ColumnRef(header="Grade (1-4)"),
                                     "b": ColumnRef(letter="B")}
-    assert (labels.sheet, labels.header_row, labels.required, labels.conflict) == ("Annotations v2", "auto", True, "warn")
+    assert (labels.sheet, labels.header_row, labels.required, labels.conflict) == (
+        "Annotations v2", "auto", True, "warn")
     assert ColumnRef.parse("XFD").letter and ColumnRef.parse("XFE").header and ColumnRef.parse("f").header

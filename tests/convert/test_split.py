@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from labzarr.convert import convert_delivery, load_spec
-from labzarr.convert.parts import split_slabs
-from labzarr.convert.run import execute
+from labzarr.convert.plan.parts import split_slabs
+from labzarr.convert.run.driver import execute
 from labzarr.readers import Reason
 
 from ..dicom_data import ct_series, four_d

@@ -10,10 +10,16 @@ import pytest
 from labzarr.convert import discover, load_spec
 from labzarr.convert.demo import write_spec
 from labzarr.convert.discover import FileEntry
-from labzarr.convert.plan import plan
+from labzarr.convert.plan.build import plan
+from labzarr.convert.plan.stacks import (
+    MAX_IMAGES_PER_SHARD,
+    SHARD_BYTES,
+    StackEntry,
+    images_per_shard,
+    plan_stacks,
+    stack_name,
+)
 from labzarr.convert.probe import Probe
-from labzarr.convert.stacks import (MAX_IMAGES_PER_SHARD, SHARD_BYTES, StackEntry, images_per_shard, plan_stacks,
-                                    stack_name)
 from labzarr.readers import Plane, Reason
 
 RGB16 = Plane(channels=3, height=16, width=16, dtype="uint8")

@@ -8,9 +8,9 @@ import pytest
 import zarr
 from PIL import Image
 
-from labzarr.convert.charts import bar_chart, top_values
-from labzarr.convert.explain import EXPLAIN
-from labzarr.convert.thumbs import image_thumbnail, thumbnail, volume_planes, volume_thumbnail, window
+from labzarr.convert.qc.charts import bar_chart, top_values
+from labzarr.convert.qc.explain import EXPLAIN
+from labzarr.convert.qc.thumbs import image_thumbnail, thumbnail, volume_planes, volume_thumbnail, window
 from labzarr.readers import Reason
 from labzarr.store import ArrayReader, StoreReader
 
@@ -94,7 +94,7 @@ def test_every_reason_is_explained() -> None:
 
 
 def test_mask_classes_are_drawn_where_they_are(tmp_path: Path) -> None:
-    from labzarr.convert.thumbs import class_color
+    from labzarr.convert.qc.thumbs import class_color
 
     image = _array(tmp_path / "i", np.full((1, 20, 20, 20), 100, np.int16) + np.arange(20, dtype=np.int16))
     labels = np.zeros((1, 20, 20, 20), np.uint8)
@@ -112,7 +112,7 @@ def test_mask_classes_are_drawn_where_they_are(tmp_path: Path) -> None:
 
 
 def test_2d_mask_classes_are_drawn_where_they_are() -> None:
-    from labzarr.convert.thumbs import class_color
+    from labzarr.convert.qc.thumbs import class_color
 
     pixels = np.full((3, 40, 60), 120, np.uint8)
     labels = np.zeros((1, 40, 60), np.uint8)

@@ -16,7 +16,7 @@ import zarr
 from labzarr.convert import execute, load_spec
 from labzarr.convert.cli import main
 from labzarr.convert.demo import write_spec
-from labzarr.convert.verify import verify_store
+from labzarr.convert.qc.verify import verify_store
 
 
 @pytest.fixture

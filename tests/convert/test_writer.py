@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import zarr
 
-from labzarr.convert.content import array_content_sha256
 from labzarr.convert.spec import StoreSpec
-from labzarr.convert.store import codecs
-from labzarr.convert.writer import VolumeWriter, create_volume_array
+from labzarr.convert.write.arrays import codecs
+from labzarr.convert.write.writer import VolumeWriter, create_volume_array
 from labzarr.readers import Slab, VolumeHeader
 from labzarr.store import Folder, StoreReader
+from labzarr.store.content import array_content_sha256
 
 SPECS = {
     "blosc-lz4+crc": StoreSpec(),

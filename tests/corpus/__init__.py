@@ -2,7 +2,8 @@
 
 An entry is `pytest.param(build, expected, id=...)`: `build(raw, slot, seed)` writes the bad input
 under `raw` (in the folder `slot`, whose name gives it a unique item ID, unless the entry is about
-names), using `seed` for unique content, and returns its manifest `source`; `expected` is a `Reason` (status `rejected`) or `"ignored"`.
+names), using `seed` for unique content, and returns its manifest `source`; `expected` is a `Reason`
+(status `rejected`) or `"ignored"`.
 Every entry's bytes are unique, so no entry turns into another's `duplicate_content`.
 `GOOD` lists items the same delivery must convert intact, with a function giving their expected array.
 `WORKBOOK` lists label workbooks that cannot be used: `build(raw)` writes one and returns its path for

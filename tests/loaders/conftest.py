@@ -20,7 +20,7 @@ import pytest
 
 from labzarr import open_store
 from labzarr.convert.demo import EXPECTED_LABELS
-from labzarr.convert.store import index_items, write_index
+from labzarr.convert.write.arrays import index_items, write_index
 from labzarr.store import Folder
 
 from ..conftest import nib_load

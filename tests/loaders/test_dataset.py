@@ -81,7 +81,8 @@ def test_epochs_and_seeds_change_the_patches_and_keys_carry_the_epoch(labeled_st
     assert [ds.origin((0, i)) for i in range(len(ds))] == e0  # an (epoch, index) key ignores set_epoch
     other = PatchDataset(labeled_store, (8, 8, 8), patches_per_item=4, seed=6)
     assert [other.origin(i) for i in range(len(ds))] != e0
-    assert torch.equal(ds[(0, 3)]["image"], PatchDataset(labeled_store, (8, 8, 8), patches_per_item=4, seed=5)[3]["image"])
+    assert torch.equal(ds[(0, 3)]["image"],
+                       PatchDataset(labeled_store, (8, 8, 8), patches_per_item=4, seed=5)[3]["image"])
 
 
 @pytest.mark.parametrize("overlap", [0, (4, 2, 0)])
@@ -114,7 +115,8 @@ def test_labels_become_stable_class_indexes(labeled_store: Path) -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    pytest.param({"label": "nope"}, r"label 'nope' is missing for 11 item\(s\).*labels in the store: cell_type, side", id="label"),
+    pytest.param({"label": "nope"}, r"label 'nope' is missing for 11 item\(s\).*labels in the store: cell_type, side",
+                 id="label"),
     pytest.param({"label": "cell_type", "classes": ["neuron", "astrocyte"]},
                  r"values \['microglia', 'oligodendrocyte'\] that are not in classes", id="classes"),
     pytest.param({"patches_per_item": 0}, r"patches_per_item = 0; expected >= 1", id="ppi"),
@@ -153,7 +155,8 @@ def test_whole_items_when_patch_size_is_none(labeled_store: Path, sources) -> No
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_zipped_store_reads_the_same_patches(labeled_store: Path, zipped_store: Path, backend: str) -> None:
     folder = PatchDataset(labeled_store, (8, 8, 8), patches_per_item=2, label="cell_type")
-    zipped = PatchDataset(zipped_store, (8, 8, 8), patches_per_item=2, label="cell_type", read=ReadOptions(backend=backend))
+    zipped = PatchDataset(zipped_store, (8, 8, 8), patches_per_item=2, label="cell_type",
+                          read=ReadOptions(backend=backend))
     assert zipped.classes == folder.classes
     for i in range(len(folder)):
         a, b = folder[i], zipped[i]

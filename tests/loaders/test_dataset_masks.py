@@ -24,7 +24,7 @@ def canonical(path: Path) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def sparse_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def sparse_store(tmp_path_factory: pytest.TempPathFactory, scheduler: str) -> Path:
     """One sample: a real-data image (anatomical.nii, tiled to 48^3) and a sparse mask, stored RAS (identity)."""
     d = seg_delivery(tmp_path_factory.mktemp("sparse"), SEG_ROLES)
     data, _ = anatomy()
@@ -33,7 +33,7 @@ def sparse_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     affine = np.diag([1.5, 1.5, 3.0, 1.0])
     save(d.raw / "case_001_img.nii.gz", image, affine)
     save(d.raw / "case_001_seg.nii.gz", mask, affine)
-    assert convert_delivery(d.spec, workers=1).summary["counts"]["ok"] == 1
+    assert convert_delivery(d.spec, scheduler=scheduler).summary["counts"]["ok"] == 1
     return d.store
 
 

@@ -13,8 +13,17 @@ from pydicom.pixels import apply_modality_lut
 
 from labzarr.readers import DicomReader, Limits, Reason, Rejected, read_dicom_header, read_head, reader_for
 
-from ..dicom_data import (CT5N, DICOMDIR_TESTS, NICOM_DATA, PYDICOM_DATA, copy_files, read, with_syntax,
-                          without_preamble, write)
+from ..dicom_data import (
+    CT5N,
+    DICOMDIR_TESTS,
+    NICOM_DATA,
+    PYDICOM_DATA,
+    copy_files,
+    read,
+    with_syntax,
+    without_preamble,
+    write,
+)
 
 
 def load(path: Path, limits: Limits = Limits()):
@@ -31,7 +40,8 @@ def _write(tmp: Path, data: bytes, name: str = "x.dcm") -> Path:
 
 SNIFF = [
     pytest.param(lambda tmp: PYDICOM_DATA / "CT_small.dcm", True, id="preamble-and-DICM"),
-    pytest.param(lambda tmp: without_preamble(PYDICOM_DATA / "CT_small.dcm", tmp / "x"), True, id="no-preamble-implicit"),
+    pytest.param(lambda tmp: without_preamble(PYDICOM_DATA / "CT_small.dcm", tmp / "x"), True,
+                 id="no-preamble-implicit"),
     pytest.param(lambda tmp: PYDICOM_DATA / "ExplVR_LitEndNoMeta.dcm", True, id="no-preamble-explicit-le"),
     pytest.param(lambda tmp: PYDICOM_DATA / "ExplVR_BigEndNoMeta.dcm", True, id="no-preamble-explicit-be"),
     pytest.param(lambda tmp: PYDICOM_DATA / "rtstruct.dcm", True, id="no-preamble-rtstruct"),
@@ -73,7 +83,8 @@ def test_header_record_of_a_ct_slice() -> None:
     assert h.spatial and h.defect is None and len(h.pixel_sha256) == 64
 
 
-@pytest.mark.parametrize(("name", "sop"), [("test-SR.dcm", "Comprehensive SR Storage"), ("rtplan.dcm", "RT Plan Storage"),
+@pytest.mark.parametrize(("name", "sop"), [("test-SR.dcm", "Comprehensive SR Storage"),
+                                           ("rtplan.dcm", "RT Plan Storage"),
                                            ("dicomdirtests/DICOMDIR", "Media Storage Directory Storage"),
                                            ("waveform_ecg.dcm", "12-lead ECG Waveform Storage")])
 def test_non_image_objects_have_no_frames_and_name_their_sop_class(name: str, sop: str) -> None:

@@ -132,7 +132,8 @@ def test_identical_duplicate_removed_with_warning() -> None:
     copy = member(2, "copy", pixels="pixels-2", sop="9.9.9")  # a re-sent slice: new UID, same pixels and numbers
     stack = layout_series([*series(6), copy], SeriesRules())
     assert stack.n_slices == 6 and len(stack.frames) == 6
-    assert any("duplicate slices with identical pixels removed (1): s/copy.dcm = s/002.dcm" in w for w in stack.warnings)
+    assert any("duplicate slices with identical pixels removed (1): s/copy.dcm = s/002.dcm" in w
+               for w in stack.warnings)
 
 
 def test_same_sop_instance_twice_keeps_the_intact_copy() -> None:

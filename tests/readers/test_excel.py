@@ -45,7 +45,8 @@ def test_sheet3_column_f_under_merged_titles_ignores_distractor_sheets(tmp_path:
     assert (sheet.sheet, sheet.sheet_index, sheet.header_row) == ("Annotations v2", 3, 3)
     assert sheet.sheets == ("Read me", "Annotations v1", "Annotations v2", "Pivot")
     assert sheet.id_column == "A" and sheet.columns == (("cell_type", "F", "Cell type"),)
-    assert pairs(sheet) == [("case_001", "neuron", "Annotations v2!F4"), (" CASE-002 ", "astrocyte", "Annotations v2!F5"),
+    assert pairs(sheet) == [("case_001", "neuron", "Annotations v2!F4"),
+                            (" CASE-002 ", "astrocyte", "Annotations v2!F5"),
                             ("007", "microglia", "Annotations v2!F6")]
     assert [r.id.ref for r in sheet.rows] == ["Annotations v2!A4", "Annotations v2!A5", "Annotations v2!A6"]
     assert any("hidden sheets" in w and "2 'Annotations v1'" in w for w in sheet.warnings)
@@ -177,7 +178,8 @@ def _chart(wb: openpyxl.Workbook) -> None:
 BAD = [
     pytest.param(_xls, {}, "workbook", r"legacy Excel 97-2003 \.xls", "save a copy as .xlsx", id="xls"),
     pytest.param(_encrypted, {}, "workbook", r"password-protected xlsx", "remove the password", id="encrypted"),
-    pytest.param(_zip_of_images, {}, "workbook", r"a zip of something else \(holds scan_001\.png\)", "", id="zip-of-png"),
+    pytest.param(_zip_of_images, {}, "workbook", r"a zip of something else \(holds scan_001\.png\)", "",
+                 id="zip-of-png"),
     pytest.param(_csv, {}, "workbook", r"not a zip archive but text", "", id="csv-named-xlsx"),
     pytest.param(lambda p: (p.write_bytes(b""), p)[1], {}, "workbook", r"empty \(0 B\)", "", id="empty"),
     pytest.param(_wb(), {"sheet": 5}, "sheet",
@@ -186,14 +188,15 @@ BAD = [
     pytest.param(_wb(), {"sheet": "annotations v2"}, "sheet", r"no sheet named 'annotations v2'",
                  "did you mean 'Annotations v2'", id="sheet-name-case"),
     pytest.param(_wb(_chart), {"sheet": 3}, "sheet", r"'Chart' is a chart sheet", "", id="chart-sheet"),
-    pytest.param(_wb(), {"refs": {"id_column": ColumnRef.parse("Case"), "columns": {"cell_type": ColumnRef.parse("Celltype")}}},
+    pytest.param(_wb(), {"refs": {"id_column": ColumnRef.parse("Case"),
+                                  "columns": {"cell_type": ColumnRef.parse("Celltype")}}},
                  "columns.cell_type", r"no row of sheet 3 'Annotations v2' holds all the headers .*rows found: "
                  r"row 1: 'Title line 1 of the annotations'; .*row 3: 'Case', 'Reader', 'Reviewed', 'Slices', 'Notes', "
                  r"'Cell type'", "matched ignoring case", id="header-not-found"),
     pytest.param(_wb(), {"refs": HEADERS, "header_row": 2}, "id_column", r"header 'Case' is not in header row 2", "",
                  id="header-not-in-fixed-row"),
-    pytest.param(_wb(_dup_header), {"refs": HEADERS}, "columns.cell_type", r"header 'cell  TYPE' appears in columns B, F",
-                 "letter", id="header-twice"),
+    pytest.param(_wb(_dup_header), {"refs": HEADERS}, "columns.cell_type",
+                 r"header 'cell  TYPE' appears in columns B, F", "letter", id="header-twice"),
     pytest.param(_wb(_empty_f), {}, "columns.cell_type", r"column F holds no value in any of the 3 ID rows", "",
                  id="label-column-empty"),
     pytest.param(_wb(), {"header_row": 40}, "header_row", r"row 40 is past the last row", "", id="header-row-past-end"),
@@ -220,7 +223,8 @@ def test_zip_bomb_refused_unread_in_bounded_memory(tmp_path: Path) -> None:
     assert bomb.stat().st_size < 8 << 20
     tracemalloc.start()
     try:
-        with pytest.raises(WorkbookError, match=r"sheet1\.xml inflates .* to 1,073,\d{3},\d{3} B \(ratio \d+:1, cap 200:1"):
+        with pytest.raises(WorkbookError,
+                           match=r"sheet1\.xml inflates .* to 1,073,\d{3},\d{3} B \(ratio \d+:1, cap 200:1"):
             read(bomb)
         _, peak = tracemalloc.get_traced_memory()
     finally:

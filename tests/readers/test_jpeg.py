@@ -12,8 +12,16 @@ from turbojpeg import TJSAMP_444
 
 from labzarr.readers import JpegReader, Limits, Reason, Rejected, read_head, reader_for
 
-from ..imaging import (PYDICOM_DATA, dicom_jpeg, jpegtran, mr_slices, pillow_decode, pillow_image, turbo_decode,
-                       turbo_jpeg)
+from ..imaging import (
+    PYDICOM_DATA,
+    dicom_jpeg,
+    jpegtran,
+    mr_slices,
+    pillow_decode,
+    pillow_image,
+    turbo_decode,
+    turbo_jpeg,
+)
 
 
 def read(path: Path, limits: Limits = Limits()):

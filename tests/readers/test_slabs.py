@@ -24,8 +24,8 @@ AFFINES = {
 }
 
 
-def _write(tmp: Path, data: np.ndarray, affine: np.ndarray, *, gz: bool = True, scale: tuple[float, float] | None = None,
-           dtype: str | None = None) -> Path:
+def _write(tmp: Path, data: np.ndarray, affine: np.ndarray, *, gz: bool = True,
+           scale: tuple[float, float] | None = None, dtype: str | None = None) -> Path:
     img = nib.Nifti1Image(data, affine)
     if dtype:
         img.header.set_data_dtype(np.dtype(dtype))

@@ -30,9 +30,9 @@ from dataclasses import dataclass, replace
 from labzarr.readers import Reason, Rejected, SeriesRules, SeriesStack
 from labzarr.readers.dicom import DicomHeader, Member, layout_series
 
-from .discover import Candidate
-from .manifest import Row
-from .probe import Probe
+from ..discover import Candidate
+from ..manifest import Row
+from ..probe import Probe
 
 __all__ = ["DISTINCT_PLANE", "SeriesItem", "group_series"]
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["Change", "ManifestDiff", "diff_manifests", "load_manifest_rows"]
 
@@ -71,7 +71,8 @@ class ManifestDiff:
         other = (f"other cells changed in {self.other_rows:,} rows: "
                  + ", ".join(f"{col} ({n:,})" for col, n in self.other) if self.other_rows else "")
         if not (self.added or self.removed or self.status or self.labels or self.content):
-            return "\n".join([*lines, "", "no item added, removed, or changed in status, reason, labels or content", other])
+            return "\n".join([*lines, "", "no item added, removed, or changed in status, reason, labels or content",
+                              other])
         sections = [("added", "+", self.added), ("removed", "-", self.removed),
                     ("status or reason changed", "~", self.status), ("label changed", "~", self.labels),
                     ("content changed", "~", self.content)]
@@ -128,7 +129,8 @@ def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, 
         notes = {
             "content changed": bool(hashes),
             "classes changed": r0.get("classes", "") != r1.get("classes", ""),
-            f"labels {changed_labels[0] or '-'} -> {changed_labels[1] or '-'}": bool(changed_labels[0] or changed_labels[1]),
+            f"labels {changed_labels[0] or '-'} -> {changed_labels[1] or '-'}":
+                bool(changed_labels[0] or changed_labels[1]),
             f"id {r0['item_id'] or '-'} -> {r1['item_id'] or '-'}": r0["item_id"] != r1["item_id"],
         }
         item_id = r1["item_id"] or r0["item_id"]
@@ -173,7 +175,8 @@ def load_manifest_rows(ref: str, *, cwd: Path) -> list[dict[str, str]]:
         except IsADirectoryError as exc:
             raise UsageError(f"{ref}: is a folder", f"pass {Path(ref) / 'manifest.csv'}") from exc
         except UnicodeDecodeError as exc:
-            raise UsageError(f"{ref}: not a text file ({exc.reason})", "pass a manifest.csv written by labzarr") from exc
+            raise UsageError(f"{ref}: not a text file ({exc.reason})",
+                             "pass a manifest.csv written by labzarr") from exc
     return _parse(text, ref)
 
 

@@ -7,7 +7,7 @@ with every chunk file present (all-fill ones too), and claims `complete` and
 moves to its final path only in `finish()`, after the source's last slab (and
 so its whole-stream checks). `close()` without `finish()` removes the staged
 folder. A failure to write the store is `StoreWriteError`, never the item's fault.
-On a URL store the array is written at its final path instead (`objstore.py`).
+On a URL store the array is written at its final path instead (`convert/write/__init__.py`).
 
 Memory: a sharded array's shards are encoded here, chunk by chunk, straight
 from the slab (`_shard.py`), since zarr-python holds a whole shard (voxels and
@@ -18,9 +18,10 @@ units of about `_BLOCK_BYTES`.
 
 Speed: a slab arrives as a reoriented view of the source's buffer (x fastest
 in memory, the store wants C order, z fastest). numpy copies such a view
-through the cache at ~250 MB/s; copying tile by tile -- each tile first made
-compact in its own memory order, then transposed while it sits in cache --
-runs at ~1.5 GB/s, so the transposition costs little next to the codec.
+element by element across the cache; copying tile by tile -- each tile first
+made compact in its own memory order, then transposed while it sits in cache --
+is faster, so the transposition costs little next to the codec
+(`make bench`, convert section, the "C-order copy" group).
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ import zarr
 
 from labzarr.readers import Slab, VolumeHeader
 from labzarr.store import Location
+from labzarr.store.content import ChunkDigests, block_digests, combine_digests
 
 from ._shard import ShardCodec
-from .content import ChunkDigests, block_digests, combine_digests
-from .store import StoreWriteError, begin_array, discard, install
+from .arrays import StoreWriteError, begin_array, discard, install
 
 __all__ = ["AXES", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "create_volume_array", "open_volume_array",
            "seal_volume"]
@@ -183,8 +184,9 @@ class _SlabWriter:
 class VolumeWriter(_SlabWriter):
     """One array written from slabs and installed by this writer: `finish` records the content hash and `complete`."""
 
-    def __init__(self, store: Location, name: str, header: VolumeHeader, *, chunks: Sequence[int], codecs: Sequence[Any],
-                 attrs: Mapping[str, Any], run_id: str = "", shards: Sequence[int] | None = None) -> None:
+    def __init__(self, store: Location, name: str, header: VolumeHeader, *, chunks: Sequence[int],
+                 codecs: Sequence[Any], attrs: Mapping[str, Any], run_id: str = "",
+                 shards: Sequence[int] | None = None) -> None:
         with store_io(store, f"cannot create {name}"):
             folder = begin_array(store, name)
             array = create_volume_array(folder, header, chunks=chunks, shards=shards, codecs=codecs, attrs=attrs)
@@ -209,7 +211,7 @@ class VolumeWriter(_SlabWriter):
 
 
 class PartWriter(_SlabWriter):
-    """Writes some slabs of a split volume into the array the driver staged at `folder` (see `part_task.py`).
+    """Writes some slabs of a split volume into the array the driver staged at `folder` (see `run/part_task.py`).
 
     It neither seals nor removes the array: the driver does, once every part has handed in its `digests()`.
     """

@@ -8,13 +8,15 @@ fits the slab budget. Writing whole chunk-rows means no chunk is ever read
 back, re-encoded, or written by two slabs or two tasks. A sharded array streams
 one shard-row per slab, so its shards are thinned along that axis the same way;
 their other extents cost no memory, since the writer encodes a shard chunk by
-chunk straight from the slab (`_shard.py`).
+chunk straight from the slab (`write/_shard.py`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+from labzarr.store.content import chunk_grid  # re-exported: the grid is the store format's
 
 __all__ = ["SLAB_BYTES", "chunk_grid", "plan_chunks", "plan_shards", "slab_bytes"]
 
@@ -69,8 +71,3 @@ def slab_bytes(shape: Sequence[int], chunks: Sequence[int], *, voxel_bytes: int,
         return voxel_bytes * math.prod(int(n) for n in shape)
     rest = math.prod(int(n) for i, n in enumerate(shape) if i not in (0, stream_axis))
     return voxel_bytes * rest * int(chunks[stream_axis])
-
-
-def chunk_grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
-    """Chunks per axis."""
-    return tuple(-(-int(n) // int(c)) for n, c in zip(shape, chunks))

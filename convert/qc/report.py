@@ -24,14 +24,15 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from labzarr.readers import Reason
 from labzarr.store import IndexItem, StoreView, open_store
 
+from ..errors import UsageError
+from ..manifest import read_manifest
+from ..spec import Spec, load_spec
 from .charts import bar_chart, top_values
-from .errors import UsageError
 from .explain import EXPLAIN
-from .manifest import read_manifest
-from .spec import Spec, load_spec
 from .thumbs import class_color, thumbnail
 
-__all__ = ["Chart", "MaskClass", "ReasonCount", "ReportResult", "Thumb", "default_report_dir", "sample_evenly", "write_report"]
+__all__ = ["Chart", "MaskClass", "ReasonCount", "ReportResult", "Thumb", "default_report_dir", "sample_evenly",
+           "write_report"]
 
 log = logging.getLogger(__name__)
 _TOP_VALUES = 25  # label values drawn and listed; the rest are summed as "other"
@@ -117,7 +118,8 @@ def _load_record(spec: Spec) -> tuple[dict[str, Any], list[dict[str, str]], Stor
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
         manifest = manifest_path.read_bytes()
     except FileNotFoundError as exc:
-        raise UsageError(f"{exc.filename}: not found; delivery {spec.delivery.name!r} is not converted yet", run) from exc
+        raise UsageError(f"{exc.filename}: not found; delivery {spec.delivery.name!r} is not converted yet",
+                         run) from exc
     except json.JSONDecodeError as exc:
         raise UsageError(f"{summary_path}: not valid JSON ({exc})", f"regenerate it: {run}") from exc
     if hashlib.sha256(manifest).hexdigest() != summary.get("manifest_sha256"):
@@ -196,7 +198,7 @@ def _thumbs(rows: Sequence[Mapping[str, str]], view: StoreView, out: Path, max_t
 
 
 def _environment() -> Environment:
-    return Environment(loader=PackageLoader("labzarr.convert", "templates"),
+    return Environment(loader=PackageLoader("labzarr.convert.qc", "templates"),
                        autoescape=select_autoescape(["html", "j2"], default_for_string=True),
                        undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
@@ -236,8 +238,10 @@ def write_report(spec: Path | str, *, cwd: Path, out: Path | None = None, max_th
             rejected=[r for r in rows if r["status"] == "rejected"],
             ignored=[r for r in rows if r["status"] == "ignored"],
             warned=[r for r in ok_rows if r["warnings"]],
-            max_rows=_MAX_ROWS, mask_classes=_mask_classes(summary), unmatched=_unmatched(summary), workbook=summary.get("label_workbook"),
-            unlabelled=[str(i) for i in summary.get("unlabelled_items") or []], manifest_short=summary["manifest_sha256"][:12],
+            max_rows=_MAX_ROWS, mask_classes=_mask_classes(summary), unmatched=_unmatched(summary),
+            workbook=summary.get("label_workbook"),
+            unlabelled=[str(i) for i in summary.get("unlabelled_items") or []],
+            manifest_short=summary["manifest_sha256"][:12],
         )
         (tmp / "index.html").write_text(html, encoding="utf-8")
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a report is meant to be shared

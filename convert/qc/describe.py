@@ -20,7 +20,8 @@ def _stored(sizes: dict[str, int], prefix: str) -> int:
 def describe_store(view: StoreView) -> str:
     """A table of the store's ok items with their stored and decoded sizes."""
     lines = [f"store:     {view.path}", f"delivery:  {view.attrs.get('delivery', '?')}",
-             f"version:   labzarr {view.attrs.get('tool_version', '?')}, format {view.attrs.get('format_version', '?')}",
+             f"version:   labzarr {view.attrs.get('tool_version', '?')}, "
+             f"format {view.attrs.get('format_version', '?')}",
              f"items:     {len(view.items)} ok", "",
              f"{'item_id':<16} {'array':<28} {'shape':<18} {'dtype':<8} {'stored':>10} {'ratio':>6}  labels"]
     sizes = open_transport(view.path, view.storage_options).sizes()  # one listing: a folder, a zip or a URL

@@ -1,11 +1,10 @@
 """A big volume written by several workers: the driver stages it, each part writes its slabs, the driver seals it.
 
-See `parts.py` for the invariant. The part task is total like `convert_item`:
-a reader's refusal, a MemoryError or a decoder bug becomes its `PartResult`,
-and the driver turns the parts' results into the item's one row -- the
+See `plan/parts.py` for the invariant. The part task is total like `convert_item`:
+through the task boundary (`boundary.py`) a failure becomes its `PartResult`'s
+refusal, and the driver turns the parts' results into the item's one row -- the
 lowest-numbered part's refusal (the first in file order, as one task would
 have met it), else the volume sealed with every part's chunk digests.
-`StoreWriteError` escapes, as from every task.
 """
 
 from __future__ import annotations
@@ -14,18 +13,19 @@ import logging
 import math
 from collections.abc import Sequence
 
-from labzarr.readers import Reason, Rejected, StreamingReader, readers_with
+from labzarr.readers import Rejected, StreamingReader, readers_with
 from labzarr.store import Location, as_location
 
-from .faults import fault_report, report_path
-from .manifest import Row
-from .parts import PartResult, VolumePart, split_slabs
-from .plan import Task
-from .resume import to_record
-from .store import StoreWriteError, begin_array, codecs, discard
-from .task import TaskSettings, attrs_for, ok_row, open_volume, task_row, volume_layout
-from .validate import FiniteCheck
-from .writer import PartWriter, create_volume_array, open_volume_array, seal_volume, store_io
+from ..manifest import Row
+from ..plan.build import VolumeTask
+from ..plan.parts import PartResult, VolumePart, split_slabs
+from ..plan.records import to_record
+from ..validate import FiniteCheck
+from ..write.arrays import begin_array, codecs, discard
+from ..write.writer import PartWriter, create_volume_array, open_volume_array, seal_volume, store_io
+from .boundary import on_worker, refusal
+from .settings import TaskSettings
+from .volume_task import attrs_for, ok_row, open_volume, volume_layout
 
 __all__ = ["SCAN_RATIO", "convert_part", "finish_split", "stage_split"]
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 SCAN_RATIO = 64
 
 
-def stage_split(store: Location, task: Task, settings: TaskSettings, *, workers: int,
+def stage_split(store: Location, task: VolumeTask, settings: TaskSettings, *, workers: int,
                 split_bytes: int) -> tuple[VolumePart, ...]:
     """Create `task`'s array in staging and return its parts, when its volume is worth splitting; else ().
 
@@ -68,8 +68,7 @@ def stage_split(store: Location, task: Task, settings: TaskSettings, *, workers:
 
 def convert_part(part: VolumePart, settings: TaskSettings) -> PartResult:
     """Write one part's slabs into the staged array (runs on a worker); returns its digests or its refusal."""
-    with fault_report(report_path(settings.reports(), part.report_key), hang_after=settings.hang_report_after,
-                      enabled=settings.fault_reports):
+    with on_worker(part, settings):
         return _convert_part(part, settings, settings.location())
 
 
@@ -90,16 +89,9 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> 
                 writer.write(slab)
         bad, first = finite.tally()
         return PartResult(index=part.index, digests=writer.digests(), nonfinite=bad, first_nonfinite=first)
-    except StoreWriteError:
-        raise
-    except Rejected as exc:
-        return PartResult(index=part.index, digests={}, rejected=(exc.reason, exc.detail))
-    except MemoryError as exc:
-        return PartResult(index=part.index, digests={},
-                          rejected=(Reason.TOO_LARGE, f"out of memory while decoding: {exc}"))
     except Exception as exc:  # the task boundary, as in convert_item
-        log.exception("decoder crashed on %s (part %d of %d)", part.task.source, part.index + 1, part.count)
-        return PartResult(index=part.index, digests={}, rejected=(Reason.DECODER_CRASH, f"{type(exc).__name__}: {exc}"))
+        return PartResult(index=part.index, digests={},
+                          rejected=refusal(exc, f"{part.task.source} (part {part.index + 1} of {part.count})"))
     finally:
         if writer is not None:
             writer.close()
@@ -114,7 +106,7 @@ def finish_split(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
     """
     task, h = parts[0].task, parts[0].header
     folder = as_location(parts[0].folder, settings.store_options)
-    base = task_row(task)
+    base = task.base_row()
     finite = FiniteCheck(h, settings.non_finite)
     sealed = False
     try:
@@ -132,8 +124,9 @@ def finish_split(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
         with store_io(store, f"cannot open {task.array}"):
             array = open_volume_array(folder)
         digests = {k: v for o in outcomes if isinstance(o, PartResult) for k, v in o.digests.items()}
-        seal_volume(store, task.array, folder, array, digests, attrs={"row": to_record(row), "settings": settings.settings},
-                    complete=task.sha256, run_id=settings.run_id)
+        seal_volume(store, task.array, folder, array, digests,
+                    attrs={"row": to_record(row), "settings": settings.fingerprint}, complete=task.sha256,
+                    run_id=settings.run_id)
         sealed = True
         return row
     finally:
@@ -141,7 +134,7 @@ def finish_split(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
             discard(folder)
 
 
-def _streams(task: Task, settings: TaskSettings) -> bool:
+def _streams(task: VolumeTask, settings: TaskSettings) -> bool:
     """Whether the item streams slabs (opening it reads no voxels): a DICOM volume, or a streaming reader's file."""
     if task.stack is not None:
         return task.stack.layout == "volume"

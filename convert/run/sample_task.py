@@ -46,15 +46,16 @@ from labzarr.readers import (
 from labzarr.readers.dicom import open_series
 from labzarr.store import Location
 
-from .chunks import plan_chunks, plan_shards
-from .manifest import ClassCount, RoleSource, Row
-from .masks import ClassLocator, MaskScan, as_classes
-from .samples import RoleFile, SampleTask
-from .spec import MASK_ROLE, MasksSpec
-from .store import codecs, discard
-from .task import TaskSettings, attrs_for
-from .validate import FiniteCheck
-from .writer import VolumeWriter
+from ..manifest import ClassCount, RoleSource, Row
+from ..masks import ClassLocator, MaskScan, as_classes
+from ..plan.samples import RoleFile, SampleTask
+from ..spec import MASK_ROLE, MasksSpec
+from ..validate import FiniteCheck
+from ..write.arrays import codecs, discard
+from ..write.writer import VolumeWriter, store_io
+from .boundary import on_worker, refusal
+from .settings import TaskSettings
+from .volume_task import attrs_for, volume_layout
 
 __all__ = ["LOCATIONS", "convert_sample", "geometry_problem", "sample_complete"]
 
@@ -78,10 +79,15 @@ def _blame(f: RoleFile) -> Iterator[None]:
         raise Rejected(exc.reason, f"{f.role} {f.source}: {exc.detail}") from exc
 
 
-def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -> Row:
+def convert_sample(task: SampleTask, settings: TaskSettings) -> Row:
     """Convert one sample; returns its manifest row for every outcome (total, idempotent)."""
+    with on_worker(task, settings):
+        return _convert(task, settings, settings.location())
+
+
+def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
     base = task.base_row()
-    store = settings.location()
+    masks = settings.masks
     try:
         sources: list[tuple[RoleFile, VolumeSource]] = []
         for f in task.files:
@@ -101,14 +107,12 @@ def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -
             chunks: tuple[int, ...] = (1, *ref.shape[1:])
             shards = None
         else:
-            chunks = plan_chunks(ref.shape, settings.store_spec.chunks, voxel_bytes=ref.voxel_bytes,
-                                 stream_axis=ref.stream_axis, budget=settings.slab_bytes)
-            shards = plan_shards(ref.shape, chunks, settings.store_spec.shards, voxel_bytes=ref.voxel_bytes,
-                                 stream_axis=ref.stream_axis, budget=settings.slab_bytes)
-        discard(store / task.group)  # a rerun replaces the whole sample
-        group = zarr.create_group(store.zarr(), path=task.group,
-                                  attributes={"item_id": task.item_id, "kind": "sample",
-                                              "roles": {f.role: f.source for f in task.files}})
+            chunks, shards = volume_layout(ref, settings)
+        with store_io(store, f"cannot create {task.group}"):
+            discard(store / task.group)  # a rerun replaces the whole sample
+            group = zarr.create_group(store.zarr(), path=task.group,
+                                      attributes={"item_id": task.item_id, "kind": "sample",
+                                                  "roles": {f.role: f.source for f in task.files}})
         roles: list[RoleSource] = []
         classes: tuple[ClassCount, ...] = ()
         for f, src in sources:
@@ -120,19 +124,14 @@ def convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -
                     dtype, more = _write_volume(store, task, f, src, chunks, shards, settings)
                     warnings += more
             roles.append(RoleSource(f.role, f.source, f.sha256, array=f"{task.group}/{f.role}", dtype=dtype))
-        group.attrs.update({"classes": {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]}
-                                        for c in classes}})
-        group.attrs.update({"complete": sample_complete(task.files)})
-    except Rejected as exc:
-        discard(store / task.group)
-        return base.rejected(exc.reason, exc.detail)
-    except MemoryError as exc:
-        discard(store / task.group)
-        return base.rejected(Reason.TOO_LARGE, f"out of memory while decoding: {exc}")
+        with store_io(store, f"cannot finish {task.group}"):
+            group.attrs.update({"classes": {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]}
+                                            for c in classes}})
+            group.attrs.update({"complete": sample_complete(task.files)})
     except Exception as exc:  # the task boundary: a decoder bug must cost one sample, not the run
-        log.exception("decoder crashed on %s", task.source)
+        reason, detail = refusal(exc, task.source)
         discard(store / task.group)
-        return base.rejected(Reason.DECODER_CRASH, f"{type(exc).__name__}: {exc}")
+        return base.rejected(reason, detail)
     return replace(base, shape=tuple(ref.shape), dtype=str(ref.dtype), spacing=ref.spacing,
                    orientation=ref.orientation, array=f"{task.group}/{task.reference.role}",
                    warnings=tuple(warnings), roles=tuple(roles), classes=classes)
@@ -224,10 +223,12 @@ def _write_mask(store: Location, task: SampleTask, f: RoleFile, src: VolumeSourc
     finally:
         writer.close()
     located, ranges = locator.locations()
-    zarr.create_array(store.zarr(), name=f"{task.group}/{LOCATIONS}", data=located,
-                      chunks=(max(1, min(len(located), _LOCATION_ROWS)), 3), compressors=codecs(settings.store_spec),
-                      attributes={"axes": ["x", "y", "z"] if len(h.shape) == 4 else ["y", "x"], "role": f.role},
-                      overwrite=True)
+    with store_io(store, f"cannot write {task.group}/{LOCATIONS}"):
+        zarr.create_array(store.zarr(), name=f"{task.group}/{LOCATIONS}", data=located,
+                          chunks=(max(1, min(len(located), _LOCATION_ROWS)), 3),
+                          compressors=codecs(settings.store_spec),
+                          attributes={"axes": ["x", "y", "z"] if len(h.shape) == 4 else ["y", "x"], "role": f.role},
+                          overwrite=True)
     counts = tuple(ClassCount(value=v, voxels=n, start=a, stop=b) for v, n, a, b in ranges)
     return str(summary.dtype), counts, list(summary.warnings)
 

@@ -1,15 +1,12 @@
 """Running the plan's tasks on dask and getting exactly one row per item, whatever happens to the workers.
 
-Each task is its own future, collected as it completes (never one `compute()`,
-where one failure aborts the graph). A task is a volume (`convert_item`, one
-row), a shard of 2D images (`convert_shard`, one row per image), a sample of
-role files (`convert_sample`, one row) or one part of a big volume split across
-workers (`convert_part`; the item's one row once every part is in):
+Each job is its own future, collected as it completes (never one `compute()`,
+where one failure aborts the graph). The kinds of job and how each failure
+becomes rows are `boundary.py`'s; here is when:
 
-- a finished task gives its rows;
-- a task whose workers kept dying (segfault, memory limit, killed) ends, after
-  the scheduler's bounded retries, as `KilledWorker`: a `decoder_crash` row,
-  with the fault report (`faults.py`) in `detail` when there is one;
+- a finished job gives its rows;
+- a job whose workers kept dying (segfault, memory limit, killed) ends, after
+  the scheduler's bounded retries, as `KilledWorker`: `boundary.crashed`;
 - a task running longer than `[run] item_timeout` is cancelled and its worker
   restarted (a hung thread cannot be stopped any other way): a `timeout` row;
 - a shard of several images that dies or times out is redone image by image,
@@ -27,36 +24,54 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from distributed import Client, Future, as_completed
 from distributed.scheduler import KilledWorker
 
-from labzarr.readers import Reason
-
-from .errors import UsageError
-from .faults import fault_report, report_path, summarize_report
-from .manifest import Row
+from ..manifest import Row
+from ..plan.build import VolumeTask
+from ..plan.parts import PartResult, VolumePart
+from ..plan.samples import SampleTask
+from ..plan.stacks import ShardTask
+from ..progress import Progress, ProgressEvent
+from ..write.arrays import StoreWriteError
+from .boundary import Job, crashed, report_key, store_failed, timed_out
+from .faults import report_path
 from .part_task import convert_part, finish_split
-from .parts import PartResult, VolumePart
-from .plan import Task
-from .progress import Progress, ProgressEvent
 from .sample_task import convert_sample
-from .samples import SampleTask
-from .spec import MasksSpec
-from .stack_task import convert_shard, shard_report_key
-from .stacks import ShardTask
-from .store import StoreWriteError
-from .task import TaskSettings, convert_item, task_row
+from .settings import TaskSettings
+from .shard_task import convert_shard
+from .volume_task import convert_item
 
-__all__ = ["ShardTarget", "hang_report_after", "run_tasks"]
+__all__ = ["Jobs", "ShardTarget", "hang_report_after", "run_tasks"]
 
 log = logging.getLogger(__name__)
 
-Job = Task | ShardTask | SampleTask | VolumePart
 ShardTarget = tuple[str, str]
 """Where a stack's shard tasks write: (the staged stack's folder, its records folder)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Jobs:
+    """Everything one run hands to its workers, by kind of job."""
+
+    volumes: Sequence[VolumeTask] = ()
+    shards: Sequence[ShardTask] = ()
+    targets: Mapping[str, ShardTarget] = field(default_factory=dict)  # by stack array: where its shards write
+    samples: Sequence[SampleTask] = ()
+    parts: Mapping[str, Sequence[VolumePart]] = field(default_factory=dict)  # by array: a split volume's parts
+
+    def sizes(self) -> dict[str, int]:
+        """Source bytes by source path: what progress and throughput count."""
+        return ({t.source: t.size for t in self.volumes} | {i.source: i.size for s in self.shards for i in s.items}
+                | {s.source: s.size for s in self.samples}
+                | {p[0].task.source: p[0].task.size for p in self.parts.values()})
+
+    def items(self) -> int:
+        """How many rows the jobs end in: one per volume, image, sample and split volume."""
+        return len(self.volumes) + sum(len(s.items) for s in self.shards) + len(self.samples) + len(self.parts)
 
 _POLL_S = 0.1  # how often the driver looks for finished futures when none is ready
 _WATCH_S = 1.0  # how often it asks the scheduler which items are running, for timeouts
@@ -75,24 +90,21 @@ def _grace(item_timeout: float) -> float:
     return min(10.0, 0.5 * item_timeout)
 
 
-def run_tasks(client: Client, tasks: Sequence[Task], settings: TaskSettings, *, item_timeout: float,
-              shards: Sequence[ShardTask] = (), targets: Mapping[str, ShardTarget] | None = None,
-              samples: Sequence[SampleTask] = (), masks: MasksSpec | None = None,
-              parts: Mapping[str, Sequence[VolumePart]] | None = None, progress: Progress | None = None) -> list[Row]:
-    """Run volume `tasks`, `shards` (writing into `targets[stack]`), `samples` and the `parts` of split volumes
-    (by array; `part_task.stage_split` staged them) on `client`; one row per item."""
-    return _Run(client, settings, item_timeout, targets or {}, masks or MasksSpec(), progress).run(
-        tasks, shards, samples, parts or {})
+def run_tasks(client: Client, jobs: Jobs, settings: TaskSettings, *, item_timeout: float,
+              progress: Progress | None = None) -> list[Row]:
+    """Run every job on `client` (a split volume's parts staged by `part_task.stage_split`); one row per item."""
+    return _Run(client, settings, item_timeout, jobs, progress).run()
 
 
 class _Run:
     """The driver's side of one conversion: futures in flight, chains of single images, rows so far."""
 
-    def __init__(self, client: Client, settings: TaskSettings, item_timeout: float,
-                 targets: Mapping[str, ShardTarget], masks: MasksSpec, progress: Progress | None) -> None:
+    def __init__(self, client: Client, settings: TaskSettings, item_timeout: float, jobs: Jobs,
+                 progress: Progress | None) -> None:
         self.client, self.settings, self.item_timeout = client, settings, item_timeout
-        self.targets, self.masks, self.progress = targets, masks, progress
-        self.store = settings.reports()  # only fault reports are read here
+        self.targets, self.progress = jobs.targets, progress
+        self.todo = jobs
+        self.reports = settings.reports()  # only fault reports are read here
         self.jobs: dict[Hashable, tuple[Future[Any], Job]] = {}
         self.then: dict[Hashable, list[ShardTask]] = {}  # what to submit when this key is done (a chain of singles)
         self.rows: list[Row] = []
@@ -100,27 +112,25 @@ class _Run:
         self.total = self.bytes_total = self.bytes_done = 0
         self.watch = _Watchdog(client, item_timeout)
         self.ac: Any = None
-        self.parts: Mapping[str, Sequence[VolumePart]] = {}
+        self.parts: Mapping[str, Sequence[VolumePart]] = jobs.parts
         self.part_outcomes: dict[str, dict[int, PartResult | Row]] = {}
 
-    def run(self, tasks: Sequence[Task], shards: Sequence[ShardTask], samples: Sequence[SampleTask],
-            parts: Mapping[str, Sequence[VolumePart]]) -> list[Row]:
-        self.parts = parts
-        self.sizes = ({t.source: t.size for t in tasks} | {i.source: i.size for s in shards for i in s.items}
-                      | {s.source: s.size for s in samples} | {p[0].task.source: p[0].task.size for p in parts.values()})
-        self.total = len(tasks) + sum(len(s.items) for s in shards) + len(samples) + len(parts)
+    def run(self) -> list[Row]:
+        jobs = self.todo
+        self.sizes = jobs.sizes()
+        self.total = jobs.items()
         self.bytes_total = sum(self.sizes.values())
         if not self.total:
             return []
         if self.progress:
             self.progress(ProgressEvent("convert", 0, self.total, 0, self.bytes_total))
-        every_part = [part for volume in parts.values() for part in volume]
-        futures = [*self.client.map(convert_item, tasks, settings=self.settings, pure=False),
-                   *(self._submit_shard(s) for s in shards),
-                   *self.client.map(_convert_sample, samples, settings=self.settings, masks=self.masks, pure=False),
+        every_part = [part for volume in jobs.parts.values() for part in volume]
+        futures = [*self.client.map(convert_item, jobs.volumes, settings=self.settings, pure=False),
+                   *(self._submit_shard(s) for s in jobs.shards),
+                   *self.client.map(convert_sample, jobs.samples, settings=self.settings, pure=False),
                    *self.client.map(convert_part, every_part, settings=self.settings, pure=False)]
-        jobs: list[Job] = [*tasks, *shards, *samples, *every_part]
-        for f, job in zip(futures, jobs):
+        submitted: list[Job] = [*jobs.volumes, *jobs.shards, *jobs.samples, *every_part]
+        for f, job in zip(futures, submitted):
             self.jobs[f.key] = (f, job)
         self.ac = as_completed(futures)
         try:
@@ -168,15 +178,15 @@ class _Run:
         else:
             exc = future.exception()
             if isinstance(exc, StoreWriteError):
-                raise _store_failed(exc) from exc
+                raise store_failed(exc) from exc
             if not isinstance(exc, KilledWorker):
                 future.result()  # any other exception is a bug in our code: raise it with its traceback
             if isinstance(job, ShardTask) and len(job.items) > 1:
                 self._split(job, f"a worker died in it ({exc})")
             elif isinstance(job, VolumePart):
-                self._part_done(job, _crashed(job, self.store, exc)[0])
+                self._part_done(job, crashed(job, self.reports, exc)[0])
             else:
-                self._emit(_crashed(job, self.store, exc))
+                self._emit(crashed(job, self.reports, exc))
         future.release()
         self._next_in_chain(future.key)
 
@@ -189,9 +199,9 @@ class _Run:
             if isinstance(job, ShardTask) and len(job.items) > 1:
                 self._split(job, f"no result after {self.item_timeout:g} s")
             elif isinstance(job, VolumePart):
-                self._part_done(job, _timed_out(job, self.store, self.item_timeout)[0])
+                self._part_done(job, timed_out(job, self.reports, self.item_timeout)[0])
             else:
-                self._emit(_timed_out(job, self.store, self.item_timeout))
+                self._emit(timed_out(job, self.reports, self.item_timeout))
             self._next_in_chain(key)
 
     def _part_done(self, part: VolumePart, outcome: PartResult | Row) -> None:
@@ -203,13 +213,13 @@ class _Run:
         try:
             row = finish_split(self.parts[part.task.array], [got[i] for i in range(part.count)], self.settings)
         except StoreWriteError as exc:
-            raise _store_failed(exc) from exc
+            raise store_failed(exc) from exc
         self._emit([row])
 
     def _reported(self, key: Hashable) -> bool:
         if not self.settings.fault_reports:
             return True  # no report will come: do not wait for one
-        path = report_path(self.store, _report_key(self.jobs[key][1]))
+        path = report_path(self.reports, report_key(self.jobs[key][1]))
         return path.exists() and path.stat().st_size > 0
 
     def _split(self, job: ShardTask, why: str) -> None:
@@ -230,67 +240,6 @@ class _Run:
     def _next_in_chain(self, key: Hashable) -> None:
         if key in self.then:
             self._chain(self.then.pop(key))
-
-
-def _convert_sample(task: SampleTask, settings: TaskSettings, masks: MasksSpec) -> Row:
-    """`convert_sample` with a fault report, like the other tasks (runs on a worker)."""
-    with fault_report(report_path(settings.reports(), task.group), hang_after=settings.hang_report_after,
-                      enabled=settings.fault_reports):
-        return convert_sample(task, settings, masks)
-
-
-def _store_failed(exc: StoreWriteError) -> UsageError:
-    return UsageError(f"cannot write the store: {exc}",
-                      "free space (or fix permissions) and rerun the same command: finished items are kept and the "
-                      "run resumes")
-
-
-def _report_key(job: Job) -> str:
-    if isinstance(job, Task):
-        return job.array
-    if isinstance(job, VolumePart):
-        return job.report_key
-    return job.group if isinstance(job, SampleTask) else shard_report_key(job)
-
-
-def _report(store: Path, job: Job) -> tuple[str, str | None] | None:
-    path = report_path(store, _report_key(job))
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return None
-    path.unlink(missing_ok=True)
-    return summarize_report(text)
-
-
-def _rejected(job: Job, reason: Reason, detail: str) -> list[Row]:
-    if isinstance(job, SampleTask):
-        return [job.base_row().rejected(reason, detail)]
-    if isinstance(job, Task):
-        return [task_row(job).rejected(reason, detail)]
-    if isinstance(job, VolumePart):
-        return [task_row(job.task).rejected(reason, detail)]
-    return [Row(item_id=i.item_id, status="rejected", source=i.source, kind=i.kind, sha256=i.sha256, reason=reason,
-                detail=detail) for i in job.items]
-
-
-def _crashed(job: Job, store: Path, exc: BaseException | None) -> list[Row]:
-    attempts = exc.allowed_failures + 1 if isinstance(exc, KilledWorker) else 1
-    report = _report(store, job)
-    if report is None:
-        why = "no fault report: the process was killed from outside (e.g. the worker memory limit or the OOM killer)"
-    else:
-        what, where = report
-        why = what + (f" in {where}" if where else "")
-    return _rejected(job, Reason.DECODER_CRASH,
-                     f"the worker process died while decoding this item, {attempts} of {attempts} attempts; {why}")
-
-
-def _timed_out(job: Job, store: Path, item_timeout: float) -> list[Row]:
-    report = _report(store, job)
-    where = f"; it was in {report[1]}" if report and report[1] else ""
-    return _rejected(job, Reason.TIMEOUT, f"no result after {item_timeout:g} s ([run] item_timeout = "
-                                          f"{item_timeout:g}){where}; its worker was restarted")
 
 
 class _Watchdog:

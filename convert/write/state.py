@@ -1,7 +1,7 @@
 """The store's bookkeeping folder `.labzarr/`: the lock, staged arrays, crash reports, recorded outcomes.
 
 Invariant: nothing under `.labzarr/` is data. Arrays are written under
-`staging/` and moved into the hierarchy whole (see `store.py`), so whatever a
+`staging/` and moved into the hierarchy whole (see `arrays.py`), so whatever a
 killed run leaves behind is here or is a zarr `*.partial` temp file, and `sweep`
 removes all of it before the next run starts work. `.labzarr` is itself a
 metadata-only zarr group, so zarr lists the store root without warnings.
@@ -14,14 +14,13 @@ from typing import TypeVar, cast
 
 import zarr
 
-from labzarr.store import Location
+from labzarr.store import STATE, Location
 
 AnyStore = TypeVar("AnyStore", bound=Location)
 
 __all__ = ["STATE", "Swept", "crash_dir", "ensure_state", "lock_path", "outcomes_path", "prune_records",
            "records_dir", "staging_dir", "sweep", "trash_dir"]
 
-STATE = ".labzarr"
 _PURPOSE = "labzarr run bookkeeping (lock, staged arrays, crash reports, outcomes); not data"
 
 
@@ -52,7 +51,7 @@ def crash_dir(store: AnyStore) -> AnyStore:
 
 
 def records_dir(store: AnyStore) -> AnyStore:
-    """Per-stack folders of shard records (`resume.py`), each named by its stack's `records` attr."""
+    """Per-stack folders of shard records (`plan/records.py`), each named by its stack's `records` attr."""
     return _state(store, "records")
 
 

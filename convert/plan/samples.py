@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from labzarr.readers import Reason, SeriesStack
 
-from .discover import Candidate, glob_match
-from .manifest import RoleSource, Row
-from .probe import Probe
+from ..discover import Candidate, glob_match
+from ..manifest import RoleSource, Row
+from ..probe import Probe
+from ..spec import REFERENCE_ROLE, ItemsSpec, RolePattern
 from .series import SeriesItem
-from .spec import REFERENCE_ROLE, ItemsSpec, RolePattern
 
 __all__ = ["Part", "RoleFile", "SampleTask", "file_part", "group_samples", "role_of", "series_part"]
 

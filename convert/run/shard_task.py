@@ -1,10 +1,11 @@
 """The shard task run on dask workers: decode a shard's 2D images, write the shard once, return a row per image.
 
-Total and idempotent like `convert_item`: a bad image is a rejected row and an
-empty (zero) slot, never a failed task. The images are written in one call
+Total and idempotent like `convert_item`: through the task boundary
+(`boundary.py`), a bad image is a rejected row and an empty (zero) slot, never
+a failed task. The images are written in one call
 covering the task's whole slot range, so a shard is written once, by one task,
 into the stack the driver staged (`folder`); then the task records what it
-wrote (rows and each slot's chunk digest, `resume.shard_record`) in `records`,
+wrote (rows and each slot's chunk digest, `plan/records.shard_record`) in `records`,
 so the driver can hash the stack and a rerun can carry the shard over unread.
 """
 
@@ -19,30 +20,25 @@ import numpy as np
 
 from labzarr.readers import Reason, Rejected, Volume
 from labzarr.store import Location, as_location
+from labzarr.store.content import chunk_digest
 
-from .content import chunk_digest
-from .faults import fault_report, report_path
-from .manifest import Row
-from .resume import shard_record
-from .stacks import ShardTask, SlotItem
-from .store import StoreWriteError, write_slots
-from .task import TaskSettings, read_file
-from .validate import check_finite
+from ..manifest import Row
+from ..plan.records import shard_record
+from ..plan.stacks import ShardTask, SlotItem
+from ..validate import check_finite
+from ..write.arrays import StoreWriteError, write_slots
+from .boundary import on_worker, refusal
+from .settings import TaskSettings
+from .volume_task import read_file
 
-__all__ = ["convert_shard", "shard_report_key"]
+__all__ = ["convert_shard"]
 
 log = logging.getLogger(__name__)
 
 
-def shard_report_key(task: ShardTask) -> str:
-    """The name its fault report goes by: the stack and the slot range."""
-    return f"{task.stack.array}@{task.first}-{task.stop}"
-
-
 def convert_shard(task: ShardTask, settings: TaskSettings, *, folder: str, records: str) -> list[Row]:
     """Convert every image of one shard task into the staged stack at `folder`; one row per image, in slot order."""
-    with fault_report(report_path(settings.reports(), shard_report_key(task)), hang_after=settings.hang_report_after,
-                      enabled=settings.fault_reports):
+    with on_worker(task, settings):
         return _convert(task, settings, as_location(folder, settings.store_options),
                         as_location(records, settings.store_options))
 
@@ -52,25 +48,17 @@ def _convert(task: ShardTask, settings: TaskSettings, folder: Location, records:
     batch = np.zeros((task.stop - task.first, *plane.shape), dtype=plane.dtype)
     rows: list[Row] = []
     for item in task.items:
-        base = Row(item_id=item.item_id, status="ok", source=item.source, kind=item.kind, sha256=item.sha256)
         try:
             volume, warnings = _decode(item, task, settings)
-        except Rejected as exc:
-            rows.append(base.rejected(exc.reason, exc.detail))
-            continue
-        except MemoryError as exc:
-            rows.append(base.rejected(Reason.TOO_LARGE, f"out of memory while decoding: {exc}"))
-            continue
         except Exception as exc:  # the task boundary: a decoder bug must cost one image, not the shard
-            log.exception("decoder crashed on %s", item.source)
-            rows.append(base.rejected(Reason.DECODER_CRASH, f"{type(exc).__name__}: {exc}"))
+            rows.append(item.base_row().rejected(*refusal(exc, item.source)))
             continue
         batch[item.slot - task.first] = volume.data
         rows.append(Row(item_id=item.item_id, status="ok", source=item.source, kind=volume.kind, sha256=item.sha256,
                         shape=plane.shape, dtype=plane.dtype, spacing=volume.spacing, orientation=volume.orientation,
                         array=task.stack.array, slot=item.slot, warnings=warnings))
     digests = [chunk_digest(batch[i : i + 1]) for i in range(len(batch))]
-    name, blob = shard_record(task, rows, digests, settings.settings)
+    name, blob = shard_record(task, rows, digests, settings.fingerprint)
     with _store_io(settings.store, folder, f"cannot write {task.stack.array} slots {task.first}..{task.stop - 1}"):
         write_slots(folder, task.first, batch)  # rejected slots too: zeros, so every slot has its chunk
         (records / name).write_atomic(blob)

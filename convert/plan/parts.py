@@ -5,7 +5,7 @@ axis the source streams -- so no two parts write one chunk or shard; the parts
 cover every slab once, in file order, and only the last reads to the end of
 the file, where a source runs its whole-stream checks (a gzip trailer). The
 driver stages the array before the parts run and seals it after the last one
-(`part_task.py`), so the stored bytes, attrs and row are those of the same
+(`run/part_task.py`), so the stored bytes, attrs and row are those of the same
 volume converted by one task: the split changes who writes, never what.
 
 A part other than the first still reads the file from its start up to its
@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass
 
 from labzarr.readers import Reason, VolumeHeader
+from labzarr.store.content import ChunkDigests
 
-from .content import ChunkDigests
-from .plan import Task
+from .build import VolumeTask
 
 __all__ = ["PartResult", "VolumePart", "split_slabs"]
 
@@ -30,7 +30,7 @@ __all__ = ["PartResult", "VolumePart", "split_slabs"]
 class VolumePart:
     """Slabs `first` up to `stop` of `task`'s volume, written into the array staged at `folder`."""
 
-    task: Task
+    task: VolumeTask
     header: VolumeHeader  # as the driver read it when staging: every part must read the same
     folder: str  # the staged array every part of this volume writes into: a path, or a URL
     index: int

@@ -22,13 +22,10 @@ from typing import Any
 
 import zarr
 
-from labzarr.store import INDEX_KEY, Location, StoreReader, as_location
+from labzarr.store import INDEX_KEY, STATE, Location, StoreReader, as_location
+from labzarr.store.content import block_digests, chunk_digest, chunk_grid, combine_digests, missing_chunk_files
 
-from .chunks import chunk_grid
-from .content import block_digests, chunk_digest, combine_digests
-from .objstore import check_reachable
-from .state import STATE
-from .store import array_nodes, missing_chunk_files
+from ..reach import check_reachable
 
 __all__ = ["Problem", "VerifyReport", "verify_store"]
 
@@ -105,7 +102,7 @@ def verify_store(store: Location | Path, *, threads: int | None = None) -> Verif
     index = root_meta.get("attributes", {}).get(INDEX_KEY)
     if not isinstance(index, dict):
         raise ValueError(f"{store}: not a labzarr store (root attr {INDEX_KEY!r} missing)")
-    nodes = array_nodes(store)
+    nodes = store.array_nodes(skip=STATE)
     with ThreadPoolExecutor(max_workers=threads or min(8, os.cpu_count() or 1)) as pool:
         checked = list(pool.map(lambda node: _check_array(store, *node), nodes))
     problems = [p for c in checked for p in c.problems]
@@ -140,7 +137,7 @@ def _check_array(store: Location, name: str, meta: dict[str, Any]) -> _Checked:
         found.append(problem(f"`complete` {attrs['complete'][:12]}... differs from the source sha256 "
                              f"{attrs['sha256'][:12]}..."))
     found += [problem(f"chunk file {key} missing (zarr would read fill values)")
-              for key in missing_chunk_files(store / name, arr)]
+              for key in missing_chunk_files((store / name).keys(), arr)]
     digests: dict[tuple[int, ...], bytes] = {}
     unreadable = 0
     # A shard is read in one call (its index once, its chunks in one ranged read); only a shard that fails to

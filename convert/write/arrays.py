@@ -14,18 +14,17 @@ index of ok items, written once the run's rows are final, so a Dataset needs
 nothing but the store's path.
 
 A store at a URL (an object store) has no rename: it commits by the protocol
-in `objstore.py`. Every write goes through the store's location
+in this package's docstring (`convert/write/__init__.py`). Every write goes through the store's location
 (`labzarr.store.Folder` or `UrlStore`), whose methods do each step the way
 their kind of store can.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import zarr
@@ -33,17 +32,18 @@ import zarr.codecs
 from zarr.abc.codec import BytesBytesCodec
 
 from labzarr.store import COMPLETE, INDEX_KEY, ClassInfo, IndexItem, Location, StoreIndex
+from labzarr.store.content import missing_chunk_files
 
-from .chunks import chunk_grid
+from ..manifest import Row
+from ..plan.build import VOLUMES
+from ..plan.stacks import STACKS, Stack
+from ..spec import StoreSpec
 from .lock import lock_owner
-from .manifest import Row
-from .spec import StoreSpec
-from .stacks import Stack
 from .state import STATE, staging_dir, trash_dir
 
 __all__ = ["STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_paths",
            "begin_array", "carry_shard", "codecs", "create_stack", "discard", "fill_missing_shards", "group_paths",
-           "index_items", "install", "missing_chunk_files", "open_root", "remove_array", "set_array_labels", "staging_folder",
+           "index_items", "install", "open_root", "remove_array", "remove_stale", "set_array_labels", "staging_folder",
            "write_index", "write_slots"]
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,8 @@ def codecs(spec: StoreSpec) -> tuple[BytesBytesCodec, ...]:
     if spec.compressor == "zstd":
         out.append(zarr.codecs.ZstdCodec(level=spec.level))
     elif spec.compressor in ("blosc-zstd", "blosc-lz4"):
-        out.append(zarr.codecs.BloscCodec(cname=zarr.codecs.BloscCname(spec.compressor.removeprefix("blosc-")), clevel=spec.level,
-                                          shuffle=zarr.codecs.BloscShuffle.shuffle))
+        out.append(zarr.codecs.BloscCodec(cname=zarr.codecs.BloscCname(spec.compressor.removeprefix("blosc-")),
+                                          clevel=spec.level, shuffle=zarr.codecs.BloscShuffle.shuffle))
     if spec.checksum:
         out.append(zarr.codecs.Crc32cCodec())
     return tuple(out)
@@ -109,14 +109,15 @@ def discard(folder: Location) -> None:
         log.warning("%s: could not remove the unfinished array: %s", folder, exc)
 
 
-def install(store: Location, name: str, folder: Location, array: zarr.Array[Any], *, complete: str, run_id: str) -> None:
+def install(store: Location, name: str, folder: Location, array: zarr.Array[Any], *, complete: str,
+            run_id: str) -> None:
     """Seal the staged `array` (chunk files checked, fsynced, `complete` set last) and move it to `name`.
 
     Raises `Superseded` when `run_id` no longer holds the store (a task of a dead run): `complete` is not set
     and the folder is left for the next sweep. A volume of a URL store is sealed where it was written; a staged
     stack there is copied into place with its `zarr.json` last (`labzarr.store.url`).
     """
-    missing = missing_chunk_files(folder, array)
+    missing = missing_chunk_files(folder.keys(), array)
     if missing:
         raise RuntimeError(f"{name}: {len(missing)} chunk file(s) missing after writing, first {missing[0]}")
     folder.fsync_tree()
@@ -178,25 +179,11 @@ def fill_missing_shards(folder: Location, array: zarr.Array[Any]) -> list[str]:
     stack's `empty_shards` attr, so `verify` knows they are absent on purpose.
     """
     per_shard = (array.shards or array.chunks)[0]
-    for key in missing_chunk_files(folder, array):
+    for key in missing_chunk_files(folder.keys(), array):
         shard = int(key.split("/")[1])
         for slot in range(shard * per_shard, min(array.shape[0], (shard + 1) * per_shard)):
             array[slot : slot + 1] = np.zeros((1, *array.shape[1:]), dtype=array.dtype)
-    return missing_chunk_files(folder, array)
-
-
-def missing_chunk_files(folder: Location, array: zarr.Array[Any]) -> list[str]:
-    """Storage keys (chunk or shard files) of `array`, stored at `folder`, that do not exist.
-
-    Keys the array's `empty_shards` attr lists (all-zero shards zarr will not store) do not count.
-    The folder is listed once rather than asked key by key.
-    """
-    storage = array.shards or array.chunks
-    allowed = set(cast(list[str], array.attrs.get("empty_shards", [])))
-    listed = folder.keys()
-    return [key for key in (array.metadata.encode_chunk_key(coords)
-                            for coords in itertools.product(*(range(n) for n in chunk_grid(array.shape, storage))))
-            if key not in allowed and key not in listed]
+    return missing_chunk_files(folder.keys(), array)
 
 
 def array_paths(store: Location, group: str) -> list[str]:
@@ -254,7 +241,8 @@ def index_items(rows: Sequence[Row]) -> tuple[IndexItem, ...]:
         IndexItem(item_id=r.item_id, array=r.array, slot=r.slot, kind=r.kind, source=r.source, shape=tuple(r.shape),
                   dtype=r.dtype, spacing=tuple(r.spacing), labels=dict(r.labels),
                   roles={x.role: x.array for x in r.roles},
-                  classes={c.value: ClassInfo(voxels=c.voxels, start=c.start, stop=c.stop) for c in r.classes} if r.roles else {},
+                  classes=({c.value: ClassInfo(voxels=c.voxels, start=c.start, stop=c.stop) for c in r.classes}
+                           if r.roles else {}),
                   locations=f"{r.group}/locations" if r.roles and r.classes else None)
         for r in rows if r.status == "ok"
     )
@@ -263,3 +251,10 @@ def index_items(rows: Sequence[Row]) -> tuple[IndexItem, ...]:
 def write_index(store: Location, index: StoreIndex) -> None:
     """Record `index` as the store's own index (root attr `INDEX_KEY`): written once the run's rows are final."""
     open_root(store).attrs[INDEX_KEY] = index.encode()
+
+
+def remove_stale(store: Location, keep: set[str]) -> None:
+    """Remove every volume, sample group and stack not in `keep` (array or group paths): what no row names."""
+    for path in [*array_paths(store, VOLUMES), *group_paths(store, VOLUMES), *array_paths(store, STACKS)]:
+        if path not in keep:
+            remove_array(store, path)

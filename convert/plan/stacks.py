@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from labzarr.readers import Plane
 
+from ..manifest import Row
+
 __all__ = ["MAX_IMAGES_PER_SHARD", "SHARD_BYTES", "STACKS", "ShardTask", "SlotItem", "Stack", "StackEntry",
            "images_per_shard", "plan_stacks", "stack_name"]
 
@@ -55,6 +57,10 @@ class SlotItem:
     slot: int
     warnings: tuple[str, ...] = ()
     size: int = 0
+
+    def base_row(self) -> Row:
+        """The row every outcome of this image starts from: what the plan knows about it."""
+        return Row(item_id=self.item_id, status="ok", source=self.source, kind=self.kind, sha256=self.sha256)
 
 
 @dataclass(frozen=True, slots=True)

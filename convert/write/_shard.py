@@ -34,8 +34,7 @@ import numpy.typing as npt
 import zarr
 
 from labzarr.store import Location
-
-from .content import ChunkDigests
+from labzarr.store.content import ChunkDigests
 
 __all__ = ["ShardCodec"]
 

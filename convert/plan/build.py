@@ -1,9 +1,9 @@
 """The conversion plan: pure data decided from discovery and probes, before any decoding.
 
-Invariant: every candidate ends in exactly one place, a `Task` (a volume to
+Invariant: every candidate ends in exactly one place, a `VolumeTask` (a volume to
 decode), a slot of a `ShardTask` (a 2D image to decode into its stack), a
 decided `Row` (ignored, or rejected without decoding), or an `unchanged` row an
-earlier run produced for the same bytes and settings (`resume.py`: a volume's
+earlier run produced for the same bytes and settings (`records.py`: a volume's
 array, or a whole shard of a stack, is kept as it is); array names and slots
 depend only on the sorted file list, never on worker count, timing or what
 earlier runs did.
@@ -20,16 +20,16 @@ from functools import partial
 
 from labzarr.readers import DicomReader, Plane, Reason, Rejected, SeriesStack, check_plane
 
-from .discover import Candidate
-from .manifest import Row
-from .probe import Probe
-from .series import group_series
+from ..discover import Candidate
+from ..manifest import Row
+from ..probe import Probe
+from ..spec import Spec
+from .records import KeptShard, Outcome, Recorded
 from .samples import Part, SampleTask, file_part, group_samples, series_part
-from .resume import KeptShard, Outcome, Recorded
-from .spec import Spec
+from .series import group_series
 from .stacks import ShardTask, Stack, StackEntry, plan_stacks
 
-__all__ = ["IMAGE_SUFFIXES", "Plan", "Task", "plan"]
+__all__ = ["IMAGE_SUFFIXES", "Plan", "VolumeTask", "plan"]
 
 # Names that claim to be an image: such a file with unknown content is rejected, not ignored.
 IMAGE_SUFFIXES: tuple[str, ...] = (
@@ -45,7 +45,7 @@ _KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class Task:
+class VolumeTask:
     """Decode one item into one array; `array` is its path in the store.
 
     A single-file item is read from `path`; a DICOM item from its `stack` (the
@@ -63,13 +63,18 @@ class Task:
     members: tuple[str, ...] = ()
     stack: SeriesStack | None = None
 
+    def base_row(self) -> Row:
+        """The row every outcome of this task starts from: what the plan knows about the item."""
+        return Row(item_id=self.item_id, status="ok", source=self.source, kind=self.kind, sha256=self.sha256,
+                   n_files=max(1, len(self.members)), members=self.members)
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What a run will do: volume `tasks` and 2D `shards` to decode into `stacks`, `rows` already decided,
     `unchanged` rows reused from the store (volumes as they are, the shards in `kept` carried into their stack)."""
 
-    tasks: tuple[Task, ...]
+    tasks: tuple[VolumeTask, ...]
     rows: tuple[Row, ...]
     unchanged: tuple[Row, ...] = ()
     stacks: tuple[Stack, ...] = ()
@@ -104,11 +109,11 @@ class Plan:
 
 
 def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe],
-         done: Recorded | None = None, *, settings: str = "") -> Plan:
+         done: Recorded | None = None, *, fingerprint: str = "") -> Plan:
     """Decide each candidate's fate from its probe and what earlier runs recorded (`done`); no I/O.
 
-    DICOM files are grouped into series, 2D images into stacks. `settings` is the run's settings
-    fingerprint (`resume.settings_fingerprint`): an earlier outcome is reused only when it was produced
+    DICOM files are grouped into series, 2D images into stacks. `fingerprint` is the run's settings
+    fingerprint (`records.settings_fingerprint`): an earlier outcome is reused only when it was produced
     with the same one.
     """
     done = done or Recorded()
@@ -129,10 +134,10 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     others, duplicates = _split_duplicates(others)
     rows += duplicates
     planar: list[StackEntry] = []
-    todo: list[Task] = []
+    todo: list[VolumeTask] = []
     for c, p in others:
         if p.plane is None:
-            todo.append(Task(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path), kind=p.kind or "",
+            todo.append(VolumeTask(item_id=c.item_id or "", source=c.rel, path=str(c.entry.path), kind=p.kind or "",
                              sha256=p.sha256, array="", size=p.size, warnings=_name_warning(c.rel, p.kind or "")))
             continue
         try:
@@ -167,15 +172,15 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
                                      kind=DicomReader.kind, sha256=s.sha256, plane=plane,
                                      warnings=_name_warning(s.source, DicomReader.kind), size=size))
             continue
-        todo.append(Task(item_id=s.item_id, source=s.source, path=str(spec.delivery.raw / s.members[0]),
+        todo.append(VolumeTask(item_id=s.item_id, source=s.source, path=str(spec.delivery.raw / s.members[0]),
                          kind=DicomReader.kind, sha256=s.sha256, array="", size=size, members=s.members, stack=s.stack))
     todo.sort(key=lambda t: (t.item_id, t.source))
     names = _array_names([t.item_id for t in todo])
-    tasks: list[Task] = []
+    tasks: list[VolumeTask] = []
     unchanged: list[Row] = []
     for task in (replace(t, array=f"{VOLUMES}/{name}") for t, name in zip(todo, names)):
         earlier = done.volumes.get(task.source)
-        if earlier is not None and _same(earlier, task, settings):
+        if earlier is not None and _same(earlier, task, fingerprint):
             unchanged.append(earlier.row)
         else:
             tasks.append(task)
@@ -184,7 +189,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     kept: list[KeptShard] = []
     for shard in all_shards:
         earlier_stack = done.stacks.get(shard.stack.array)
-        records = earlier_stack.covering(shard, settings) if earlier_stack is not None else None
+        records = earlier_stack.covering(shard, fingerprint) if earlier_stack is not None else None
         if records is None:
             shards.append(shard)
         else:
@@ -226,10 +231,10 @@ def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[s
     return Plan(tasks=(), rows=(*rows, *sample_rows), samples=tuple(samples))
 
 
-def _same(earlier: Outcome, task: Task, settings: str) -> bool:
+def _same(earlier: Outcome, task: VolumeTask, fingerprint: str) -> bool:
     """An earlier outcome stands for `task` when nothing that shaped it has changed."""
     row = earlier.row
-    return (earlier.settings == settings and row.source == task.source and row.sha256 == task.sha256
+    return (earlier.fingerprint == fingerprint and row.source == task.source and row.sha256 == task.sha256
             and row.item_id == task.item_id and row.array in (task.array, "") and row.members == task.members)
 
 
@@ -265,7 +270,7 @@ def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
     if c.entry.special:
         return Row(item_id=item_id, status="rejected", source=c.rel, reason=Reason.UNSUPPORTED_FORMAT,
                    detail=f"not a regular file: {c.entry.special}; not read")
-    assert p is not None, f"no probe for {c.rel}"  # run.py probes every candidate that is a readable file
+    assert p is not None, f"no probe for {c.rel}"  # the driver probes every candidate that is a readable file
     if p.error:
         return Row(item_id=item_id, status="rejected", source=c.rel, reason=Reason.CORRUPT_DATA,
                    detail=f"cannot read the file: {p.error}")
@@ -285,7 +290,8 @@ def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
         if p.dicom is None or not p.dicom.has_pixels:
             sop = p.dicom.sop_class_name if p.dicom else "?"
             uid = f" ({p.dicom.sop_class})" if p.dicom and p.dicom.sop_class else ""
-            return file_row(status="ignored", kind=DicomReader.kind, detail=f"not an image: {sop}{uid} has no Pixel Data")
+            return file_row(status="ignored", kind=DicomReader.kind,
+                            detail=f"not an image: {sop}{uid} has no Pixel Data")
         return p  # grouped into series, item IDs checked per series
     if p.kind is None:
         what = ("gzip-compressed " if p.gzipped else "") + ("text" if p.text else f"unrecognised content {p.magic!r}")

@@ -12,17 +12,23 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
-import zarr
 
-from .chunks import chunk_grid
+if TYPE_CHECKING:
+    import zarr
 
-__all__ = ["ChunkDigests", "array_content_sha256", "combine_digests"]
+__all__ = ["ChunkDigests", "array_content_sha256", "block_digests", "chunk_digest", "chunk_grid", "combine_digests",
+           "missing_chunk_files"]
 
 ChunkDigests = dict[tuple[int, ...], bytes]
+
+
+def chunk_grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
+    """Chunks per axis."""
+    return tuple(-(-int(n) // int(c)) for n, c in zip(shape, chunks))
 
 
 def chunk_digest(block: npt.NDArray[Any]) -> bytes:
@@ -61,3 +67,15 @@ def array_content_sha256(arr: zarr.Array[Any]) -> str:
         sel = tuple(slice(i * c, (i + 1) * c) for i, c in zip(index, chunks))
         digests[index] = chunk_digest(np.asarray(arr[sel]))
     return combine_digests(shape, arr.dtype, chunks, digests)
+
+
+def missing_chunk_files(keys: set[str] | frozenset[str], array: zarr.Array[Any]) -> list[str]:
+    """Storage keys (chunk or shard files) of `array` that are not among `keys`, its folder's listing.
+
+    Keys the array's `empty_shards` attr lists (all-zero shards zarr will not store) do not count.
+    """
+    storage = array.shards or array.chunks
+    allowed = set(cast(list[str], array.attrs.get("empty_shards", [])))
+    return [key for key in (array.metadata.encode_chunk_key(coords)
+                            for coords in itertools.product(*(range(n) for n in chunk_grid(array.shape, storage))))
+            if key not in allowed and key not in keys]

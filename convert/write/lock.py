@@ -26,15 +26,15 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
 
 from labzarr.store import Location, UrlStore, as_location
 
-from .errors import UsageError
-from .objstore import check_reachable
+from ..errors import UsageError
+from ..reach import check_reachable
 from .state import lock_path
 
 __all__ = ["LockInfo", "StoreLocked", "lock_owner", "store_lock"]
@@ -104,7 +104,7 @@ def _write(fd: int, info: LockInfo) -> None:
 def _new_info() -> LockInfo:
     me = psutil.Process()
     return LockInfo(pid=me.pid, host=socket.gethostname(),
-                    started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    started=datetime.now(UTC).isoformat(timespec="seconds"),
                     run_id=uuid.uuid4().hex, process_started=me.create_time())
 
 
@@ -187,7 +187,7 @@ def store_lock(store: Location | Path) -> Iterator[LockInfo]:
                         previous.describe())
         me = psutil.Process()
         info = LockInfo(pid=me.pid, host=socket.gethostname(),
-                        started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        started=datetime.now(UTC).isoformat(timespec="seconds"),
                         run_id=uuid.uuid4().hex, process_started=me.create_time())
         _write(fd, info)
         try:

@@ -3,19 +3,18 @@
 Everything decided here was planned by pure functions (`discover`, `plan`);
 this module only moves data between them, the dask cluster and the disk. A run
 holds the store's lock throughout, sweeps what a killed run left, reuses what
-earlier runs recorded (`resume.py`), and writes the manifest last, atomically.
+earlier runs recorded (`plan/records.py`, `write/outcomes.py`), and writes the manifest last, atomically.
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import logging
 import shutil
+import socket
 import tempfile
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,49 +24,41 @@ from pathlib import Path
 from typing import Any
 
 import dask
-import numpy as np
 import psutil
 from distributed import Client, LocalCluster, as_completed
 
 from labzarr.readers import LabelSheet, Reason, readers_with
-from labzarr.store import Location, StoreIndex, UrlStore, sorted_glob
+from labzarr.store import Location, StoreIndex, UrlStore
 
-from .content import chunk_digest, combine_digests
-from .discover import Candidate, discover, walk
-from .errors import UsageError
-from .labels import join_labels, load_labels, workbook_rel
-from .lock import LockInfo, store_lock
-from .manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
-from .objstore import check_reachable
-from .part_task import stage_split
-from .plan import VOLUMES, Plan, plan
-from .probe import Probe, probe_files
-from .progress import Progress, ProgressEvent
-from .resume import read_outcomes, read_shard_record, settings_fingerprint, write_outcomes
-from .spec import Spec, load_spec
-from .stacks import STACKS, Stack
-from .state import crash_dir, ensure_state, prune_records, records_dir, sweep
-from .store import (
-    array_nodes,
-    array_paths,
-    carry_shard,
-    create_stack,
-    fill_missing_shards,
-    group_paths,
+from ..discover import Candidate, discover, walk
+from ..errors import UsageError
+from ..labels import join_labels, load_labels, workbook_rel
+from ..manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
+from ..plan.build import VOLUMES, Plan, plan
+from ..plan.records import settings_fingerprint
+from ..plan.stacks import STACKS
+from ..probe import Probe, probe_files
+from ..progress import Progress, ProgressEvent
+from ..reach import check_reachable
+from ..spec import Spec, load_spec
+from ..write.arrays import (
     index_items,
-    install,
     open_root,
-    open_stack,
     remove_array,
+    remove_stale,
     set_array_labels,
-    staging_folder,
     write_index,
 )
-from .supervise import hang_report_after, run_tasks
-from .task import TaskSettings
+from ..write.lock import LockInfo, store_lock
+from ..write.outcomes import read_outcomes, write_outcomes
+from ..write.stacks import install_stack, records_in_use, stage_stacks
+from ..write.state import crash_dir, ensure_state, prune_records, sweep
+from .part_task import stage_split
+from .settings import TaskSettings
+from .supervise import Jobs, hang_report_after, run_tasks
 
 __all__ = ["Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery", "default_workers", "dry_run",
-           "execute", "local_cluster_config"]
+           "execute", "local_cluster", "local_cluster_config"]
 
 log = logging.getLogger(__name__)
 _PROBE_BATCH = 64
@@ -162,10 +153,24 @@ def _store_errors(store: Location) -> Iterator[None]:
                          "and the run resumes") from exc
 
 
+def _refused(scheduler: str) -> None:
+    """Raise ConnectionRefusedError at once when nothing listens at a tcp:// address (distributed would retry
+    until its timeout); other schemes and addresses that do not parse are left to distributed."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, loc = parse_address(scheduler)
+    if scheme != "tcp":
+        return
+    host, port = parse_host_port(loc)
+    with socket.create_connection((host, port), timeout=5):
+        pass
+
+
 @contextmanager
 def _client(workers: int, scheduler: str | None, *, crash_retries: int) -> Iterator[Client]:
     if scheduler:
         try:
+            _refused(scheduler)
             client = Client(scheduler, timeout="10s")
         except ValueError as exc:  # distributed's address parser: unknown scheme, missing port
             raise UsageError(f"--scheduler {scheduler}: not a scheduler address ({exc})",
@@ -176,15 +181,13 @@ def _client(workers: int, scheduler: str | None, *, crash_retries: int) -> Itera
         with client:
             yield client
         return
-    with dask.config.set(local_cluster_config(crash_retries)):
-        cluster = _local_cluster(workers)
-        with cluster, Client(cluster) as client:
-            yield client
+    with local_cluster(workers, crash_retries=crash_retries) as cluster, Client(cluster) as client:
+        yield client
 
 
 # dask's nanny starts each worker with MALLOC_TRIM_THRESHOLD_=65536, and setting any glibc malloc threshold freezes
 # the mmap threshold at 128 KiB: every slab and block buffer is then a fresh mmap, zeroed page by page, and
-# unmapped again (a volume took 1.45x as long, mostly system time, measured here). At 64 MiB those buffers are
+# unmapped again, which costs a volume mostly system time. At 64 MiB those buffers are
 # reused from the heap; a worker's peak memory is bounded by the slab budget either way. The variables are read
 # at process start, so they go in the nanny's pre-spawn environment; a variable already in the driver's own
 # environment takes precedence there (that is how a user overrides them).
@@ -202,13 +205,23 @@ def local_cluster_config(crash_retries: int) -> dict[str, object]:
     }
 
 
+@contextmanager
+def local_cluster(workers: int, *, crash_retries: int) -> Iterator[LocalCluster]:
+    """The cluster `labzarr convert` starts for itself: `workers` single-threaded worker processes, started
+    under `local_cluster_config`, stopped on exit (the test suite shares one between conversions)."""
+    with dask.config.set(local_cluster_config(crash_retries)):
+        cluster = _local_cluster(workers)
+    with cluster:
+        yield cluster
+
+
 def _local_cluster(workers: int) -> LocalCluster:
     """Start the embedded cluster; a worker killed while starting (e.g. by the OOM killer) gets one more try."""
     for attempt in (1, 2):
         try:
             # The scheduler serves HTTP even without a dashboard, on 8787 unless told otherwise; a second run on
             # the same machine would then warn "Port 8787 is already in use". Port 0: any free port, no noise.
-            # Worker deaths and hangs end as rows (supervise.py); dask's ERROR lines about them would only alarm.
+            # Worker deaths and hangs end as rows (boundary.py); dask's ERROR lines about them would only alarm.
             return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                                 scheduler_kwargs={"dashboard": False}, silence_logs=logging.CRITICAL)
         except RuntimeError as exc:  # distributed's "Nanny failed to start."
@@ -244,23 +257,23 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     candidates = discover(walk(spec.delivery.raw), spec.items)
     t_discover = time.perf_counter()
     probes = _probe(client, candidates, spec, progress)
-    settings = settings_fingerprint(spec, tool_version())
-    the_plan = plan(spec, candidates, probes, read_outcomes(store), settings=settings)
+    fingerprint = settings_fingerprint(spec, tool_version())
+    the_plan = plan(spec, candidates, probes, read_outcomes(store), fingerprint=fingerprint)
     t_probe = time.perf_counter()
     root = open_root(store)
     for group in (VOLUMES, STACKS):
         if group not in root:
             root.create_group(group)
     with _crash_reports(store) as reports:
-        task_settings = _task_settings(spec, client, lock, settings, reports)
-        staged = _stage_stacks(store, the_plan, spec)
+        task_settings = _task_settings(spec, client, lock, fingerprint, reports)
+        staged = stage_stacks(store, the_plan, spec)
         workers = len(client.scheduler_info().get("workers", {}))
         split = {t.array: parts for t in the_plan.tasks
                  if (parts := stage_split(store, t, task_settings, workers=workers, split_bytes=spec.run.split_bytes))}
-        converted = run_tasks(client, [t for t in the_plan.tasks if t.array not in split], task_settings,
-                              item_timeout=spec.run.item_timeout, shards=the_plan.shards,
-                              targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
-                              samples=the_plan.samples, masks=spec.masks, parts=split, progress=progress)
+        jobs = Jobs(volumes=[t for t in the_plan.tasks if t.array not in split], shards=the_plan.shards,
+                    targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
+                    samples=the_plan.samples, parts=split)
+        converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout, progress=progress)
     t_convert = time.perf_counter()
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
     decoded = _drop_duplicates([*converted, *the_plan.unchanged], store)
@@ -273,12 +286,12 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     # Arrays of items rejected only for their labels stay (outside the index): a corrected workbook
     # makes them ok next time without decoding them again; so do their stack slots.
     for stack in staged.values():
-        _install_stack(store, stack, decoded, lock.run_id, settings)
-    _remove_stale(store, {r.group or r.array for r in decoded if r.status == "ok" and r.slot is None}
+        install_stack(store, stack, decoded, lock.run_id, fingerprint)
+    remove_stale(store, {r.group or r.array for r in decoded if r.status == "ok" and r.slot is None}
                   | {s.array for s in the_plan.stacks})
-    prune_records(store, keep=_records_in_use(store))
+    prune_records(store, keep=records_in_use(store))
     planar = {r.source for r in decoded if r.slot is not None} | {i.source for s in the_plan.shards for i in s.items}
-    write_outcomes(store, [r for r in decoded if r.source not in planar and not r.group], settings)
+    write_outcomes(store, [r for r in decoded if r.source not in planar and not r.group], fingerprint)
     _write_array_labels(client, store, rows)
     manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles])
     manifest_sha = hashlib.sha256(manifest).hexdigest()
@@ -286,8 +299,8 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
                                   tool_version=tool_version(), items=index_items(rows)))
     t_end = time.perf_counter()
     summary = _summary(spec, rows, manifest_sha, candidates, the_plan, {
-        "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover, "convert_s": t_convert - t_probe,
-        "total_s": t_end - t0,
+        "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover,
+        "convert_s": t_convert - t_probe, "total_s": t_end - t0,
     }) | label_summary | _class_summary(spec, rows) | {"run": {
         "converted": len(converted), "unchanged": len(the_plan.unchanged),
         "split": len(split),  # of the converted, volumes written in parts by several workers ([run] split_bytes)
@@ -308,8 +321,8 @@ def dry_run(spec: Path | str, *, cwd: Path) -> Plan:
     check_reachable(parsed.delivery.store)  # its recorded outcomes are read below
     candidates = discover(walk(parsed.delivery.raw), parsed.items)
     probes = {p.rel: p for p in probe_files(_to_probe(candidates), readers_with(parsed.run.readers))}
-    settings = settings_fingerprint(parsed, tool_version())
-    return plan(parsed, candidates, probes, read_outcomes(parsed.delivery.store), settings=settings)
+    fingerprint = settings_fingerprint(parsed, tool_version())
+    return plan(parsed, candidates, probes, read_outcomes(parsed.delivery.store), fingerprint=fingerprint)
 
 
 def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
@@ -355,74 +368,15 @@ def _crash_reports(store: Location) -> Iterator[Path]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _task_settings(spec: Spec, client: Client, lock: LockInfo, settings: str, reports: Path) -> TaskSettings:
+def _task_settings(spec: Spec, client: Client, lock: LockInfo, fingerprint: str, reports: Path) -> TaskSettings:
     workers = client.scheduler_info().get("workers", {}).values()
     store = spec.delivery.store
     return TaskSettings(store=str(store), store_spec=spec.store, limits=spec.validate.limits(),
-                        non_finite=spec.validate.non_finite, run_id=lock.run_id, settings=settings,
+                        non_finite=spec.validate.non_finite, masks=spec.masks, run_id=lock.run_id,
+                        fingerprint=fingerprint,
                         readers=spec.run.readers, hang_report_after=hang_report_after(spec.run.item_timeout),
                         fault_reports=all(w.get("nthreads") == 1 for w in workers),
                         store_options=dict(store.options), crash_reports=str(reports))
-
-
-@dataclass(frozen=True, slots=True)
-class _StagedStack:
-    """A stack being rebuilt in a staging folder: what the shard tasks write into, and its records folder."""
-
-    stack: Stack
-    folder: Location
-    records_id: str
-    records: Location
-
-
-def _stage_stacks(store: Location, the_plan: Plan, spec: Spec) -> dict[str, _StagedStack]:
-    """Stage every stack with a shard to decode; link the kept shards (and their records) into it.
-
-    A stack whose shards are all kept stays as it is, untouched.
-    """
-    staged: dict[str, _StagedStack] = {}
-    decode = {s.stack.array for s in the_plan.shards}
-    for stack in the_plan.stacks:
-        if stack.array not in decode:
-            continue
-        records_id = uuid.uuid4().hex
-        folder = staging_folder(store, stack.array)
-        array = create_stack(folder, stack, spec=spec.store)
-        records = records_dir(store) / records_id
-        records.mkdir(parents=True)
-        for kept in (k for k in the_plan.kept if k.shard.stack.array == stack.array):
-            carry_shard(store / stack.array, folder, array, kept.shard.shard)
-            for rec in kept.records:
-                old = _installed_records(store, stack.array)
-                (records_dir(store) / old / rec.name).share_as(records / rec.name)  # type: ignore[arg-type]  # both of the store's kind
-        staged[stack.array] = _StagedStack(stack=stack, folder=folder, records_id=records_id, records=records)
-    return staged
-
-
-def _installed_records(store: Location, array: str) -> str:
-    meta = json.loads((store / array / "zarr.json").read_bytes())
-    return str(meta["attributes"]["records"])
-
-
-def _install_stack(store: Location, staged: _StagedStack, decoded: Sequence[Row], run_id: str, settings: str) -> None:
-    """Hash the staged stack from its shard records, seal it and move it into place."""
-    array = open_stack(staged.folder)
-    empty = fill_missing_shards(staged.folder, array)
-    digests: dict[tuple[int, ...], bytes] = {}
-    for path in sorted_glob(staged.records, "*.json"):
-        rec = read_shard_record(path)
-        for slot, digest in zip(range(rec.first, rec.stop), rec.digests):
-            digests[(slot, 0, 0, 0)] = bytes.fromhex(digest)
-    zero = chunk_digest(np.zeros(array.chunks, dtype=array.dtype))
-    for slot in range(array.shape[0]):  # slots no task recorded (its worker died): zeros
-        digests.setdefault((slot, 0, 0, 0), zero)
-    ok = sorted((r.slot or 0, r.sha256) for r in decoded if r.status == "ok" and r.array == staged.stack.array)
-    array.update_attributes({
-        "content_sha256": combine_digests(array.shape, array.dtype, array.chunks, digests),
-        "records": staged.records_id, "settings": settings, "ok": len(ok), "empty_shards": empty,
-    })
-    complete = hashlib.sha256("\n".join(f"{slot}:{sha}" for slot, sha in ok).encode()).hexdigest()
-    install(store, staged.stack.array, staged.folder, array, complete=complete, run_id=run_id)
 
 
 def _drop_duplicates(rows: list[Row], store: Location) -> list[Row]:
@@ -439,17 +393,6 @@ def _drop_duplicates(rows: list[Row], store: Location) -> list[Row]:
                 first[row.sha256] = row.source
         out.append(row)
     return sort_rows(out)
-
-
-def _records_in_use(store: Location) -> set[str]:
-    return {str(meta["attributes"]["records"]) for _, meta in array_nodes(store)
-            if "records" in meta.get("attributes", {})}
-
-
-def _remove_stale(store: Location, keep: set[str]) -> None:
-    for path in [*array_paths(store, VOLUMES), *group_paths(store, VOLUMES), *array_paths(store, STACKS)]:
-        if path not in keep:
-            remove_array(store, path)
 
 
 def _write_array_labels(client: Client, store: Location, rows: Sequence[Row]) -> None:
@@ -484,7 +427,8 @@ def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Seq
         "counts": {"items": len(rows), "files": sum(r.n_files for r in rows),
                    **{s: status.get(s, 0) for s in ("ok", "rejected", "ignored")}},
         "reasons": dict(sorted(reasons.items())),
-        # `files`: every file under raw; `converted`: the sources decoded by this run (throughput = converted / convert_s).
+        # `files`: every file under raw; `converted`: the sources decoded by this run
+        # (throughput = converted / convert_s).
         "bytes": {"files": sum(c.entry.size for c in candidates), "converted": sum(t.size for t in the_plan.tasks)},
         "labels": {},
         "unmatched_workbook_ids": [],

@@ -1,0 +1,46 @@
+"""What every worker task needs besides its own job: the run's settings, shipped once per task."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from labzarr.readers import Limits
+from labzarr.store import Folder, Location, as_location
+
+from ..plan.chunks import SLAB_BYTES
+from ..spec import MasksSpec, StoreSpec
+from ..write.state import crash_dir
+
+__all__ = ["TaskSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSettings:
+    """What every task needs besides its own item: shipped once per task, small."""
+
+    store: str
+    store_spec: StoreSpec
+    limits: Limits
+    non_finite: Literal["reject", "warn"]
+    masks: MasksSpec = field(default_factory=MasksSpec)  # how a sample's mask is checked (samples only)
+    slab_bytes: int = SLAB_BYTES  # memory for one slab of a streamed volume (see convert/plan/chunks.py)
+    run_id: str = ""  # the lock holder's run id: a task of a dead run never installs an array
+    fingerprint: str = ""  # the settings fingerprint recorded beside each array (plan/records.py)
+    readers: tuple[str, ...] = ()  # extra readers, "module:Name", before the built-in ones
+    hang_report_after: float | None = None  # seconds after which a hung item's stack is written to its report
+    fault_reports: bool = True  # only where a worker runs one task at a time (faulthandler is per process)
+    store_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec storage_options of a URL store
+    crash_reports: str = ""  # the fault reports' folder; default: the store's .labzarr/crash
+
+    def location(self) -> Location:
+        """The store: a folder, or a URL store with its storage options."""
+        return as_location(self.store, self.store_options)
+
+    def reports(self) -> Path:
+        """Where workers write fault reports: a local folder (faulthandler needs a file descriptor)."""
+        if self.crash_reports:
+            return Path(self.crash_reports)
+        return crash_dir(Folder(self.store))
