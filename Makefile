@@ -18,6 +18,8 @@ STAMP  := $(VENV)/.stamp-install
 DELIVERY ?=
 SPECS  := $(if $(DELIVERY),manifests/$(DELIVERY)/delivery.toml,$(wildcard manifests/*/delivery.toml))
 PYTEST_ARGS ?=
+# Test processes for `make test` (pytest-xdist; each file runs whole in one of them). 0: one process.
+TEST_JOBS ?= 2
 
 .PHONY: help install test-deps demo test typecheck lint stress convert report diff verify inspect bench clean
 
@@ -63,7 +65,7 @@ demo: $(STAMP)
 	$(BIN)/labzarr inspect data/stores/demo.zarr
 
 test: $(STAMP) test-deps
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 convert: $(STAMP)
 	@for spec in $(SPECS); do echo "== $$spec"; $(BIN)/labzarr convert $$spec || exit $$?; done
