@@ -188,22 +188,23 @@ def fill_missing_shards(folder: Location, array: zarr.Array[Any]) -> list[str]:
 
 def array_paths(store: Location, group: str) -> list[str]:
     """Paths (`group/name`) of the arrays under `group`, sorted; empty when there is none."""
-    root = open_root(store)
-    if group not in root:
-        return []
-    sub = root[group]
-    assert isinstance(sub, zarr.Group)
-    return sorted(f"{group}/{name}" for name, _ in sub.arrays())
+    sub = _subgroup(store, group)
+    return [] if sub is None else sorted(f"{group}/{name}" for name, _ in sub.arrays())
 
 
 def group_paths(store: Location, group: str) -> list[str]:
     """Paths (`group/name`) of the groups under `group` (samples), sorted; empty when there is none."""
+    sub = _subgroup(store, group)
+    return [] if sub is None else sorted(f"{group}/{name}" for name, _ in sub.groups())
+
+
+def _subgroup(store: Location, group: str) -> zarr.Group | None:
     root = open_root(store)
     if group not in root:
-        return []
+        return None
     sub = root[group]
     assert isinstance(sub, zarr.Group)
-    return sorted(f"{group}/{name}" for name, _ in sub.groups())
+    return sub
 
 
 def array_nodes(store: Location) -> list[tuple[str, dict[str, Any]]]:

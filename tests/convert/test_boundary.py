@@ -10,7 +10,6 @@ kills a real process, and the driver's side turns its fault report into a `decod
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from labzarr.readers import Reason
 from labzarr.store import Folder
 
 from ..boundary_readers import PLUGINS, case_file
+from ..tmpfs import mounted_tmpfs
 
 KINDS = ("volume", "part", "sample", "shard")
 REJECTED = {
@@ -120,19 +120,9 @@ def _prepare(tmp_path: Path, store_root: Path, kind: str, case: str) -> Runner:
 
 @pytest.fixture
 def read_only_fs(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs (root only), remounted read-only by the test once the job is staged; unmounted afterwards."""
-    mount = tmp_path / "fs"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs to make read-only needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    """A tmpfs, remounted read-only by the test once the job is staged."""
+    with mounted_tmpfs(tmp_path / "fs", "16m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,22 +16,14 @@ from labzarr.convert.cli import main
 from labzarr.convert.demo import write_spec
 from labzarr.convert.qc.verify import verify_store
 
+from ..tmpfs import mounted_tmpfs
+
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 3 MiB tmpfs (root only), unmounted afterwards."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs to fill needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    """A 3 MiB tmpfs, unmounted afterwards."""
+    with mounted_tmpfs(tmp_path / "small", "3m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_disk_full_fails_clearly_and_the_rerun_finishes(tmp_path: Path, small_fs: Path,
