@@ -17,6 +17,13 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP  := $(VENV)/.stamp-install
 DELIVERY ?=
 SPECS  := $(if $(DELIVERY),manifests/$(DELIVERY)/delivery.toml,$(wildcard manifests/*/delivery.toml))
+# A DELIVERY with no spec is named as such, with the deliveries there are, before anything runs.
+KNOWN  := $(patsubst manifests/%/delivery.toml,%,$(wildcard manifests/*/delivery.toml))
+define check_delivery
+	@if [ -n "$(DELIVERY)" ] && [ ! -f "manifests/$(DELIVERY)/delivery.toml" ]; then \
+		echo "make: no delivery '$(DELIVERY)': manifests/$(DELIVERY)/delivery.toml not found (deliveries: $(or $(KNOWN),none))" >&2; \
+		exit 2; fi
+endef
 PYTEST_ARGS ?=
 # Test processes for `make test` (pytest-xdist; each file runs whole in one of them). 0: one process.
 TEST_JOBS ?= 2
@@ -68,23 +75,26 @@ test: $(STAMP) test-deps
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 convert: $(STAMP)
+	$(call check_delivery)
 	@for spec in $(SPECS); do echo "== $$spec"; $(BIN)/labzarr convert $$spec || exit $$?; done
 
 report: $(STAMP)
+	$(call check_delivery)
 	@for spec in $(SPECS); do echo "== $$spec"; $(BIN)/labzarr report $$spec || exit $$?; done
 
 # The working manifest against the committed one: review before `git commit manifests/`.
 diff: $(STAMP)
+	$(call check_delivery)
 	@for spec in $(SPECS); do m=$$(dirname $$spec)/manifest.csv; \
 		$(BIN)/labzarr diff git:HEAD:$$m $$m || exit $$?; done
 
 inspect: $(STAMP)
-	@for spec in $(SPECS); do d=$$(basename $$(dirname $$spec)); \
-		echo "== $$d"; $(BIN)/labzarr inspect data/stores/$$d.zarr || exit $$?; done
+	$(call check_delivery)
+	@for spec in $(SPECS); do echo "== $$(basename $$(dirname $$spec))"; $(BIN)/labzarr inspect $$spec || exit $$?; done
 
 verify: $(STAMP)
-	@for spec in $(SPECS); do d=$$(basename $$(dirname $$spec)); \
-		echo "== $$d"; $(BIN)/labzarr verify data/stores/$$d.zarr || exit $$?; done
+	$(call check_delivery)
+	@for spec in $(SPECS); do echo "== $$(basename $$(dirname $$spec))"; $(BIN)/labzarr verify $$spec || exit $$?; done
 
 typecheck: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_typing.py

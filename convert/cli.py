@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from labzarr.store import Location, as_location
+from labzarr.store import Location, as_location, is_url
 
 from .errors import UsageError
 
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "  data/stores/demo.zarr: 13 arrays, 68 chunks, 727,767 B re-read\n"
                               "  ok: every chunk present and intact, every content hash matches\n\n"
                               "Exit code 0: intact; 1: damaged items, listed in a table; 2: not a labzarr store.")
-    v.add_argument("store", type=as_location,
+    v.add_argument("store", metavar="STORE|SPEC",
                    help="a store folder, or its URL (s3://bucket/x.zarr; credentials and endpoint from "
                         "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)")
     v.add_argument("--threads", type=int, default=None, help="arrays checked in parallel (default: cores, max 8)")
@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="worked example:\n  $ labzarr inspect data/stores/demo.zarr\n"
                               "  store:     data/stores/demo.zarr\n  delivery:  demo\n  items:     11 ok\n"
                               "  item_id          array                        shape              dtype    ...")
-    i.add_argument("store", type=as_location, help="a store folder or .zip, or its URL (s3://bucket/x.zarr)")
+    i.add_argument("store", metavar="STORE|SPEC",
+                   help="a store folder or .zip, its URL (s3://bucket/x.zarr), or a delivery.toml naming it")
     i.set_defaults(run=_inspect)
 
     d = sub.add_parser("demo", help="write the messy sample delivery used by `make demo`", formatter_class=raw,
@@ -234,13 +235,26 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_of(arg: str) -> Location:
+    """The store `arg` names: itself, or the `[delivery] store` of the spec file it is (`*.toml`)."""
+    if arg.endswith(".toml") and not is_url(arg):
+        from .spec import load_spec
+
+        return load_spec(Path(arg), cwd=Path.cwd()).delivery.store
+    return as_location(arg)
+
+
 def _diff(args: argparse.Namespace) -> int:
-    from .qc.diff import diff_manifests, load_manifest_rows
+    from .qc.diff import committed, diff_manifests, load_manifest_rows
 
     if args.limit < 0:
         raise UsageError(f"--limit {args.limit}: must be 0 (all) or more",
                          "drop the option to show 50 lines per section")
     cwd = Path.cwd()
+    if committed(args.old, cwd=cwd) is False:  # a delivery's first manifest: everything in it is new
+        added = load_manifest_rows(args.new, cwd=cwd)
+        print(f"manifest diff: {args.old} -> {args.new}\nnew: {len(added):,} added ({args.old} is not committed yet)")
+        return 1 if args.exit_code and added else 0
     result = diff_manifests(load_manifest_rows(args.old, cwd=cwd), load_manifest_rows(args.new, cwd=cwd),
                             old_name=args.old, new_name=args.new)
     print(result.describe(limit=args.limit))
@@ -253,7 +267,7 @@ def _verify(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads {args.threads}: must be at least 1", "drop the option to use the default")
     try:
-        report = verify_store(args.store, threads=args.threads)
+        report = verify_store(_store_of(args.store), threads=args.threads)
     except (FileNotFoundError, ValueError, ConnectionError) as exc:
         raise UsageError(str(exc), "pass the store path from the spec's [delivery] store") from exc
     print(report.describe())
@@ -266,7 +280,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from .qc.describe import describe_store
 
     try:
-        view = open_store(args.store)
+        view = open_store(_store_of(args.store))
     except (FileNotFoundError, ValueError, ConnectionError) as exc:
         raise UsageError(str(exc), "pass the store path from the spec's [delivery] store") from exc
     print(describe_store(view))

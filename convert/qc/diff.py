@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 
-__all__ = ["Change", "ManifestDiff", "diff_manifests", "load_manifest_rows"]
+__all__ = ["Change", "ManifestDiff", "committed", "diff_manifests", "load_manifest_rows"]
 
 _REQUIRED = ("item_id", "status", "reason", "detail", "source", "sha256")
 _STATUSES = ("ok", "rejected", "ignored")
@@ -178,6 +178,23 @@ def load_manifest_rows(ref: str, *, cwd: Path) -> list[dict[str, str]]:
             raise UsageError(f"{ref}: not a text file ({exc.reason})",
                              "pass a manifest.csv written by labzarr") from exc
     return _parse(text, ref)
+
+
+def committed(ref: str, *, cwd: Path) -> bool | None:
+    """For `git:REV:PATH`: whether PATH exists at REV (False: not committed there yet); None for anything else,
+    a plain path or a REV git cannot resolve, which `load_manifest_rows` reports."""
+    rev, sep, path = ref.removeprefix("git:").partition(":")
+    if not ref.startswith("git:") or not sep or not rev or not path:
+        return None
+    try:
+        known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=cwd,
+                               capture_output=True, timeout=60)
+        if known.returncode != 0:
+            return None
+        there = subprocess.run(["git", "cat-file", "-e", f"{rev}:{path}"], cwd=cwd, capture_output=True, timeout=60)
+    except FileNotFoundError:
+        return None  # no git: load_manifest_rows says so
+    return there.returncode == 0
 
 
 def _git_show(rev: str, path: str, *, cwd: Path, ref: str) -> str:
