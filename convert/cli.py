@@ -219,7 +219,7 @@ def _convert(args: argparse.Namespace) -> int:
     with progress_display(sys.stderr, quiet=args.quiet, interval=args.progress_every) as progress:
         result = convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler, progress=progress)
     if not args.quiet:
-        print(summary_table(result.summary))
+        print(summary_table(result.summary, result.run_log))
         print(f"\nmanifest: {_shown(result.manifest)}\nstore:    {_shown(result.spec.delivery.store)}")
     return 0
 

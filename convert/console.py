@@ -116,9 +116,10 @@ def progress_display(stream: TextIO, *, quiet: bool, interval: float = 10.0) -> 
         yield bar
 
 
-def summary_table(summary: Mapping[str, Any]) -> str:
-    """The final table of a run: counts per status and reason, time, bytes and throughput."""
-    c, t, b = summary["counts"], summary["timings"], summary.get("bytes", {})
+def summary_table(summary: Mapping[str, Any], run_log: Mapping[str, Any]) -> str:
+    """The final table of a run: counts per status and reason (`summary`), then what this run did, its time,
+    bytes and throughput (`run_log`)."""
+    c, t, b = summary["counts"], run_log["timings"], run_log.get("bytes", {})
     total_s, convert_s = t.get("total_s", 0.0), t.get("convert_s", 0.0)
     files_b, conv_b = b.get("files", 0), b.get("converted", 0)
     lines = [f"{summary['delivery']}: {c['items']:,} items from {c['files']:,} files", "",
@@ -130,7 +131,7 @@ def summary_table(summary: Mapping[str, Any]) -> str:
     if summary.get("label_workbook"):
         lines += ["", *_label_lines(summary)]
     phases = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in t.items() if k != "total_s")
-    run = summary.get("run")
+    run = run_log.get("run")
     if run is not None:  # incremental runs: what this run decoded, what it reused from the store
         lines += ["", f"  {run['converted']:,} converted, {run['unchanged']:,} unchanged"]
     lines += ["", f"  time {total_s:.1f} s ({phases})",

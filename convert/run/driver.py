@@ -52,7 +52,7 @@ from ..write.arrays import (
 from ..write.lock import LockInfo, store_lock
 from ..write.outcomes import read_outcomes, write_outcomes
 from ..write.stacks import install_stack, records_in_use, stage_stacks
-from ..write.state import crash_dir, ensure_state, prune_records, sweep
+from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, sweep
 from .part_task import stage_split
 from .settings import TaskSettings
 from .supervise import Jobs, hang_report_after, run_tasks
@@ -72,7 +72,8 @@ class RunResult:
     rows: tuple[Row, ...]
     manifest: Path
     summary_path: Path
-    summary: dict[str, Any] = field(hash=False)
+    summary: dict[str, Any] = field(hash=False)  # what summary.json holds: the same for the same delivery
+    run_log: dict[str, Any] = field(default_factory=dict, hash=False)  # this run's timings and counters
     converted: int = 0  # items decoded by this run
     unchanged: int = 0  # items whose earlier outcome was reused
 
@@ -298,20 +299,27 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
                                   tool_version=tool_version(), items=index_items(rows)))
     t_end = time.perf_counter()
-    summary = _summary(spec, rows, manifest_sha, candidates, the_plan, {
-        "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover,
-        "convert_s": t_convert - t_probe, "total_s": t_end - t0,
-    }) | label_summary | _class_summary(spec, rows) | {"run": {
-        "converted": len(converted), "unchanged": len(the_plan.unchanged),
-        "split": len(split),  # of the converted, volumes written in parts by several workers ([run] split_bytes)
-    }}
+    summary = _summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows)
+    # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
+    run_log = {
+        "delivery": spec.delivery.name,
+        "timings": {k: round(v, 3) for k, v in {
+            "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover,
+            "convert_s": t_convert - t_probe, "total_s": t_end - t0}.items()},
+        # `files`: every file under raw; `converted`: the sources decoded by this run (throughput = converted /
+        # convert_s).
+        "bytes": {"files": summary["bytes"]["files"], "converted": sum(t.size for t in the_plan.tasks)},
+        "run": {"converted": len(converted), "unchanged": len(the_plan.unchanged),
+                "split": len(split)},  # split: of the converted, volumes written in parts ([run] split_bytes)
+    }
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
+    run_log_path(store).write_atomic(summary_json(run_log))
     atomic_write(manifest_path, manifest)
     atomic_write(summary_path, summary_json(summary))
     sweep(store)  # crash reports of items that ended as rows, and anything a restarted worker left
     return RunResult(spec=spec, rows=tuple(rows), manifest=manifest_path, summary_path=summary_path, summary=summary,
-                     converted=len(converted), unchanged=len(the_plan.unchanged))
+                     run_log=run_log, converted=len(converted), unchanged=len(the_plan.unchanged))
 
 
 def dry_run(spec: Path | str, *, cwd: Path) -> Plan:
@@ -418,8 +426,7 @@ def _class_summary(spec: Spec, rows: Sequence[Row]) -> dict[str, Any]:
                         for v in sorted(set(voxels) | listed)}}
 
 
-def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Sequence[Candidate], the_plan: Plan,
-             timings: dict[str, float]) -> dict[str, Any]:
+def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Sequence[Candidate]) -> dict[str, Any]:
     status = Counter(r.status for r in rows)
     reasons = Counter(r.reason.value for r in rows if r.reason)
     return {
@@ -427,9 +434,7 @@ def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Seq
         "counts": {"items": len(rows), "files": sum(r.n_files for r in rows),
                    **{s: status.get(s, 0) for s in ("ok", "rejected", "ignored")}},
         "reasons": dict(sorted(reasons.items())),
-        # `files`: every file under raw; `converted`: the sources decoded by this run
-        # (throughput = converted / convert_s).
-        "bytes": {"files": sum(c.entry.size for c in candidates), "converted": sum(t.size for t in the_plan.tasks)},
+        "bytes": {"files": sum(c.entry.size for c in candidates)},  # every file under raw
         "labels": {},
         "unmatched_workbook_ids": [],
         "unlabelled_items": [],
@@ -437,5 +442,4 @@ def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Seq
         "spec_sha256": spec.sha256,
         "manifest_sha256": manifest_sha,
         "tool_version": tool_version(),
-        "timings": {k: round(v, 3) for k, v in timings.items()},
     }

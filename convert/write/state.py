@@ -19,7 +19,7 @@ from labzarr.store import STATE, Location
 AnyStore = TypeVar("AnyStore", bound=Location)
 
 __all__ = ["STATE", "Swept", "crash_dir", "ensure_state", "lock_path", "outcomes_path", "prune_records",
-           "records_dir", "staging_dir", "sweep", "trash_dir"]
+           "records_dir", "run_log_path", "staging_dir", "sweep", "trash_dir"]
 
 _PURPOSE = "labzarr run bookkeeping (lock, staged arrays, crash reports, outcomes); not data"
 
@@ -70,6 +70,12 @@ def prune_records(store: Location, keep: set[str]) -> int:
 def outcomes_path(store: AnyStore) -> AnyStore:
     """Recorded rejections of decoded items, so a rerun need not decode them again."""
     return _state(store, "outcomes.json")
+
+
+def run_log_path(store: AnyStore) -> AnyStore:
+    """The last run's log (timings, bytes decoded, what was converted or reused): kept out of the committed
+    summary.json, which must not change on a rerun that changes nothing."""
+    return _state(store, "last-run.json")
 
 
 def ensure_state(store: Location) -> None:

@@ -51,6 +51,6 @@ def test_disk_full_fails_clearly_and_the_rerun_finishes(tmp_path: Path, small_fs
     assert main(["convert", str(spec), "--workers", "1", "--quiet"]) == 0, capsys.readouterr().err
     rows = read_manifest(spec.parent / "manifest.csv")
     assert [r["status"] for r in rows] == ["ok"] * 5
-    summary = json.loads((spec.parent / "summary.json").read_bytes())
-    assert summary["run"] == {"converted": 5 - len(finished), "unchanged": len(finished), "split": 0}
+    run_log = json.loads((store / ".labzarr" / "last-run.json").read_bytes())
+    assert run_log["run"] == {"converted": 5 - len(finished), "unchanged": len(finished), "split": 0}
     assert verify_store(store).ok

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -127,9 +128,16 @@ def test_store_codecs_and_root_attrs(converted_demo) -> None:
 def test_manifest_byte_identical_across_workers_and_reruns(converted_demo, tmp_path: Path) -> None:
     _, first = converted_demo
     d = make_delivery(tmp_path)
-    one = convert_delivery(d.spec, workers=1).manifest.read_bytes()
-    again = convert_delivery(d.spec, workers=1).manifest.read_bytes()
-    assert one == again == first.manifest.read_bytes()
+    one = convert_delivery(d.spec, workers=1)
+    committed = one.manifest.read_bytes(), one.summary_path.read_bytes()
+    again = convert_delivery(d.spec, workers=1)  # a no-op rerun: the committed files do not change, byte for byte
+    assert (again.manifest.read_bytes(), again.summary_path.read_bytes()) == committed
+    assert committed[0] == first.manifest.read_bytes()
+    assert b"timings" not in committed[1] and b"converted" not in committed[1]
+    log = json.loads((d.store / ".labzarr" / "last-run.json").read_bytes())  # what only the last run did
+    assert log["run"] == again.run_log["run"] == {"converted": 0, "unchanged": one.run_log["run"]["converted"],
+                                                  "split": 0}
+    assert set(log["timings"]) == {"start_s", "discover_s", "probe_s", "convert_s", "total_s"}
 
 
 def test_symlink_outside_raw_is_rejected_never_read(tmp_path: Path, scheduler: str) -> None:

@@ -119,8 +119,8 @@ def split_and_whole(tmp_path_factory: pytest.TempPathFactory, dask_client):
 def test_split_volumes_store_the_same_bytes_as_one_task(split_and_whole) -> None:
     base, expected, whole, split = split_and_whole
     streamed = [i for i in expected if i not in ("case009",)]
-    assert whole.summary["run"]["split"] == 0
-    assert split.summary["run"]["split"] == len(streamed)  # every streamed volume, bad ones too, went in parts
+    assert whole.run_log["run"]["split"] == 0
+    assert split.run_log["run"]["split"] == len(streamed)  # every streamed volume, bad ones too, went in parts
     assert split.manifest.read_bytes() == whole.manifest.read_bytes()
     files = _volume_files(base / "split" / "store.zarr")
     assert files == _volume_files(base / "whole" / "store.zarr")
@@ -154,7 +154,7 @@ def test_split_volume_equals_its_source(split_and_whole) -> None:
 def test_a_rerun_reuses_split_volumes(split_and_whole, dask_client) -> None:
     base, _, _, split = split_and_whole
     again = execute(load_spec(base / "split" / "manifests" / "split" / "delivery.toml", cwd=base), dask_client)
-    assert again.summary["run"] == {"converted": 0, "unchanged": split.summary["run"]["converted"], "split": 0}
+    assert again.run_log["run"] == {"converted": 0, "unchanged": split.run_log["run"]["converted"], "split": 0}
     assert again.manifest.read_bytes() == split.manifest.read_bytes()
 
 
@@ -168,7 +168,7 @@ def test_non_finite_warning_counts_every_part(tmp_path: Path, dask_client) -> No
     for split_bytes in (0, 1):
         result = execute(load_spec(_spec(tmp_path / str(split_bytes), raw, split_bytes=split_bytes,
                                          non_finite="warn"), cwd=tmp_path), dask_client)
-        assert result.summary["run"]["split"] == split_bytes
+        assert result.run_log["run"]["split"] == split_bytes
         (rows[split_bytes],) = result.rows
     assert rows[1] == rows[0] and rows[1].status == "ok"
     assert any("2 of 30,000 voxels are NaN/Inf (first at (c,x,y,z) = (0, 5, 6, 2))" in w for w in rows[1].warnings)
@@ -182,7 +182,7 @@ def test_a_part_whose_worker_dies_costs_its_volume_only(tmp_path: Path) -> None:
     # Its own cluster, set up as `convert` sets it (a worker holds only the task it runs): the shared test
     # cluster would let the dying worker take an innocent queued part down with it.
     result = convert_delivery(_spec(tmp_path, raw, split_bytes=1, readers=json.dumps(SLAB_PLUGINS)), workers=2)
-    assert result.summary["run"]["split"] == 2
+    assert result.run_log["run"]["split"] == 2
     by_id = {r.item_id: r for r in result.rows}
     assert by_id["case002"].status == "ok", by_id["case002"].detail
     crashed = by_id["case001"]
