@@ -129,6 +129,7 @@ def convert_delivery(
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
+    _create_folder(parsed.delivery.store)
     # The lock comes first: a second run on this store fails at once, before starting a cluster.
     with _store_errors(parsed.delivery.store), store_lock(parsed.delivery.store) as lock:
         with _client(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries) as client:
@@ -239,8 +240,23 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
 
     `labels` is the spec's workbook as `load_labels` read it; it is read here when not given.
     """
+    _create_folder(spec.delivery.store)
     with _store_errors(spec.delivery.store), store_lock(spec.delivery.store) as lock:
         return _execute(spec, client, lock, progress=progress, started=started, labels=labels)
+
+
+def _create_folder(store: Location) -> None:
+    """Create a folder store (and its parents) before anything else, so a path that cannot be a folder (under a
+    file, under /proc, too long) is one clear error; a URL store's prefix needs no creating."""
+    if isinstance(store, UrlStore):
+        return
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"[delivery] store = {str(store)!r}: cannot create the store folder: "
+                         f"{exc.strerror or exc} ({exc.filename or store})",
+                         "point [delivery] store at a folder that can be created, e.g. "
+                         "data/stores/<delivery>.zarr") from exc
 
 
 def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress | None, started: float | None,

@@ -245,3 +245,19 @@ def test_every_command_help_has_a_worked_example(command: str, capsys: pytest.Ca
     assert exc.value.code == 0
     text = capsys.readouterr().out
     assert "example" in text and f"$ labzarr {command} " in text, text
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "under-proc"])
+def test_a_store_path_that_cannot_be_a_folder_is_one_usage_error(tmp_path: Path, where: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "make_delivery.py"
+    blocker.write_text("")
+    store = blocker / "lab.zarr" if where == "under-a-file" else Path("/proc/labzarr-test.zarr")
+    d = make_delivery(tmp_path)
+    spec = write_spec(tmp_path / "m" / "delivery.toml", raw=d.raw, store=store)
+    assert main(["convert", str(spec), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    why = "Not a directory" if where == "under-a-file" else "No such file or directory"
+    assert err.startswith(f"labzarr: error: [delivery] store = '{store}': cannot create the store folder: {why}"), err
+    assert "hint: point [delivery] store at a folder that can be created" in err and "Traceback" not in err
+    assert not (spec.parent / "manifest.csv").exists()
