@@ -162,10 +162,10 @@ def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, 
 def load_manifest_rows(ref: str, *, cwd: Path) -> list[dict[str, str]]:
     """Read a manifest from a path (relative to `cwd`) or from git as `git:REV:PATH`; raises UsageError."""
     if ref.startswith("git:"):
-        rev, sep, path = ref[4:].partition(":")
-        if not sep or not rev or not path:
+        parts = _git_ref(ref)
+        if parts is None:
             raise UsageError(f"{ref}: expected git:REV:PATH", "e.g. git:HEAD:manifests/demo/manifest.csv")
-        text = _git_show(rev, path, cwd=cwd, ref=ref)
+        text = _git_show(*parts, cwd=cwd, ref=ref)
     else:
         p = Path(ref) if Path(ref).is_absolute() else cwd / ref
         try:
@@ -183,9 +183,10 @@ def load_manifest_rows(ref: str, *, cwd: Path) -> list[dict[str, str]]:
 def committed(ref: str, *, cwd: Path) -> bool | None:
     """For `git:REV:PATH`: whether PATH exists at REV (False: not committed there yet); None for anything else,
     a plain path or a REV git cannot resolve, which `load_manifest_rows` reports."""
-    rev, sep, path = ref.removeprefix("git:").partition(":")
-    if not ref.startswith("git:") or not sep or not rev or not path:
+    parts = _git_ref(ref)
+    if parts is None:
         return None
+    rev, path = parts
     try:
         known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=cwd,
                                capture_output=True, timeout=60)
@@ -195,6 +196,12 @@ def committed(ref: str, *, cwd: Path) -> bool | None:
     except FileNotFoundError:
         return None  # no git: load_manifest_rows says so
     return there.returncode == 0
+
+
+def _git_ref(ref: str) -> tuple[str, str] | None:
+    """(REV, PATH) of `git:REV:PATH`; None for anything else."""
+    rev, sep, path = ref.removeprefix("git:").partition(":")
+    return (rev, path) if ref.startswith("git:") and sep and rev and path else None
 
 
 def _git_show(rev: str, path: str, *, cwd: Path, ref: str) -> str:

@@ -9,7 +9,6 @@ have met it), else the volume sealed with every part's chunk digests.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 
@@ -29,7 +28,6 @@ from .volume_task import attrs_for, ok_row, open_volume, volume_layout
 
 __all__ = ["SCAN_RATIO", "convert_part", "finish_split", "stage_split"]
 
-log = logging.getLogger(__name__)
 
 # Files under split_bytes / SCAN_RATIO on disk are not opened to see whether they are worth splitting: a
 # volume that compresses better than 64:1 is mostly empty, and cheap to encode in one task anyway.

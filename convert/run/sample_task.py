@@ -20,7 +20,6 @@ classes, once to write it and draw its class locations. The group's
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -59,7 +58,6 @@ from .volume_task import attrs_for, volume_layout
 
 __all__ = ["LOCATIONS", "convert_sample", "geometry_problem", "sample_complete"]
 
-log = logging.getLogger(__name__)
 
 LOCATIONS = "locations"  # the mask's class locations, (N, 3) int32 canonical (x, y, z) ((N, 2) (y, x) in 2D)
 _LOCATION_ROWS = 4096  # rows per chunk: a Dataset reads one location per foreground patch, so keep chunks small

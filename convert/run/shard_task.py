@@ -11,7 +11,6 @@ so the driver can hash the stack and a rerun can carry the shard over unread.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,8 +31,6 @@ from .settings import TaskSettings
 from .volume_task import read_file
 
 __all__ = ["convert_shard"]
-
-log = logging.getLogger(__name__)
 
 
 def convert_shard(task: ShardTask, settings: TaskSettings, *, folder: str, records: str) -> list[Row]:

@@ -9,7 +9,6 @@ every kind of job shares. Running a task twice writes the same array twice.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,8 +35,6 @@ from .boundary import on_worker, refusal
 from .settings import TaskSettings
 
 __all__ = ["attrs_for", "convert_item", "ok_row", "open_volume", "read_file", "volume_layout"]
-
-log = logging.getLogger(__name__)
 
 
 def convert_item(task: VolumeTask, settings: TaskSettings) -> Row:
