@@ -199,7 +199,7 @@ def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
     if split_bytes is not None:
         text += f"\n[run]\nsplit_bytes = {split_bytes}\n"
     spec_path.write_text(text)
-    spec = load_spec(spec_path, cwd=Path.cwd())
+    spec = load_spec(spec_path)
     with dask.config.set(local_cluster_config(crash_retries=1)), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                          memory_limit=0) as cluster, Client(cluster) as client:

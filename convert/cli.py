@@ -213,7 +213,7 @@ def _convert(args: argparse.Namespace) -> int:
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
     if args.dry_run:
-        print(dry_run(args.spec, cwd=Path.cwd()).describe())
+        print(dry_run(args.spec).describe())
         return 0
     _positive("--progress-every", args.progress_every, "drop the option to print a line every 10 s")
     with progress_display(sys.stderr, quiet=args.quiet, interval=args.progress_every) as progress:
@@ -228,7 +228,7 @@ def _report(args: argparse.Namespace) -> int:
     from .qc.report import write_report
 
     _positive("--max-thumbs", args.max_thumbs, "drop the option to show up to 200 items")
-    result = write_report(args.spec, cwd=Path.cwd(), out=args.out, max_thumbs=args.max_thumbs)
+    result = write_report(args.spec, out=args.out, max_thumbs=args.max_thumbs)
     failed = f", {result.failed} thumbnails unreadable (run `labzarr verify`)" if result.failed else ""
     print(f"report: {_shown(result.index)} ({result.ok} ok items, {result.thumbnails} thumbnails, "
           f"{result.rejected} rejected{failed})")
@@ -240,7 +240,7 @@ def _store_of(arg: str) -> Location:
     if arg.endswith(".toml") and not is_url(arg):
         from .spec import load_spec
 
-        return load_spec(Path(arg), cwd=Path.cwd()).delivery.store
+        return load_spec(Path(arg)).delivery.store
     return as_location(arg)
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "StoreSpec",
     "ValidateSpec",
     "load_spec",
+    "project_root",
 ]
 
 Compressor = Literal["zstd", "blosc-zstd", "blosc-lz4", "none"]
@@ -170,10 +171,12 @@ class DicomSpec:
 
 @dataclass(frozen=True, slots=True)
 class Spec:
-    """A validated delivery spec; `path` is the TOML file, `sha256` its bytes' hash."""
+    """A validated delivery spec; `path` is the TOML file, `sha256` its bytes' hash, `root` the folder its
+    relative paths start from (`project_root`)."""
 
     path: Path
     sha256: str
+    root: Path
     delivery: DeliverySpec
     items: ItemsSpec
     store: StoreSpec
@@ -241,9 +244,25 @@ def _str_list(t: _Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(value)
 
 
-def load_spec(path: Path, *, cwd: Path) -> Spec:
-    """Read and validate a delivery spec; relative paths resolve against `cwd`. Raises `UsageError`."""
+def project_root(spec_path: Path) -> Path:
+    """The folder a spec's relative paths start from, whatever the working directory: the one holding
+    `manifests/` when the spec lies in a manifests/ tree (`manifests/<delivery>/delivery.toml`), else the
+    spec's own folder."""
+    folder = Path(os.path.abspath(spec_path)).parent  # normalised (no `..`), symlinks kept as the user has them
+    for parent in (folder, *folder.parents):
+        if parent.name == "manifests":
+            return parent.parent
+    return folder
+
+
+def load_spec(path: Path, *, root: Path | None = None) -> Spec:
+    """Read and validate a delivery spec. Raises `UsageError`.
+
+    Relative paths in it resolve from `root`, by default `project_root(path)`: a spec gives the same
+    delivery from any working directory.
+    """
     where = str(path)
+    root = project_root(path) if root is None else Path(os.path.abspath(root))
     try:
         blob = path.read_bytes()
     except FileNotFoundError as exc:
@@ -265,7 +284,7 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
             raise UsageError(f"{where}: {name} must be a [table]", f"write [{name}] followed by its keys")
 
     store_table = _Table(where, "store", doc.get("store", {}))
-    delivery = _delivery(_Table(where, "delivery", doc.get("delivery", {})), cwd, store_table)
+    delivery = _delivery(_Table(where, "delivery", doc.get("delivery", {})), root, store_table)
     labels = _labels(_Table(where, "labels", doc["labels"]), delivery.raw) if "labels" in doc else None
     items = _items(_Table(where, "items", doc.get("items", {})))
     if "masks" in doc and MASK_ROLE not in dict(items.roles):
@@ -274,6 +293,7 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
     return Spec(
         path=path,
         sha256=hashlib.sha256(blob).hexdigest(),
+        root=root,
         delivery=delivery,
         items=items,
         store=_store(store_table),
@@ -285,18 +305,19 @@ def load_spec(path: Path, *, cwd: Path) -> Spec:
     )
 
 
-def _delivery(t: _Table, cwd: Path, store_table: _Table) -> DeliverySpec:
+def _delivery(t: _Table, root: Path, store_table: _Table) -> DeliverySpec:
     name = t.take("name", str, what="a delivery name, e.g. \"lab-2026-11\"")
     t.check("name", name, lambda v: bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v)),
             "use letters, digits, '.', '_' and '-'", "rename it, e.g. name = \"lab-2026-11\"")
-    raw = _path(cwd, t.take("raw", str, what="a folder path, e.g. \"data/raw/lab-2026-11\""))
+    raw = _path(root, t.take("raw", str, what="a folder path, e.g. \"data/raw/lab-2026-11\""))
     if not raw.is_dir():
         raise t.fail("raw", str(raw), "folder not found" if not raw.exists() else "not a folder",
-                     "copy the delivery there or fix the path (relative paths start at the working directory)")
+                     f"copy the delivery there or fix the path (relative paths start at {root}, "
+                     "the folder holding manifests/ or else the spec's own)")
     given = t.take("store", str, what="a store path ending in .zarr, or a URL such as s3://bucket/x.zarr")
     options = store_table.take("storage_options", dict, {}, what='a table of fsspec options, e.g. '
                                '{ endpoint_url = "http://127.0.0.1:9000" }')
-    store: Location = Folder(_path(cwd, given)) if not is_url(given) else UrlStore(given.rstrip("/"), options)
+    store: Location = Folder(_path(root, given)) if not is_url(given) else UrlStore(given.rstrip("/"), options)
     t.check("store", str(store), lambda v: v.endswith(".zarr"), "the store path must end in .zarr",
             f"e.g. store = \"data/stores/{name}.zarr\" or \"s3://bucket/{name}.zarr\"")
     if isinstance(store, UrlStore):

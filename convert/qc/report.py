@@ -96,9 +96,17 @@ class ReportResult:
     failed: int
 
 
-def default_report_dir(spec: Spec, cwd: Path) -> Path:
-    """`data/reports/<delivery>` under the working directory (the repo root, like the spec's paths)."""
-    return cwd / "data" / "reports" / spec.delivery.name
+def _below(path: Path, root: Path) -> str:
+    """`path` relative to `root` when it lies below it: the page reads the same from any working directory."""
+    try:
+        return str(Path(os.path.abspath(path)).relative_to(root))
+    except ValueError:
+        return os.path.abspath(path)
+
+
+def default_report_dir(spec: Spec) -> Path:
+    """`data/reports/<delivery>` under the spec's project root, like its other relative paths."""
+    return spec.root / "data" / "reports" / spec.delivery.name
 
 
 def sample_evenly(n: int, k: int) -> list[int]:
@@ -203,16 +211,17 @@ def _environment() -> Environment:
                        undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
-def write_report(spec: Path | str, *, cwd: Path, out: Path | None = None, max_thumbs: int = 200) -> ReportResult:
+def write_report(spec: Path | str, *, root: Path | None = None, out: Path | None = None,
+                 max_thumbs: int = 200) -> ReportResult:
     """Write the QC page of a converted delivery and return where it is.
 
+    `root`: as for `load_spec`. `out`: the folder to (re)write, relative to the working directory;
+    by default `data/reports/<delivery>` under the project root.
     Raises `UsageError` when the delivery is not converted, or its manifest, summary and store disagree.
     """
-    parsed = load_spec(Path(spec), cwd=cwd)
+    parsed = load_spec(Path(spec), root=root)
     summary, rows, view = _load_record(parsed)
-    target = out if out is not None else default_report_dir(parsed, cwd)
-    if not target.is_absolute():
-        target = cwd / target
+    target = Path(os.path.abspath(out if out is not None else default_report_dir(parsed)))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
@@ -232,7 +241,8 @@ def write_report(spec: Path | str, *, cwd: Path, out: Path | None = None, max_th
                                                         color="#c44e52"))
         ok_rows = [r for r in rows if r["status"] == "ok"]
         html = _environment().get_template("report.html.j2").render(
-            summary=summary, spec_path=str(parsed.path), store=parsed.delivery.store.shown(cwd),
+            summary=summary, spec_path=_below(parsed.path, parsed.root),
+            store=parsed.delivery.store.shown(parsed.root),
             reasons=[ReasonCount(r, n, EXPLAIN[Reason(r)]) for r, n in summary["reasons"].items()],
             charts=charts, tiles=tiles, ok_total=len(ok_rows),
             rejected=[r for r in rows if r["status"] == "rejected"],

@@ -97,7 +97,7 @@ def convert_delivery(
     *,
     workers: int | None = None,
     scheduler: str | None = None,
-    cwd: Path | None = None,
+    root: Path | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
     """Convert one delivery into its zarr store, manifest.csv and summary.json.
@@ -111,8 +111,9 @@ def convert_delivery(
     scheduler:
         Address of an existing dask.distributed scheduler (``tcp://host:8786``) whose workers see
         the same paths; when given, ``workers`` is ignored.
-    cwd:
-        Base for relative paths in the spec (default: the current directory).
+    root:
+        Base for relative paths in the spec (default: its project root, the folder holding ``manifests/``,
+        whatever the working directory; see ``project_root``).
     progress:
         Called with a ``ProgressEvent`` after each probed batch of files and each finished item.
 
@@ -125,7 +126,7 @@ def convert_delivery(
         are kept and a rerun resumes.
     """
     started = time.perf_counter()
-    parsed = load_spec(Path(spec), cwd=cwd or Path.cwd())
+    parsed = load_spec(Path(spec), root=root)
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
@@ -338,9 +339,9 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
                      run_log=run_log, converted=len(converted), unchanged=len(the_plan.unchanged))
 
 
-def dry_run(spec: Path | str, *, cwd: Path) -> Plan:
+def dry_run(spec: Path | str, *, root: Path | None = None) -> Plan:
     """Discover, probe (in this process) and plan, converting nothing: what `--dry-run` prints."""
-    parsed = load_spec(Path(spec), cwd=cwd)
+    parsed = load_spec(Path(spec), root=root)
     load_labels(parsed)  # a workbook problem shows in a dry run too
     check_reachable(parsed.delivery.store)  # its recorded outcomes are read below
     candidates = discover(walk(parsed.delivery.raw), parsed.items)

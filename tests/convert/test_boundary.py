@@ -91,8 +91,8 @@ def _prepare(tmp_path: Path, store_root: Path, kind: str, case: str) -> Runner:
     spec_path.parent.mkdir(parents=True)
     spec_path.write_text(f'[delivery]\nname = "b"\nraw = "{raw}"\nstore = "{store_root / "s.zarr"}"\n\n{items}\n'
                          f"[store]\nchunks = [8, 8, 8]\n\n[run]\nreaders = [{readers}]\n")
-    spec = load_spec(spec_path, cwd=tmp_path)
-    plan = dry_run(spec_path, cwd=tmp_path)
+    spec = load_spec(spec_path, root=tmp_path)
+    plan = dry_run(spec_path, root=tmp_path)
     store = spec.delivery.store
     assert isinstance(store, Folder)
     ensure_state(store)

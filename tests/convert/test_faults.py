@@ -68,4 +68,4 @@ Extension modules: numpy (total: 1)
 def test_readers_of_the_spec_must_load(tmp_path: Path) -> None:
     d = make_delivery(tmp_path, extra='\n[run]\nreaders = ["tests.faulty_readers:NoSuchReader"]\n')
     with pytest.raises(UsageError, match=r"\[run\] readers = .*cannot load 'tests.faulty_readers:NoSuchReader'"):
-        load_spec(d.spec, cwd=tmp_path)
+        load_spec(d.spec, root=tmp_path)

@@ -124,7 +124,7 @@ def kill_trials(tmp_path: Path, client: object, n: int, seed: int) -> list[str]:
         elif mode == "group":
             os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
         _wait_gone(proc.pid)
-        execute(load_spec(d.spec, cwd=tmp_path), client)
+        execute(load_spec(d.spec, root=tmp_path), client)
         got = snapshot(d)
         assert got == want, f"trial {i} ({mode} at +{delay:.2f} s) differs from the clean run"
         report = verify_store(d.store)

@@ -183,7 +183,7 @@ def write_delivery(root: Path, extra: str = "") -> Path:
 
 def test_delivery_labels_in_manifest_summary_store_and_attrs(tmp_path: Path, client: Client) -> None:
     spec_path = write_delivery(tmp_path)
-    result = execute(load_spec(spec_path, cwd=tmp_path), client)
+    result = execute(load_spec(spec_path, root=tmp_path), client)
     rows = {r["source"]: r for r in read_manifest(result.manifest)}
     assert list(next(iter(rows.values())))[-3:] == ["label.cell_type", "label.reviewed", "label_source"]
     want = {
@@ -242,7 +242,7 @@ def test_delivery_labels_in_manifest_summary_store_and_attrs(tmp_path: Path, cli
 
 def test_policies_and_an_edited_workbook_on_rerun(tmp_path: Path, client: Client) -> None:
     spec_path = write_delivery(tmp_path, extra='required = false\nconflict = "warn"\n')
-    first = execute(load_spec(spec_path, cwd=tmp_path), client)
+    first = execute(load_spec(spec_path, root=tmp_path), client)
     rows = {r["source"]: r for r in read_manifest(first.manifest)}
     assert all(rows[f"case_{i:03d}.nii"]["status"] == "ok" for i in range(1, 11))
     assert "label_conflict: cell_type: 'neuron' at Annotations v2!F12" in rows["case_009.nii"]["warnings"]
@@ -251,7 +251,7 @@ def test_policies_and_an_edited_workbook_on_rerun(tmp_path: Path, client: Client
 
     edited = [Entry("case_1", "glia") if e.case == "case_1" else e for e in ENTRIES]
     save(lab_workbook(edited), first.spec.labels.workbook)
-    second = execute(load_spec(spec_path, cwd=tmp_path), client)
+    second = execute(load_spec(spec_path, root=tmp_path), client)
     view = open_store(second.spec.delivery.store)
     item = next(i for i in view.items if i.item_id == "case1")
     assert item.labels["cell_type"] == "glia" and view.array(item).attrs["labels"]["cell_type"] == "glia"
@@ -303,4 +303,4 @@ def test_load_labels_without_labels_section(tmp_path: Path) -> None:
     (tmp_path / "raw").mkdir()
     p = tmp_path / "d.toml"
     p.write_text(f'[delivery]\nname = "x"\nraw = "{tmp_path / "raw"}"\nstore = "{tmp_path / "x.zarr"}"\n')
-    assert load_labels(load_spec(p, cwd=tmp_path)) is None
+    assert load_labels(load_spec(p, root=tmp_path)) is None

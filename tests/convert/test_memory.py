@@ -80,7 +80,7 @@ def test_large_volume_converts_in_bounded_worker_memory(tmp_path: Path, monkeypa
     text = path.read_text()
     assert text.count(DEMO_STORE) == 1
     path.write_text(text.replace(DEMO_STORE, store_lines))
-    spec = load_spec(path, cwd=tmp_path)
+    spec = load_spec(path, root=tmp_path)
     # The worker starts as `labzarr convert` starts it (its malloc thresholds); a nanny started earlier in this
     # process left dask's own values in os.environ, which would take precedence over the config.
     for name in WORKER_MALLOC:

@@ -157,7 +157,7 @@ def test_inspect_and_report_read_the_url_store(converted_s3, capsys, tmp_path: P
     assert f"store:     {url}" in out and f"items:     {ok} ok" in out
     from labzarr.convert.qc.report import write_report
 
-    report = write_report(d.spec, cwd=tmp_path, out=tmp_path / "report")
+    report = write_report(d.spec, root=tmp_path, out=tmp_path / "report")
     assert report.ok == ok and report.thumbnails == ok  # every tile drawn from the URL store
     assert url in report.index.read_text()
 
@@ -230,7 +230,7 @@ def test_bad_url_store_spec(tmp_path: Path, store: str, table: str, message: str
     spec = tmp_path / "delivery.toml"
     spec.write_text(f'[delivery]\nname = "x"\nraw = "raw"\nstore = "{store}"\n\n{table}')
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
-        load_spec(spec, cwd=tmp_path)
+        load_spec(spec, root=tmp_path)
 
 
 def test_stacks_on_s3_carry_shards_and_take_options_from_the_spec(s3: S3Server, tmp_path: Path, monkeypatch) -> None:

@@ -40,7 +40,7 @@ def _copy_converted(converted_demo, root: Path) -> Path:
 def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> None:
     d, result = converted_demo
     summary = json.loads(result.summary_path.read_text())
-    out = write_report(d.spec, cwd=tmp_path, out=tmp_path / "report")
+    out = write_report(d.spec, root=tmp_path, out=tmp_path / "report")
     assert out.index == tmp_path / "report" / "index.html"
     assert (out.ok, out.thumbnails, out.failed) == (summary["counts"]["ok"], summary["counts"]["ok"], 0)
 
@@ -88,17 +88,18 @@ def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> No
 def test_report_cli_writes_under_data_reports(converted_demo, tmp_path: Path) -> None:
     d, result = converted_demo
     c = result.summary["counts"]
-    out = subprocess.run([sys.executable, "-m", "labzarr", "report", str(d.spec), "--max-thumbs", "4"], cwd=tmp_path,
+    project = d.spec.parents[2]  # the folder holding manifests/: where data/reports/ goes, from any folder
+    out = subprocess.run([sys.executable, "-m", "labzarr", "report", str(d.spec), "--max-thumbs", "4"], cwd=project,
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, out.stderr
-    index = tmp_path / "data" / "reports" / "demo" / "index.html"
+    index = project / "data" / "reports" / "demo" / "index.html"
     assert out.stdout.strip() == (f"report: data/reports/demo/index.html ({c['ok']} ok items, 4 thumbnails, "
                                   f"{c['rejected']} rejected)")
     html = index.read_text()
     assert f"Showing 4 of {c['ok']} ok items" in html
     assert len(list(index.parent.glob("thumbs/*.png"))) == 4
     # a rerun replaces the folder: no thumbnail of the earlier run is left behind
-    write_report(d.spec, cwd=tmp_path, max_thumbs=2)
+    write_report(d.spec, max_thumbs=2)
     assert len(list(index.parent.glob("thumbs/*.png"))) == 2
     assert not [p for p in index.parent.parent.iterdir() if p.name.startswith(".")]
 
@@ -111,7 +112,7 @@ def test_report_shows_labels_and_unmatched_workbook_ids(converted_demo, tmp_path
     summary["unmatched_workbook_ids"] = [{"id": " case_099", "cell": "Sheet3!A17", "normalized": "case99"},
                                          "case-100<script>alert(1)</script>"]
     summary_path.write_text(json.dumps(summary))
-    out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
+    out = write_report(spec, root=tmp_path, out=tmp_path / "r")
     html = out.index.read_text()
     assert (tmp_path / "r" / "label_0.png").is_file() and (tmp_path / "r" / "label_1.png").is_file()
     assert '<table class="label-counts" data-label="cell_type">' in html
@@ -128,7 +129,7 @@ def test_report_survives_a_damaged_chunk(converted_demo, tmp_path: Path) -> None
     blob = bytearray(chunk.read_bytes())
     blob[len(blob) // 2] ^= 0xFF
     chunk.write_bytes(bytes(blob))
-    out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
+    out = write_report(spec, root=tmp_path, out=tmp_path / "r")
     assert (out.thumbnails, out.failed) == (converted_demo[1].summary["counts"]["ok"] - 1, 1)
     assert "cannot read from the store" in out.index.read_text()
 
@@ -157,7 +158,7 @@ def test_report_refuses_a_record_out_of_step(converted_demo, tmp_path: Path, dam
     spec = _copy_converted(converted_demo, tmp_path)
     damage(spec)
     with pytest.raises(UsageError, match=match) as err:
-        write_report(spec, cwd=tmp_path, out=tmp_path / "r")
+        write_report(spec, root=tmp_path, out=tmp_path / "r")
     assert "labzarr convert" in err.value.hint
     assert not (tmp_path / "r").exists()
 
@@ -165,7 +166,7 @@ def test_report_refuses_a_record_out_of_step(converted_demo, tmp_path: Path, dam
 def test_report_before_convert_says_what_to_do(tmp_path: Path) -> None:
     d = make_delivery(tmp_path)
     with pytest.raises(UsageError, match=r"summary.json: not found; delivery 'demo' is not converted yet") as err:
-        write_report(d.spec, cwd=tmp_path)
+        write_report(d.spec, root=tmp_path)
     assert err.value.hint == f"run `labzarr convert {d.spec}` first"
 
 
@@ -191,7 +192,7 @@ def test_report_draws_2d_images_from_their_stacks(tmp_path: Path, scheduler: str
     result = convert_delivery(spec, scheduler=scheduler)
     rows = {r["source"]: r for r in read_manifest(result.manifest)}
     assert all(r["status"] == "ok" and r["slot"] for r in rows.values())  # every image sits in a stack slot
-    out = write_report(spec, cwd=tmp_path, out=tmp_path / "r")
+    out = write_report(spec, root=tmp_path, out=tmp_path / "r")
     assert (out.thumbnails, out.failed) == (4, 0)
     for i in range(3):
         thumb = _png(out.index.parent / f"thumbs/{int(rows[f'case_{i:03d}.jpg']['index']):06d}.png")
@@ -207,7 +208,7 @@ def test_report_tables_are_capped(converted_demo, tmp_path: Path, monkeypatch: p
 
     monkeypatch.setattr(report, "_MAX_ROWS", 3)
     spec = _copy_converted(converted_demo, tmp_path)
-    html = write_report(spec, cwd=tmp_path, out=tmp_path / "r").index.read_text()
+    html = write_report(spec, root=tmp_path, out=tmp_path / "r").index.read_text()
     n = converted_demo[1].summary["counts"]["rejected"]
     body = html.split('<table id="rejected">')[1].split("</table>")[0]
     assert body.count("<tr>") == 1 + 3  # header and three rows
@@ -216,7 +217,7 @@ def test_report_tables_are_capped(converted_demo, tmp_path: Path, monkeypatch: p
 
 def test_report_lays_each_mask_over_its_image(converted_seg, tmp_path: Path) -> None:
     d, result, _ = converted_seg
-    out = write_report(d.spec, cwd=tmp_path, out=tmp_path / "r")
+    out = write_report(d.spec, root=tmp_path, out=tmp_path / "r")
     html = out.index.read_text()
     classes = result.summary["classes"]
     rows = html.split('<table id="mask-classes">')[1].split("</table>")[0].split("<tr>")[2:]

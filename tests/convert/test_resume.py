@@ -35,7 +35,7 @@ N_DECODED = sum(1 for status, reason in EXPECTED.values() if status != "ignored"
 
 
 def run(d: Delivery, client) -> RunResult:
-    return execute(load_spec(d.spec, cwd=Path.cwd()), client)
+    return execute(load_spec(d.spec), client)
 
 
 def array_files(store: Path) -> dict[str, int]:
@@ -144,16 +144,16 @@ def test_stacks_are_reused_shard_by_shard(tmp_path: Path, dask_client) -> None:
         put(raw, f"tiles/tile_{i:05d}.jpg", jpeg(i))
     spec = write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr", name="t", labels=False)
     stack = tmp_path / "s.zarr" / "stacks" / "3x16x16_uint8"
-    first = execute(load_spec(spec, cwd=tmp_path), dask_client)
+    first = execute(load_spec(spec, root=tmp_path), dask_client)
     assert (first.converted, first.unchanged) == (1100, 0)
     shard0 = (stack / "c/0/0/0/0").stat().st_ino
     meta = (stack / "zarr.json").stat().st_mtime_ns
-    again = execute(load_spec(spec, cwd=tmp_path), dask_client)
+    again = execute(load_spec(spec, root=tmp_path), dask_client)
     assert (again.converted, again.unchanged) == (0, 1100)
     assert (stack / "zarr.json").stat().st_mtime_ns == meta  # the stack was not touched at all
     last = next(r["source"] for r in read_manifest(first.manifest) if r["slot"] == "1099")
     put(raw, last, jpeg(5000))  # changed content, same size, in the second shard: only that shard is redone
-    third = execute(load_spec(spec, cwd=tmp_path), dask_client)
+    third = execute(load_spec(spec, root=tmp_path), dask_client)
     assert (third.converted, third.unchanged) == (76, 1024)
     assert (stack / "c/0/0/0/0").stat().st_ino == shard0  # carried over (hard link), not rewritten
     assert verify_store(tmp_path / "s.zarr").ok
@@ -170,7 +170,7 @@ def test_stacks_are_reused_shard_by_shard(tmp_path: Path, dask_client) -> None:
 
 def _spec(tmp_path: Path) -> Spec:
     d = make_delivery(tmp_path)
-    return load_spec(d.spec, cwd=tmp_path)
+    return load_spec(d.spec, root=tmp_path)
 
 
 def _inputs(rel: str, sha: str) -> tuple[list[Candidate], dict[str, Probe]]:

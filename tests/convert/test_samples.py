@@ -174,7 +174,7 @@ def _plan(tmp_path: Path, tail: str, files: dict[str, bytes]):
     for rel, blob in files.items():
         (d.raw / rel).parent.mkdir(parents=True, exist_ok=True)
         (d.raw / rel).write_bytes(blob)
-    spec = load_spec(d.spec, cwd=tmp_path)
+    spec = load_spec(d.spec, root=tmp_path)
     candidates = discover(walk(spec.delivery.raw), spec.items)
     probes = {p.rel: p for p in probe_files([(c.rel, str(c.entry.path)) for c in candidates])}
     return plan(spec, candidates, probes)
@@ -233,14 +233,14 @@ def test_bad_roles_spec_is_a_usage_error(tmp_path: Path, tail: str, match: str) 
     p = tmp_path / "delivery.toml"
     p.write_text(GOOD + tail)
     with pytest.raises(UsageError, match=match):
-        load_spec(p, cwd=tmp_path)
+        load_spec(p, root=tmp_path)
 
 
 def test_roles_spec_defaults(tmp_path: Path) -> None:
     (tmp_path / "raw").mkdir()
     p = tmp_path / "delivery.toml"
     p.write_text(GOOD + SEG_ROLES + SEG_MASKS)
-    spec = load_spec(p, cwd=tmp_path)
+    spec = load_spec(p, root=tmp_path)
     assert [r for r, _ in spec.items.roles] == ["image", "mask"] == list(spec.items.required_roles)
     assert spec.masks.classes == (0, 1, 2) and spec.masks.policy == "reject"
     assert spec.masks.tolerance == 1e-3 and spec.masks.locations == 10_000
@@ -252,7 +252,7 @@ def converted_dicom_seg(tmp_path_factory: pytest.TempPathFactory, dask_client):
     root = tmp_path_factory.mktemp("dicomseg")
     d = seg_delivery(root, DICOM_SEG_ROLES)
     expected = write_dicom_seg_delivery(d.raw, root / "dcm2niix")
-    return d, execute(load_spec(d.spec, cwd=root), dask_client), expected
+    return d, execute(load_spec(d.spec, root=root), dask_client), expected
 
 
 def test_dicom_series_is_one_member_of_its_sample(converted_dicom_seg) -> None:
@@ -311,7 +311,7 @@ def test_plan_rejects_a_series_split_between_roles(tmp_path: Path) -> None:
     (d.raw / "case_001" / "seg").mkdir()
     for p in slices[3:]:  # two slices of the one series filed under the mask's folder
         p.rename(d.raw / "case_001" / "seg" / p.name)
-    spec = load_spec(d.spec, cwd=tmp_path)
+    spec = load_spec(d.spec, root=tmp_path)
     candidates = discover(walk(spec.delivery.raw), spec.items)
     the_plan = plan(spec, candidates, {p.rel: p for p in probe_files([(c.rel, str(c.entry.path))
                                                                         for c in candidates])})
@@ -327,7 +327,7 @@ def converted_2d_seg(tmp_path_factory: pytest.TempPathFactory, dask_client):
     root = tmp_path_factory.mktemp("seg2d")
     d = seg_delivery(root, SEG_ROLES + SEG_MASKS)
     expected = write_2d_seg_delivery(d.raw)
-    return d, execute(load_spec(d.spec, cwd=root), dask_client), expected
+    return d, execute(load_spec(d.spec, root=root), dask_client), expected
 
 
 def test_2d_pairs_get_their_documented_outcomes(converted_2d_seg) -> None:

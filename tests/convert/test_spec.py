@@ -24,24 +24,24 @@ def write(tmp: Path, text: str) -> Path:
 
 
 def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
-    spec = load_spec(write(tmp_path, GOOD), cwd=tmp_path)
+    spec = load_spec(write(tmp_path, GOOD), root=tmp_path)
     assert spec.delivery.raw == tmp_path / "raw"
     assert spec.store.compressor == "blosc-lz4" and spec.store.level == 5 and spec.store.checksum
     assert spec.store.chunks == (32, 32, 32) and spec.store.shards == (256, 256, 128)
     assert spec.items.id_normalize == ("strip", "casefold", "drop_separators")
     assert spec.manifest_dir == tmp_path
     assert spec.run.split_bytes == 512 << 20
-    assert load_spec(write(tmp_path, GOOD + "[run]\nsplit_bytes = 0\n"), cwd=tmp_path).run.split_bytes == 0
+    assert load_spec(write(tmp_path, GOOD + "[run]\nsplit_bytes = 0\n"), root=tmp_path).run.split_bytes == 0
 
 
 def test_dicom_section_sets_the_series_rules(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path,
                            GOOD + '[dicom]\nmin_slices = 2\nspacing_tolerance_mm = 0.5\ngantry_tilt = "shear"\n'),
-                     cwd=tmp_path)
+                     root=tmp_path)
     rules = spec.dicom.rules()
     assert (rules.min_slices, rules.spacing_tolerance_mm, rules.gantry_tilt) == (2, 0.5, "shear")
     assert rules.spacing_tolerance_rel == 0.05 and rules.orientation_tolerance == 0.001  # defaults kept
-    assert load_spec(write(tmp_path, GOOD), cwd=tmp_path).dicom.rules().min_slices == 4
+    assert load_spec(write(tmp_path, GOOD), root=tmp_path).dicom.rules().min_slices == 4
 
 
 BAD = [
@@ -98,7 +98,7 @@ BAD = [
 @pytest.mark.parametrize(("text", "match"), BAD)
 def test_bad_spec_is_one_clear_error(tmp_path: Path, text: str, match: str) -> None:
     with pytest.raises(UsageError, match=match) as info:
-        load_spec(write(tmp_path, text), cwd=tmp_path)
+        load_spec(write(tmp_path, text), root=tmp_path)
     assert str(tmp_path / "delivery.toml") in str(info.value)
     assert info.value.hint
 
@@ -116,7 +116,7 @@ def test_cli_bad_spec_prints_one_line_and_exits_2(tmp_path: Path, capsys: pytest
 
 
 def test_shards_false_turns_sharding_off(tmp_path: Path) -> None:
-    spec = load_spec(write(tmp_path, GOOD + "[store]\nchunks = [64, 64, 64]\nshards = false\n"), cwd=tmp_path)
+    spec = load_spec(write(tmp_path, GOOD + "[store]\nchunks = [64, 64, 64]\nshards = false\n"), root=tmp_path)
     assert spec.store.shards is None and spec.store.chunks == (64, 64, 64)
 
 
@@ -128,7 +128,7 @@ def test_cli_missing_spec_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_labels_section_columns_by_letter_header_or_table(tmp_path: Path) -> None:
     text = GOOD + ('[labels]\nworkbook = "sub/../w.xlsx"\nsheet = "Annotations v2"\nid_column = { header = "ID" }\n'
                    'columns = { cell_type = "F", grade = "Grade (1-4)", b = { letter = "B" } }\nconflict = "warn"\n')
-    labels = load_spec(write(tmp_path, text), cwd=tmp_path).labels
+    labels = load_spec(write(tmp_path, text), root=tmp_path).labels
     assert labels is not None
     assert labels.workbook == tmp_path / "raw" / "w.xlsx"
     assert labels.id_column == ColumnRef(header="ID")

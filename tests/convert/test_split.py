@@ -111,8 +111,8 @@ def split_and_whole(tmp_path_factory: pytest.TempPathFactory, dask_client):
     base = tmp_path_factory.mktemp("split")
     raw = base / "raw"
     expected = _write_delivery(raw)
-    whole = execute(load_spec(_spec(base / "whole", raw, split_bytes=0), cwd=base), dask_client)
-    split = execute(load_spec(_spec(base / "split", raw, split_bytes=1), cwd=base), dask_client)
+    whole = execute(load_spec(_spec(base / "whole", raw, split_bytes=0), root=base), dask_client)
+    split = execute(load_spec(_spec(base / "split", raw, split_bytes=1), root=base), dask_client)
     return base, expected, whole, split
 
 
@@ -153,7 +153,7 @@ def test_split_volume_equals_its_source(split_and_whole) -> None:
 
 def test_a_rerun_reuses_split_volumes(split_and_whole, dask_client) -> None:
     base, _, _, split = split_and_whole
-    again = execute(load_spec(base / "split" / "manifests" / "split" / "delivery.toml", cwd=base), dask_client)
+    again = execute(load_spec(base / "split" / "manifests" / "split" / "delivery.toml", root=base), dask_client)
     assert again.run_log["run"] == {"converted": 0, "unchanged": split.run_log["run"]["converted"], "split": 0}
     assert again.manifest.read_bytes() == split.manifest.read_bytes()
 
@@ -167,7 +167,7 @@ def test_non_finite_warning_counts_every_part(tmp_path: Path, dask_client) -> No
     rows = {}
     for split_bytes in (0, 1):
         result = execute(load_spec(_spec(tmp_path / str(split_bytes), raw, split_bytes=split_bytes,
-                                         non_finite="warn"), cwd=tmp_path), dask_client)
+                                         non_finite="warn"), root=tmp_path), dask_client)
         assert result.run_log["run"]["split"] == split_bytes
         (rows[split_bytes],) = result.rows
     assert rows[1] == rows[0] and rows[1].status == "ok"

@@ -89,7 +89,7 @@ def test_all_fill_chunks_are_written_and_a_missing_one_is_caught(tmp_path: Path,
     data[256:] = 7  # x < 256, the first shard (8 chunks of 32), is all fill value
     (raw / "case_001.nii").write_bytes(bytes(nib.Nifti1Image(data, np.eye(4)).to_bytes()))
     spec = write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr", labels=False)
-    execute(load_spec(spec, cwd=tmp_path), dask_client)
+    execute(load_spec(spec, root=tmp_path), dask_client)
     store, name = tmp_path / "s.zarr", "volumes/case1"
     assert verify_store(store).ok
     zero_chunk = store / name / "c" / "0" / "0" / "0" / "0"
