@@ -3,7 +3,7 @@
 from labzarr.store import ClassInfo, IndexItem, StoreView, class_names, open_store
 
 from ._regions import Region
-from .collate import Collate, collate
+from .collate import Collate, MixedBatchError, collate
 from .dataset import Mode, PatchDataset
 from .options import Backend, ReadOptions
 from .samplers import StratifiedSampler
@@ -13,6 +13,7 @@ __all__ = [
     "ClassInfo",
     "Collate",
     "IndexItem",
+    "MixedBatchError",
     "Mode",
     "PatchDataset",
     "ReadOptions",

@@ -2,9 +2,12 @@
 
 Invariant: every sample of a batch has the same keys; a key's batched value
 depends only on that key's values (no key is dropped or renamed, a padded
-tensor `k` gains one companion `k_mask`). In a DataLoader worker, stacked
-tensors go straight into shared memory (torch's default_collate), so a batch
-crosses to the main process as one buffer per key, not one per sample.
+tensor `k` gains one companion `k_mask`). A batch never silently changes what
+a model sees: tensors of one key that differ in channel count or dtype are
+refused, naming the items, unless the caller opted in to padding or promotion.
+In a DataLoader worker, stacked tensors go straight into shared memory (torch's
+default_collate), so a batch crosses to the main process as one buffer per key,
+not one per sample.
 """
 
 from __future__ import annotations
@@ -19,26 +22,48 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["Collate", "collate"]
+__all__ = ["Collate", "MixedBatchError", "collate"]
+
+_SHOWN = 6  # item names listed per group in a MixedBatchError; the rest are counted
+
+
+class MixedBatchError(ValueError):
+    """A batch mixes channel counts or dtypes under one key, and the Collate was not told to pad or promote.
+
+    It takes one message argument, so torch re-raises it by its type (with the text) when a DataLoader
+    worker raised it.
+    """
 
 
 @dataclass(frozen=True, slots=True)
 class Collate:
     """A picklable collate_fn for dict samples.
 
-    `variable`: what to do with tensors of different shapes under one key: "pad" (to the largest extent
-    on every axis with `pad_value`, plus a boolean `<key>_mask` that is True on real values) or "list".
-    Tensors of different dtypes are promoted to a common one (`torch.promote_types`). Numbers become a
-    tensor, tuples of numbers (`origin`, `valid`) a tensor with one row per sample, strings and anything
-    else a list.
+    `variable`: what to do with tensors of different spatial shapes under one key (patches clipped at a
+    border, whole items, 2D images of different sizes): "pad" (to the largest extent on every axis with
+    `pad_value`, plus a boolean `<key>_mask` that is True on real values) or "list".
+    `channels`: tensors under one key whose channel counts differ (the leading axis of a tensor with two or
+    more axes: PatchDataset's ``(C, *patch)``) are refused with a `MixedBatchError` naming the items
+    ("refuse", the default: a model with fixed input channels would otherwise fail on some batches only),
+    or, with "pad", padded like any other axis (the added channels are False in `<key>_mask`; with
+    ``variable="list"``, listed unpadded).
+    `dtypes`: tensors under one key of different dtypes are refused ("refuse", the default) or promoted to
+    a common one ("promote", `torch.promote_types`: int16 with float32 gives float32).
+    Numbers become a tensor, tuples of numbers (`origin`, `valid`) a tensor with one row per sample,
+    strings and anything else a list.
     """
 
     variable: Literal["pad", "list"] = "pad"
     pad_value: float = 0
+    channels: Literal["refuse", "pad"] = "refuse"
+    dtypes: Literal["refuse", "promote"] = "refuse"
 
     def __post_init__(self) -> None:
-        if self.variable not in ("pad", "list"):
-            raise ValueError(f"variable = {self.variable!r}; expected 'pad' or 'list'")
+        for name, value, allowed in (("variable", self.variable, ("pad", "list")),
+                                     ("channels", self.channels, ("refuse", "pad")),
+                                     ("dtypes", self.dtypes, ("refuse", "promote"))):
+            if value not in allowed:
+                raise ValueError(f"{name} = {value!r}; expected {' or '.join(map(repr, allowed))}")
 
     def __call__(self, batch: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if not batch:
@@ -51,14 +76,42 @@ class Collate:
         for key in keys:
             values = [sample[key] for sample in batch]
             if all(isinstance(v, torch.Tensor) for v in values):
+                self._check_mix(key, values, batch)
                 out.update(self._tensors(key, values))
             else:
                 out[key] = _other(values)
         return out
 
+    def _check_mix(self, key: str, values: list[torch.Tensor], batch: Sequence[Mapping[str, Any]]) -> None:
+        channeled = all(v.ndim >= 2 for v in values)
+        if all(v.dtype == values[0].dtype and (not channeled or v.shape[0] == values[0].shape[0]) for v in values):
+            return
+        names = _names(batch)
+        mixed, opt_in, effects = [], [], []
+        if self.channels == "refuse" and channeled:
+            counts = _groups(names, [int(v.shape[0]) for v in values])
+            if len(counts) > 1:
+                mixed.append("channel counts: " + ", ".join(
+                    f"{c} channel{'' if c == 1 else 's'} ({who})" for c, who in sorted(counts.items())))
+                opt_in.append('channels="pad"')
+                effects.append("lists them unpadded" if self.variable == "list"
+                               else f"pads the channel axis, the added channels False in '{key}_mask'")
+        if self.dtypes == "refuse":
+            kinds = _groups(names, [v.dtype for v in values])
+            if len(kinds) > 1:
+                mixed.append("dtypes: " + ", ".join(f"{_dtype(d)} ({who})" for d, who in kinds.items()))
+                opt_in.append('dtypes="promote"')
+                effects.append(f"casts all to {_dtype(reduce(torch.promote_types, kinds))}")
+        if mixed:
+            raise MixedBatchError(
+                f"batch mixes, under {key!r}, {'; and '.join(mixed)}. A model with fixed input channels or dtype "
+                "would fail on some batches only. Give the loader items of one kind (select them, or convert "
+                f"them in the dataset's transform), or pass collate_fn=Collate({', '.join(opt_in)}) to batch "
+                f"them anyway ({'; '.join(f'{o} {e}' for o, e in zip(opt_in, effects))})")
+
     def _tensors(self, key: str, values: list[torch.Tensor]) -> dict[str, Any]:
         dtype = reduce(torch.promote_types, (v.dtype for v in values))
-        if any(v.dtype != dtype for v in values):  # items of a store may differ (int16 CT, float32 MR)
+        if any(v.dtype != dtype for v in values):  # only with dtypes="promote": _check_mix refused it otherwise
             values = [v.to(dtype) for v in values]
         if all(v.shape == values[0].shape for v in values):
             return {key: default_collate(values)}
@@ -69,7 +122,27 @@ class Collate:
 
 
 collate = Collate()
-"""The default: pad variable-size tensors and add a mask."""
+"""The default: pad variable spatial sizes and add a mask; refuse mixed channel counts and dtypes."""
+
+
+def _names(batch: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What to call each sample in an error: its `item_id` (PatchDataset's), else its position."""
+    return [str(s["item_id"]) if isinstance(s.get("item_id"), str) else f"sample {n}" for n, s in enumerate(batch)]
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _groups(names: Sequence[str], values: Sequence[Any]) -> dict[Any, str]:
+    """Each distinct value, in order of first appearance, with the (distinct) names of the samples holding it."""
+    members: dict[Any, list[str]] = {}
+    for name, value in zip(names, values):
+        group = members.setdefault(value, [])
+        if name not in group:  # several patches of one item in a batch name it once
+            group.append(name)
+    return {value: ", ".join(group[:_SHOWN]) + (f", +{len(group) - _SHOWN} more" if len(group) > _SHOWN else "")
+            for value, group in members.items()}
 
 
 def _other(values: list[Any]) -> Any:

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from labzarr import PatchDataset, open_store
-from labzarr.loaders import ReadOptions, collate
+from labzarr.loaders import Collate, ReadOptions
 
 
 def test_open_store_reads_the_same_items_and_voxels(converted_s3, converted_demo) -> None:
@@ -39,7 +39,8 @@ def test_patches_from_the_url_equal_the_local_ones(converted_s3, converted_demo,
                           read=ReadOptions(backend=backend, storage_options=options))  # type: ignore[arg-type]
     near = PatchDataset(local.store, (8, 8, 8), patches_per_item=2, label="cell_type", seed=11)
     remote[0]  # the parent reads first: a forked worker must not reuse its filesystem's event loop
-    loader = DataLoader(remote, batch_size=5, num_workers=2, multiprocessing_context=method, collate_fn=collate)
+    loader = DataLoader(remote, batch_size=5, num_workers=2, multiprocessing_context=method,
+                        collate_fn=Collate(channels="pad", dtypes="promote"))  # the demo mixes both
     got = [(item_id, image) for b in loader for item_id, image in zip(b["item_id"], b["image"])]
     assert len(got) == len(near) == 2 * len(near.items) > 0
     for k, (item_id, image) in enumerate(got):

@@ -11,8 +11,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from labzarr import PatchDataset
-from labzarr.loaders import collate
+from labzarr.loaders import Collate
 from labzarr.store import ChecksumError
+
+# The demo store mixes 1-, 2- and 20-channel items of int16, uint8 and float32: these tests batch them all.
+collate = Collate(channels="pad", dtypes="promote")
 
 
 def expected(ds: PatchDataset, keys) -> list[tuple[str, tuple[int, ...], torch.Tensor]]:
