@@ -28,11 +28,13 @@ PYTEST_ARGS ?=
 # Test processes for `make test` (pytest-xdist; each file runs whole in one of them). 0: one process.
 TEST_JOBS ?= 2
 
-.PHONY: help install test-deps demo test typecheck lint stress convert report diff verify inspect bench clean
+.PHONY: help install test-deps demo test typecheck lint stress init check convert report diff verify inspect bench clean
 
 help:
 	@echo "make demo     install everything, build a messy sample delivery, convert it, print the summary"
 	@echo "make test     install everything, run the test suite"
+	@echo "make init     write manifests/NAME/delivery.toml for a new delivery: make init NAME=lab-2026-11 RAW=data/raw/lab-2026-11"
+	@echo "make check    what convert would do with every spec (or DELIVERY=name): items, ID collisions, labels; nothing decoded"
 	@echo "make convert  convert every manifests/*/delivery.toml (or DELIVERY=name)"
 	@echo "make inspect  describe every converted store (or DELIVERY=name)"
 	@echo "make report   write the QC page data/reports/<delivery>/index.html (or DELIVERY=name)"
@@ -73,6 +75,16 @@ demo: $(STAMP)
 
 test: $(STAMP) test-deps
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+
+# NAME and RAW are required; FORCE=1 overwrites an existing spec.
+init: $(STAMP)
+	@if [ -z "$(NAME)" ] || [ -z "$(RAW)" ]; then \
+		echo "make: init needs NAME and RAW, e.g. make init NAME=lab-2026-11 RAW=data/raw/lab-2026-11" >&2; exit 2; fi
+	$(BIN)/labzarr init "$(NAME)" --raw "$(RAW)"$(if $(FORCE), --force)
+
+check: $(STAMP)
+	$(call check_delivery)
+	@for spec in $(SPECS); do echo "== $$spec"; $(BIN)/labzarr check $$spec || exit $$?; done
 
 convert: $(STAMP)
 	$(call check_delivery)

@@ -22,10 +22,12 @@ from .progress import Progress, ProgressEvent
 from .spec import Spec, load_spec
 
 if TYPE_CHECKING:
-    from .run.driver import RunResult, convert_delivery, dry_run, execute
+    from .check import CheckReport, check_delivery
+    from .run.driver import RunResult, convert_delivery, execute
 
 __all__ = [
     "Candidate",
+    "CheckReport",
     "FileEntry",
     "Plan",
     "Progress",
@@ -35,9 +37,9 @@ __all__ = [
     "Spec",
     "UsageError",
     "VolumeTask",
+    "check_delivery",
     "convert_delivery",
     "discover",
-    "dry_run",
     "execute",
     "load_spec",
     "normalize_id",
@@ -45,15 +47,17 @@ __all__ = [
     "walk",
 ]
 
-# The run's names load dask and zarr: imported on first use (PEP 562), so that reading a spec or planning does not.
-_RUN = {"RunResult", "convert_delivery", "dry_run", "execute"}
+# The run's names load dask and zarr, and check's the store's bookkeeping: imported on first use (PEP 562), so
+# that reading a spec or planning does not.
+_LAZY = {"RunResult": "run.driver", "convert_delivery": "run.driver", "execute": "run.driver",
+         "CheckReport": "check", "check_delivery": "check"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RUN:
-        return getattr(importlib.import_module(f"{__name__}.run.driver"), name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_RUN])
+    return sorted([*globals(), *_LAZY])

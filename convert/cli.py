@@ -21,6 +21,8 @@ __all__ = ["build_parser", "main"]
 
 _EPILOG = """examples:
   labzarr demo data/raw/demo                          # write the messy sample delivery
+  labzarr init lab-2026-11 --raw data/raw/lab-2026-11 # -> manifests/lab-2026-11/delivery.toml
+  labzarr check manifests/demo/delivery.toml          # items, ID collisions, labels: nothing decoded
   labzarr convert manifests/demo/delivery.toml        # -> data/stores/demo.zarr + manifests/demo/manifest.csv
   labzarr report manifests/demo/delivery.toml         # -> data/reports/demo/index.html
   labzarr diff git:HEAD:manifests/demo/manifest.csv manifests/demo/manifest.csv
@@ -68,6 +70,44 @@ every --progress-every seconds; nothing with --quiet (errors only).
 A rerun decodes only new and changed files ("0 converted, 18 unchanged") and resumes an
 interrupted run; one run per store at a time: a second one exits at once (code 2) naming
 the first one's pid, host and start time.
+"""
+
+_INIT_EPILOG = """worked example:
+  $ labzarr init lab --raw data/raw/lab
+  wrote manifests/lab/delivery.toml
+    files:       34 under raw: nifti 19, dicom 10, other (no reader) 2, text 2, excluded 1
+    id_pattern:  '(?P<id>[A-Za-z]+[-_ ]?\\d+)' (first match in the path, the default), id_normalize [...]:
+                 22 IDs, 0 collision(s), 1 file(s) without an ID; tried 8 (see the comments in the file)
+    labels:      labels/annotations.xlsx sheet 3 'Annotations v2', header row 3, IDs in column A: 18 of 19
+                 IDs match an item; pick the label columns in [labels.columns]
+  next: review it, then `labzarr check manifests/lab/delivery.toml`
+
+The ID pattern is chosen among a few (the default; the ID in the file name, in the first folder,
+in the file's own folder) by planning the delivery with each as convert would: fewest IDs shared
+by distinct contents, then fewest files without an ID. The workbook's sheet and ID column are the
+ones whose IDs match the most items. Paths in the spec are relative to the project root (--root,
+default the working directory); an existing spec is kept unless --force.
+"""
+
+_CHECK_EPILOG = """worked example:
+  $ labzarr check manifests/demo/delivery.toml
+  check: demo (nothing decoded)
+    spec:      /abs/manifests/demo/delivery.toml
+    raw:       /abs/data/raw/demo
+    ...
+  files: 34 under raw: nifti 19, dicom 10, other (no reader) 2, text 2, excluded 1
+  plan:  18 to convert, 0 unchanged, 9 decided without decoding
+
+  items: 22 IDs in 27 rows (convert: decoded by the run; ...)
+    case1            convert   nifti  case_001/anatomical.nii -> volumes/case1
+    ...
+  labels: labels/annotations.xlsx sheet 3 'Annotations v2' (header row 3, IDs in column A, 19 ID rows)
+    items with a workbook row: 16 of 22; rejected for their labels: label_conflict 1, no_label 4
+    workbook IDs matching no item (1): 'case_099' (Annotations v2!A20)
+
+One ID given to distinct contents (a pattern matching a folder name) is a warning naming the
+files; convert's summary and summary.json (id_collisions) carry it too. Exit code 0, or 2 for
+a spec or workbook that cannot be used. `convert --dry-run` prints the same.
 """
 
 _REPORT_EPILOG = """worked example:
@@ -122,7 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quiet", action="store_true", help="no progress and no summary, only errors")
     c.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
                    help="when stderr is not a terminal: seconds between progress lines (default 10)")
-    c.add_argument("--dry-run", action="store_true", help="print the plan (discovery + probes) and stop")
+    c.add_argument("--dry-run", action="store_true", help="what `labzarr check SPEC` prints, and stop")
+    c.add_argument("--verify", action="store_true",
+                   help="verify the store first (every chunk re-read), convert what it finds damaged again with the "
+                        "rest, and verify after; exit 1 if still damaged")
     c.set_defaults(run=_convert)
 
     r = sub.add_parser("report", help="write the QC page of a converted delivery", formatter_class=raw,
@@ -152,11 +195,17 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="worked example:\n  $ labzarr verify data/stores/demo.zarr\n"
                               "  data/stores/demo.zarr: 13 arrays, 68 chunks, 727,767 B re-read\n"
                               "  ok: every chunk present and intact, every content hash matches\n\n"
-                              "Exit code 0: intact; 1: damaged items, listed in a table; 2: not a labzarr store.")
+                              "Exit code 0: intact; 1: damaged items, listed in a table; 2: not a labzarr store.\n"
+                              "With --repair SPEC the damaged items are converted again from the delivery (the "
+                              "others are kept)\nand the store verified again: exit code 0 when it is intact then.")
     v.add_argument("store", metavar="STORE|SPEC",
                    help="a store folder, or its URL (s3://bucket/x.zarr; credentials and endpoint from "
                         "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)")
     v.add_argument("--threads", type=int, default=None, help="arrays checked in parallel (default: cores, max 8)")
+    v.add_argument("--repair", action="store_true",
+                   help="convert the damaged items again from the delivery (needs SPEC), then verify again")
+    v.add_argument("--workers", type=int, default=None, help="with --repair: as for convert")
+    v.add_argument("--scheduler", default=None, metavar="ADDR", help="with --repair: as for convert")
     v.set_defaults(run=_verify)
 
     i = sub.add_parser("inspect", help="summarise a converted store", formatter_class=raw,
@@ -167,6 +216,26 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("store", metavar="STORE|SPEC",
                    help="a store folder or .zip, its URL (s3://bucket/x.zarr), or a delivery.toml naming it")
     i.set_defaults(run=_inspect)
+
+    n = sub.add_parser("init", help="write a first spec for a delivery, measured on its files", formatter_class=raw,
+                       description="Write manifests/NAME/delivery.toml for the delivery at --raw: the formats found, "
+                                   "an id_pattern tried on the files, the label workbook's sheet and ID column, and "
+                                   "every other key with its default.",
+                       epilog=_INIT_EPILOG)
+    n.add_argument("name", help="the delivery's name (letters, digits, '.', '_', '-'): manifests/NAME/, the store")
+    n.add_argument("--raw", type=Path, required=True, metavar="PATH", help="the folder the delivery was copied to")
+    n.add_argument("--root", type=Path, default=None, metavar="DIR",
+                   help="the project root, which holds manifests/ (default: the working directory)")
+    n.add_argument("--force", action="store_true", help="overwrite an existing manifests/NAME/delivery.toml")
+    n.set_defaults(run=_init)
+
+    k = sub.add_parser("check", help="what a conversion would do, before anything is decoded", formatter_class=raw,
+                       description="List the items with their files per ID, ID collisions, the label join and the "
+                                   "paths a conversion reads and writes; probes the files, decodes nothing.",
+                       epilog=_CHECK_EPILOG)
+    k.add_argument("spec", type=Path, help="the delivery's delivery.toml")
+    k.add_argument("--limit", type=int, default=200, metavar="N", help="rows listed, 0 for all (default 200)")
+    k.set_defaults(run=_check)
 
     d = sub.add_parser("demo", help="write the messy sample delivery used by `make demo`", formatter_class=raw,
                        description="Write a messy sample delivery (good volumes, corruptions, notes) to a folder.",
@@ -179,7 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 failed items where relevant, 2 bad usage)."""
+    """Run the CLI; returns the exit code (0 ok, 1 failed items where relevant, 2 bad usage).
+
+    A Ctrl-C propagates as KeyboardInterrupt; the `labzarr` command (`labzarr.__main__`) turns it into one
+    line and exit code 130.
+    """
     args = build_parser().parse_args(argv)
     # --quiet: errors only; warnings (hidden sheets, uncached formulas) are in summary.json and on the report page.
     level = logging.ERROR if getattr(args, "quiet", False) else logging.WARNING
@@ -189,9 +262,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"labzarr: error: {e}\n  hint: {e.hint}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("labzarr: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
 
 
 def _shown(path: Path | Location) -> str:
@@ -206,22 +276,30 @@ def _positive(name: str, value: float | int, hint: str) -> None:
 
 def _convert(args: argparse.Namespace) -> int:
     from .console import progress_display, summary_table
-    from .run.driver import convert_delivery, dry_run
+    from .run.driver import convert_delivery
 
     # distributed logs through the root handler once it has one (ours): its scheduler and worker chatter
     # would bury the run's own messages, which say what went wrong in the delivery's terms.
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
-    if args.dry_run:
-        print(dry_run(args.spec).describe())
-        return 0
+    if args.dry_run:  # the older name of `labzarr check`
+        return _check(args)
     _positive("--progress-every", args.progress_every, "drop the option to print a line every 10 s")
+    from .repair import describe_checks, repair_delivery, repaired_line
+
     with progress_display(sys.stderr, quiet=args.quiet, interval=args.progress_every) as progress:
-        result = convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler, progress=progress)
+        checked = (repair_delivery(args.spec, only_damaged=False, workers=args.workers, scheduler=args.scheduler,
+                                   progress=progress) if args.verify else None)
+        result = (checked.run if checked is not None and checked.run is not None else
+                  convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler, progress=progress))
     if not args.quiet:
         print(summary_table(result.summary, result.run_log))
+        if result.repaired:
+            print(f"\n  {repaired_line(result.repaired)}")
         print(f"\nmanifest: {_shown(result.manifest)}\nstore:    {_shown(result.spec.delivery.store)}")
-    return 0
+    if checked is not None and not (args.quiet and checked.ok):
+        print(f"\n{describe_checks(checked)}")
+    return 0 if checked is None or checked.ok else 1
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -266,12 +344,29 @@ def _verify(args: argparse.Namespace) -> int:
 
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads {args.threads}: must be at least 1", "drop the option to use the default")
+    if args.repair:
+        return _repair(args)
     try:
         report = verify_store(_store_of(args.store), threads=args.threads)
     except (FileNotFoundError, ValueError, ConnectionError) as exc:
         raise UsageError(str(exc), "pass the store path from the spec's [delivery] store") from exc
     print(report.describe())
     return 0 if report.ok else 1
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from .console import progress_display
+    from .repair import describe_repair, repair_delivery
+
+    if not args.store.endswith(".toml") or is_url(args.store):
+        raise UsageError(f"verify --repair {args.store}: repairing needs the delivery's spec, not only its store",
+                         "pass the delivery.toml, e.g. labzarr verify --repair manifests/demo/delivery.toml")
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # as for convert
+    with progress_display(sys.stderr, quiet=False) as progress:
+        result = repair_delivery(Path(args.store), only_damaged=True, workers=args.workers, scheduler=args.scheduler,
+                                 progress=progress, threads=args.threads)
+    print(describe_repair(result))
+    return 0 if result.ok else 1
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -284,6 +379,24 @@ def _inspect(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, ConnectionError) as exc:
         raise UsageError(str(exc), "pass the store path from the spec's [delivery] store") from exc
     print(describe_store(view))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .check import check_delivery
+
+    limit = getattr(args, "limit", 200)  # `convert --dry-run` has no --limit
+    if limit < 0:
+        raise UsageError(f"--limit {limit}: must be 0 (all) or more", "drop the option to list 200 rows")
+    print(check_delivery(args.spec).describe(limit=limit))
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from .init import init_delivery
+
+    result = init_delivery(args.name, args.raw, root=args.root or Path.cwd(), force=args.force)
+    print(result.describe(Path(_shown(result.path))))
     return 0
 
 

@@ -1,16 +1,20 @@
 """What a person sees on the terminal while and after `labzarr convert` runs.
 
 Progress goes to stderr so stdout carries only the final summary: a tqdm bar
-when stderr is a terminal, a plain line every `interval` seconds (and at the
-end of each phase) when it is not, e.g. in a CI log. Only `cli.py` uses this.
+when stderr is a terminal with a width, a plain line every `interval` seconds
+(and at the end of each phase) when it is not, e.g. in a CI log, or on a pty
+that reports 0 columns (where a bar would print nothing). Both follow bytes,
+which move inside a big item, and count items as they finish. Only `cli.py`
+uses this.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any, TextIO
 
@@ -19,7 +23,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .progress import Phase, Progress, ProgressEvent
 
-__all__ = ["BarProgress", "LineProgress", "progress_display", "summary_table"]
+__all__ = ["BarProgress", "LineProgress", "collision_lines", "progress_display", "summary_table"]
 
 _VERB: Mapping[Phase, tuple[str, str]] = {"probe": ("probing", "files"), "convert": ("converting", "items")}
 
@@ -54,7 +58,11 @@ class LineProgress:
     def line(ev: ProgressEvent, elapsed: float) -> str:
         """One self-contained line: counts, bytes, throughput and the time left."""
         verb, unit = _VERB[ev.phase]
-        pct = 100 * ev.done // ev.total if ev.total else 100
+        # Bytes move inside a big item; items only when one finishes.
+        if ev.done >= ev.total:
+            pct = 100
+        else:
+            pct = 100 * ev.bytes_done // ev.bytes_total if ev.bytes_total else 100 * ev.done // ev.total
         rate = ev.bytes_done / elapsed if elapsed > 0 else 0.0
         # Time follows bytes more than item counts (one 2 GB volume vs a hundred small ones).
         if ev.done >= ev.total:
@@ -70,25 +78,29 @@ class LineProgress:
 
 
 class BarProgress:
-    """A tqdm bar per phase: items with ETA, bytes and MB/s in the postfix."""
+    """A tqdm bar per phase over its bytes (with ETA and MB/s), the items done in the postfix; over items
+    when the phase has no bytes."""
 
-    def __init__(self, stream: TextIO, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._stream, self._clock = stream, clock
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
         self._bar: tqdm[Any] | None = None
         self._phase: Phase | None = None
-        self._started = 0.0
+        self._by_bytes = True
 
     def __call__(self, ev: ProgressEvent) -> None:
+        verb, unit = _VERB[ev.phase]
         if ev.phase != self._phase or self._bar is None:
             self.close()
-            verb, unit = _VERB[ev.phase]
-            self._bar = tqdm(total=ev.total, desc=verb, unit=unit[:-1], file=self._stream, dynamic_ncols=True,
-                             smoothing=0.1)
-            self._phase, self._started = ev.phase, self._clock()
-        elapsed = self._clock() - self._started
-        rate = ev.bytes_done / elapsed if elapsed > 0 else 0.0
-        self._bar.set_postfix_str(f"{_mb(ev.bytes_done)}/{_mb(ev.bytes_total)}, {_mb(rate)}/s", refresh=False)
-        self._bar.update(ev.done - self._bar.n)
+            self._by_bytes = ev.bytes_total > 0
+            common: dict[str, Any] = {"desc": verb, "file": self._stream, "dynamic_ncols": True, "smoothing": 0.1}
+            self._bar = (tqdm(total=ev.bytes_total, unit="B", unit_scale=True, unit_divisor=1000, **common)
+                         if self._by_bytes else tqdm(total=ev.total, unit=unit[:-1], **common))
+            self._phase = ev.phase
+        if self._by_bytes:
+            self._bar.set_postfix_str(f"{ev.done:,}/{ev.total:,} {unit}", refresh=False)
+            self._bar.update(ev.bytes_done - self._bar.n)
+        else:
+            self._bar.update(ev.done - self._bar.n)
         if ev.done >= ev.total:
             self.close()
 
@@ -101,11 +113,11 @@ class BarProgress:
 
 @contextmanager
 def progress_display(stream: TextIO, *, quiet: bool, interval: float = 10.0) -> Iterator[Progress | None]:
-    """The progress callback for a run: a bar on a terminal, lines otherwise, None when quiet."""
+    """The progress callback for a run: a bar on a terminal that has a width, lines otherwise, None when quiet."""
     if quiet:
         yield None
         return
-    if not stream.isatty():
+    if not stream.isatty() or _columns(stream) == 0:
         yield LineProgress(stream, interval=interval)
         return
     bar = BarProgress(stream)
@@ -114,6 +126,14 @@ def progress_display(stream: TextIO, *, quiet: bool, interval: float = 10.0) -> 
         stack.enter_context(logging_redirect_tqdm([logging.getLogger()]))
         stack.callback(bar.close)
         yield bar
+
+
+def _columns(stream: TextIO) -> int:
+    """The width of the terminal `stream` writes to; 0 where it reports none (a pty never given a size)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError):  # no file descriptor, or not a terminal after all: no width to draw in
+        return 0
 
 
 def summary_table(summary: Mapping[str, Any], run_log: Mapping[str, Any]) -> str:
@@ -128,6 +148,8 @@ def summary_table(summary: Mapping[str, Any], run_log: Mapping[str, Any]) -> str
     if summary["reasons"]:
         lines += ["", f"  {'reason':<30}{'items':>7}"]
         lines += [f"  {r:<30}{n:>7,}" for r, n in summary["reasons"].items()]
+    if summary.get("id_collisions"):
+        lines += ["", *collision_lines(summary["id_collisions"], more="all in summary.json id_collisions")]
     if summary.get("label_workbook"):
         lines += ["", *_label_lines(summary)]
     phases = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in t.items() if k != "total_s")
@@ -154,4 +176,28 @@ def _label_lines(s: Mapping[str, Any]) -> list[str]:
         lines.append(f"    workbook IDs matching no item: {ids}" + (f" and {more} more" if more > 0 else ""))
     if s.get("unlabelled_items"):
         lines.append(f"    items without a label: {len(s['unlabelled_items'])} (see manifest.csv)")
+    return lines
+
+
+_FILES_SHOWN = 8  # files named per colliding ID on a terminal; summary.json lists all
+
+
+def collision_lines(entries: Sequence[Mapping[str, Any]], *, limit: int = 5, more: str = "", indent: str = "  "
+                    ) -> list[str]:
+    """Warning lines for a terminal from `collision_summary` entries: the IDs (up to `limit`, 0 for all), each
+    with its files (up to `_FILES_SHOWN`); `more` says where the rest are listed."""
+    if not entries:
+        return []
+    lines = [f"{indent}warning: {len(entries):,} item ID(s) given to distinct contents (stored as <id>~1, "
+             "<id>~2 with one label between them); fix [items] id_pattern, or ask the lab which is which:"]
+    shown = entries if limit <= 0 else entries[:limit]
+    for e in shown:
+        items = e["items"]
+        files = ", ".join(i["source"] + (f" [{i['n_files']} files]" if i["n_files"] > 1 else "")
+                          for i in items[:_FILES_SHOWN])
+        if len(items) > _FILES_SHOWN:
+            files += f" and {len(items) - _FILES_SHOWN:,} more"
+        lines.append(f"{indent}  {e['id']!r}: {e['contents']} contents: {files}")
+    if len(shown) < len(entries):
+        lines.append(f"{indent}  and {len(entries) - len(shown):,} more IDs" + (f" ({more})" if more else ""))
     return lines

@@ -7,11 +7,12 @@ value and what is allowed, before any work starts.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar, cast
@@ -22,6 +23,7 @@ from labzarr.store import Folder, Location, UrlStore, is_url
 from .errors import UsageError
 
 __all__ = [
+    "DELIVERY_NAME",
     "Compressor",
     "DeliverySpec",
     "DicomSpec",
@@ -45,6 +47,7 @@ _COMPRESSORS: tuple[Compressor, ...] = ("zstd", "blosc-zstd", "blosc-lz4", "none
 _LEVELS: Mapping[str, tuple[int, int]] = {"zstd": (1, 22), "blosc-zstd": (1, 9), "blosc-lz4": (1, 9), "none": (0, 0)}
 NORMALIZERS: tuple[str, ...] = ("strip", "casefold", "drop_separators", "strip_leading_zeros")
 _DEFAULT_ID_PATTERN = r"(?P<id>[A-Za-z]+[-_ ]?\d+)"
+DELIVERY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # also a folder name under manifests/ and a store name
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +203,13 @@ class _Table:
 
     def __init__(self, where: str, section: str, data: Mapping[str, object]) -> None:
         self.where, self.section, self.data = where, section, dict(data)
+        self.known: list[str] = []  # every key asked for, present or not: what a misspelt key is compared with
 
     def fail(self, key: str, value: object, allowed: str, hint: str) -> UsageError:
         return UsageError(f"{self.where}: [{self.section}] {key} = {value!r}: {allowed}", hint)
 
     def take(self, key: str, kind: type[T] | tuple[type, ...], default: T | None = None, *, what: str) -> T:
+        self.known.append(key)
         if key not in self.data:
             if default is None:
                 raise UsageError(
@@ -226,10 +231,15 @@ class _Table:
     def done(self) -> None:
         if self.data:
             key = sorted(self.data)[0]
-            raise UsageError(
-                f"{self.where}: [{self.section}] unknown key {key!r}",
-                "remove it or fix its spelling; known keys are listed in README.md",
-            )
+            raise UsageError(f"{self.where}: [{self.section}] unknown key {key!r}",
+                             _did_you_mean(key, self.known, f"[{self.section}] keys"))
+
+
+def _did_you_mean(name: str, known: Collection[str], what: str) -> str:
+    """The hint for an unknown name: the closest known one, if any is close, then all of them."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    listing = f"{what}: {', '.join(sorted(set(known)))}"
+    return (f"did you mean {close[0]!r}? " if close else "remove it or fix its spelling; ") + listing
 
 
 def _path(base: Path, value: str) -> Path:
@@ -279,7 +289,7 @@ def load_spec(path: Path, *, root: Path | None = None) -> Spec:
     sections = {"delivery", "dicom", "items", "labels", "masks", "run", "store", "validate"}
     for name, value in doc.items():
         if name not in sections:
-            raise UsageError(f"{where}: unknown section [{name}]", f"allowed sections: {', '.join(sorted(sections))}")
+            raise UsageError(f"{where}: unknown section [{name}]", _did_you_mean(name, sections, "allowed sections"))
         if not isinstance(value, dict):
             raise UsageError(f"{where}: {name} must be a [table]", f"write [{name}] followed by its keys")
 
@@ -307,7 +317,7 @@ def load_spec(path: Path, *, root: Path | None = None) -> Spec:
 
 def _delivery(t: _Table, root: Path, store_table: _Table) -> DeliverySpec:
     name = t.take("name", str, what="a delivery name, e.g. \"lab-2026-11\"")
-    t.check("name", name, lambda v: bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v)),
+    t.check("name", name, lambda v: bool(DELIVERY_NAME.fullmatch(v)),
             "use letters, digits, '.', '_' and '-'", "rename it, e.g. name = \"lab-2026-11\"")
     raw = _path(root, t.take("raw", str, what="a folder path, e.g. \"data/raw/lab-2026-11\""))
     if not raw.is_dir():

@@ -6,7 +6,16 @@
 from ._head import Head, looks_like_text, read_head
 from ._planar import check_plane
 from .dicom import DicomHeader, DicomReader, SeriesRules, SeriesStack, read_dicom_header, read_series
-from .excel import ColumnRef, LabelCell, LabelRow, LabelSheet, WorkbookError, WorkbookLimits, read_label_sheet
+from .excel import (
+    ColumnRef,
+    LabelCell,
+    LabelRow,
+    LabelSheet,
+    WorkbookError,
+    WorkbookLimits,
+    read_label_sheet,
+    sheet_names,
+)
 from .jpeg import JpegReader
 from .nifti import NiftiReader, NiftiSource
 from .png import PngReader
@@ -56,6 +65,7 @@ __all__ = [
     "read_dicom_header",
     "read_head",
     "read_label_sheet",
+    "sheet_names",
     "read_series",
     "reader_for",
     "readers_with",

@@ -33,7 +33,8 @@ from ._cell_text import cell_text
 from ._sheet_scan import Merge, SheetScan, scan_sheet
 from ._xlsx_container import WorkbookError, WorkbookLimits, check_container
 
-__all__ = ["ColumnRef", "LabelCell", "LabelRow", "LabelSheet", "WorkbookError", "WorkbookLimits", "read_label_sheet"]
+__all__ = ["ColumnRef", "LabelCell", "LabelRow", "LabelSheet", "WorkbookError", "WorkbookLimits", "read_label_sheet",
+           "sheet_names"]
 
 _LETTERS = re.compile(r"[A-Z]{1,3}")
 _MAX_COLUMN = 16384  # XFD, Excel's last column
@@ -106,6 +107,18 @@ def read_label_sheet(path: Path, *, sheet: int | str, id_column: ColumnRef, colu
                                 "export the workbook again from Excel or LibreOffice") from exc
     said = tuple(dict.fromkeys(f"openpyxl: {w.message}" for w in caught))
     return replace(result, warnings=result.warnings + said)
+
+
+def sheet_names(path: Path, limits: WorkbookLimits = WorkbookLimits()) -> tuple[str, ...]:
+    """Every tab of the workbook, in order (hidden ones too, as `[labels] sheet` indexes count them)."""
+    check_container(path, limits)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # read_label_sheet reports openpyxl's warnings; a listing needs none
+        wb = _open(path)
+    try:
+        return tuple(wb.sheetnames)
+    finally:
+        wb.close()
 
 
 def _open(path: Path) -> Workbook:

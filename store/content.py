@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from ._layout import storage_keys
+
 if TYPE_CHECKING:
     import zarr
 
 __all__ = ["ChunkDigests", "array_content_sha256", "block_digests", "chunk_digest", "chunk_grid", "combine_digests",
-           "missing_chunk_files"]
+           "missing_chunk_files", "missing_chunks", "stored_files"]
 
 ChunkDigests = dict[tuple[int, ...], bytes]
 
@@ -74,8 +76,20 @@ def missing_chunk_files(keys: set[str] | frozenset[str], array: zarr.Array[Any])
 
     Keys the array's `empty_shards` attr lists (all-zero shards zarr will not store) do not count.
     """
-    storage = array.shards or array.chunks
+    return [key for key, _ in missing_chunks(keys, array)]
+
+
+def missing_chunks(keys: set[str] | frozenset[str], array: zarr.Array[Any]) -> list[tuple[str, tuple[int, ...]]]:
+    """`missing_chunk_files` with each key's grid coordinates (in storage files: shards when sharded)."""
     allowed = set(cast(list[str], array.attrs.get("empty_shards", [])))
-    return [key for key in (array.metadata.encode_chunk_key(coords)
-                            for coords in itertools.product(*(range(n) for n in chunk_grid(array.shape, storage))))
-            if key not in allowed and key not in keys]
+    grid = itertools.product(*(range(n) for n in chunk_grid(array.shape, array.shards or array.chunks)))
+    return [(key, coords) for coords in grid
+            if (key := array.metadata.encode_chunk_key(coords)) not in keys and key not in allowed]
+
+
+def stored_files(meta: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
+    """(key, grid coordinates) of every storage file (chunk, or shard when sharded) an array's parsed
+    `zarr.json` implies, from its shape, grid and key encoding alone: no zarr array is opened, nothing listed or
+    read. Raises `ValueError` (`UnsupportedLayout`) for metadata that does not say them.
+    """
+    return storage_keys(meta)

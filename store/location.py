@@ -61,6 +61,9 @@ class Transport(Protocol):
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """Every key under `prefix` (all keys for "") with its length, from one listing."""
 
+    def close(self) -> None:
+        """Close what this process holds open (files, a connection); a later read opens it again."""
+
 
 def _slice(data: bytes, start: int, length: int) -> bytes:
     return data[start:] if start < 0 else data[start:start + length]

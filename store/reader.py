@@ -433,6 +433,18 @@ class StoreReader:
         """How many arrays this process holds open (at most `max_open`)."""
         return len(self._open) if self._pid == os.getpid() else 0
 
+    def close(self) -> None:
+        """Close the files this process holds open for the store (a later read opens them again)."""
+        if self._transport is not None and self._pid == os.getpid():
+            self._transport.close()
+        self._forget()
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __getstate__(self) -> dict[str, Any]:
         return {"store": self._store, "storage_options": self._options, "backend": self._backend,
                 "max_open": self._max_open}

@@ -39,7 +39,7 @@ def test_wheel_holds_every_module(wheel: Path) -> None:
             assert f"{package}/{src.name}" in names, f"{src} missing from the wheel"
     assert "labzarr/convert/qc/templates/report.html.j2" in names  # package data: `labzarr report` needs it
     entry = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "labzarr = labzarr.convert.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert "labzarr = labzarr.__main__:main" in zipfile.ZipFile(wheel).read(entry).decode()
 
 
 _WHEEL_SMOKE = """

@@ -4,7 +4,8 @@ Invariant: every candidate ends in exactly one place, a `VolumeTask` (a volume t
 decode), a slot of a `ShardTask` (a 2D image to decode into its stack), a
 decided `Row` (ignored, or rejected without decoding), or an `unchanged` row an
 earlier run produced for the same bytes and settings (`records.py`: a volume's
-array, or a whole shard of a stack, is kept as it is); array names and slots
+array, or a whole shard of a stack, is kept as it is, unless found damaged: then
+it is decoded again and listed in `repaired`); array names and slots
 depend only on the sorted file list, never on worker count, timing or what
 earlier runs did.
 """
@@ -24,7 +25,7 @@ from ..discover import Candidate
 from ..manifest import Row
 from ..probe import Probe
 from ..spec import Spec
-from .records import KeptShard, Outcome, Recorded
+from .records import Damage, KeptShard, Outcome, Recorded, Repair
 from .samples import Part, SampleTask, file_part, group_samples, series_part
 from .series import group_series
 from .stacks import ShardTask, Stack, StackEntry, plan_stacks
@@ -72,7 +73,8 @@ class VolumeTask:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What a run will do: volume `tasks` and 2D `shards` to decode into `stacks`, `rows` already decided,
-    `unchanged` rows reused from the store (volumes as they are, the shards in `kept` carried into their stack)."""
+    `unchanged` rows reused from the store (volumes as they are, the shards in `kept` carried into their stack);
+    `repaired`: the items among those to decode that are decoded only because their array was damaged."""
 
     tasks: tuple[VolumeTask, ...]
     rows: tuple[Row, ...]
@@ -81,6 +83,7 @@ class Plan:
     shards: tuple[ShardTask, ...] = ()
     samples: tuple[SampleTask, ...] = ()  # with [items] roles: image + mask (+ ...) files decoded together
     kept: tuple[KeptShard, ...] = ()
+    repaired: tuple[Repair, ...] = ()
 
     @property
     def n_items(self) -> int:
@@ -102,6 +105,7 @@ class Plan:
         lines += [f"  convert  {i.kind:<6} {i.item_id:<16} {i.source} -> {s.stack.array}[{i.slot}] (shard {s.shard})"
                   for s in self.shards for i in s.items]
         lines += [f"  unchanged {r.status:<8} {r.item_id:<14} {r.source}" for r in self.unchanged]
+        lines += [f"  repair   {r.item_id:<23} {r.source} -> {r.array} ({r.why})" for r in self.repaired]
         for r in self.rows:
             why = f"{r.reason.value}: " if r.reason else ""
             lines.append(f"  {r.status:<8} {r.item_id or '-':<23} {r.source}  ({why}{r.detail})")
@@ -114,7 +118,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
 
     DICOM files are grouped into series, 2D images into stacks. `fingerprint` is the run's settings
     fingerprint (`records.settings_fingerprint`): an earlier outcome is reused only when it was produced
-    with the same one.
+    with the same one, and only when `done.damaged` finds nothing wrong with its array.
     """
     done = done or Recorded()
     others: list[tuple[Candidate, Probe]] = []
@@ -122,7 +126,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     rows: list[Row] = []
     limits = spec.validate.limits()
     if spec.items.roles:
-        return _plan_samples(spec, candidates, probes)
+        return _plan_samples(spec, candidates, probes, done.damaged)
     for c in candidates:
         decided = _decide(spec, c, probes.get(c.rel))
         if isinstance(decided, Row):
@@ -178,32 +182,55 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     names = _array_names([t.item_id for t in todo])
     tasks: list[VolumeTask] = []
     unchanged: list[Row] = []
+    repaired: list[Repair] = []
     for task in (replace(t, array=f"{VOLUMES}/{name}") for t, name in zip(todo, names)):
         earlier = done.volumes.get(task.source)
-        if earlier is not None and _same(earlier, task, fingerprint):
+        same = earlier is not None and _same(earlier, task, fingerprint)
+        hurt = done.damaged.get(task.array)
+        if same and hurt is None:
+            assert earlier is not None
             unchanged.append(earlier.row)
-        else:
-            tasks.append(task)
+            continue
+        tasks.append(task)
+        # A repair is what would have been reused, or an array whose record the damage took with it (the index
+        # may still say whose it was); a changed file is converted again anyway, damaged or not.
+        if hurt is not None and (same or (earlier is None and hurt.source in ("", task.source))):
+            repaired.append(Repair(item_id=task.item_id, source=task.source, array=task.array, why=hurt.why))
     stacks, all_shards = plan_stacks(planar)
     shards: list[ShardTask] = []
     kept: list[KeptShard] = []
     for shard in all_shards:
         earlier_stack = done.stacks.get(shard.stack.array)
         records = earlier_stack.covering(shard, fingerprint) if earlier_stack is not None else None
-        if records is None:
-            shards.append(shard)
-        else:
+        hurt = _shard_damage(done.damaged.get(shard.stack.array), shard)
+        absent = earlier_stack.absent if earlier_stack is not None else frozenset()  # no file to carry over
+        if records is not None and hurt is None and shard.shard not in absent:
             kept.append(KeptShard(shard=shard, records=records))
             unchanged += [r for rec in records for r in rec.rows]
+            continue
+        shards.append(shard)
+        if hurt is not None and (records is not None or earlier_stack is None):
+            repaired += [Repair(item_id=i.item_id, source=i.source, array=shard.stack.array, why=hurt.why)
+                         for i in shard.items]
     return Plan(tasks=tuple(tasks), rows=tuple(rows), unchanged=tuple(unchanged), stacks=stacks,
-                shards=tuple(shards), kept=tuple(kept))
+                shards=tuple(shards), kept=tuple(kept), repaired=tuple(repaired))
 
 
-def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe]) -> Plan:
+def _shard_damage(damage: Damage | None, shard: ShardTask) -> Damage | None:
+    """`damage` where it touches `shard`'s slots (the shard's whole range, its empty slots too), else None."""
+    if damage is None or damage.slots is None:
+        return damage
+    lo = shard.shard * shard.stack.per_shard
+    return damage if any(lo <= s < lo + shard.stack.per_shard for s in damage.slots) else None
+
+
+def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe],
+                  damaged: Mapping[str, Damage]) -> Plan:
     """With `[items] roles`: every file of an item joins its sample; see `samples.group_samples`.
 
     DICOM files are grouped into series first (as without roles), so a series is one part of its
-    sample. Samples are decoded on every run (not yet reused from earlier runs).
+    sample. Samples are decoded on every run (not yet reused from earlier runs), so a damaged one is
+    repaired by any run; it is still listed in `repaired`.
     """
     rows: list[Row] = []
     parts: list[Part] = []
@@ -228,7 +255,10 @@ def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[s
     ids = sorted({p.item_id for p in parts})
     names = dict(zip(ids, _array_names(ids)))
     samples, sample_rows = group_samples(spec.items, parts, names)
-    return Plan(tasks=(), rows=(*rows, *sample_rows), samples=tuple(samples))
+    repaired = [Repair(item_id=s.item_id, source=s.source, array=array, why=damage.why) for s in samples
+                for array, damage in sorted(damaged.items()) if array == s.group or array.startswith(f"{s.group}/")]
+    return Plan(tasks=(), rows=(*rows, *sample_rows), samples=tuple(samples),
+                repaired=tuple({(r.item_id, r.source): r for r in repaired}.values()))
 
 
 def _same(earlier: Outcome, task: VolumeTask, fingerprint: str) -> bool:

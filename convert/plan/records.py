@@ -15,6 +15,12 @@ it wrote (slots, sources, rows, each slot's chunk digest) in a file under
 set with `complete` when the stack is installed. A shard whose slots hold the
 same sources under the same settings is carried into the next stack as it is.
 Reading and writing these records is `convert/write/outcomes.py`.
+
+A record says what an array should hold, not that it still does: what the
+store's cheap check (`convert/write/damage.py`: chunk files listed, attributes
+read) or `labzarr verify` found damaged is a `Damage`, and the planner converts
+such an array (a stack: the shards of its damaged slots) again instead of
+reusing it, reporting each item as a `Repair`.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ from ..manifest import ClassCount, RoleSource, Row
 from ..spec import Spec
 from .stacks import ShardTask
 
-__all__ = ["RECORD_VERSION", "RETRIED", "KeptShard", "Outcome", "Recorded", "ShardRecord", "StackRecord", "from_record",
-           "parse_shard_record", "settings_fingerprint", "shard_record", "to_record"]
+__all__ = ["RECORD_VERSION", "RETRIED", "Damage", "KeptShard", "Outcome", "Recorded", "Repair", "ShardRecord",
+           "StackRecord", "from_record", "merge_damage", "parse_shard_record", "settings_fingerprint", "shard_record",
+           "to_record"]
 
 RETRIED: frozenset[Reason] = frozenset({Reason.DECODER_CRASH, Reason.TIMEOUT})
 RECORD_VERSION = 1  # of `.labzarr/outcomes.json` and of the shard records
@@ -70,6 +77,7 @@ class StackRecord:
     per_shard: int
     records_id: str
     records: tuple[ShardRecord, ...]
+    absent: frozenset[int] = frozenset()  # shards with no file (all zeros on purpose, or lost): never carried over
 
     def covering(self, shard: ShardTask, fingerprint: str) -> tuple[ShardRecord, ...] | None:
         """The records that together wrote exactly `shard`'s items under the settings `fingerprint`, or None."""
@@ -95,11 +103,51 @@ class KeptShard:
 
 
 @dataclass(frozen=True, slots=True)
+class Damage:
+    """Why an array in the store must be converted again whatever its record says.
+
+    `why` is a short phrase for the run summary ("chunk files missing"); `slots`, for a stack, the slots
+    found damaged (their shards are redone; None: the whole array); `source`, where known, the item the
+    store's index says the array held (an array whose attributes are lost cannot say it itself).
+    """
+
+    why: str
+    slots: frozenset[int] | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """One item a run converts again because its array was damaged, not because anything in the delivery changed."""
+
+    item_id: str
+    source: str
+    array: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Recorded:
-    """Everything earlier runs recorded: volume outcomes by source, stacks by array path."""
+    """Everything earlier runs recorded: volume outcomes by source, stacks by array path, and the damage found
+    in the store's arrays, by array path."""
 
     volumes: Mapping[str, Outcome] = field(default_factory=dict)
     stacks: Mapping[str, StackRecord] = field(default_factory=dict)
+    damaged: Mapping[str, Damage] = field(default_factory=dict)
+
+
+def merge_damage(a: Mapping[str, Damage], b: Mapping[str, Damage]) -> dict[str, Damage]:
+    """Both findings by array: reasons joined, slots united (a whole-array finding covers every slot)."""
+    out = dict(a)
+    for array, extra in b.items():
+        seen = out.get(array)
+        if seen is None:
+            out[array] = extra
+            continue
+        why = seen.why if extra.why in seen.why.split(", ") else f"{seen.why}, {extra.why}"
+        slots = None if seen.slots is None or extra.slots is None else seen.slots | extra.slots
+        out[array] = Damage(why=why, slots=slots, source=seen.source or extra.source)
+    return out
 
 
 def settings_fingerprint(spec: Spec, tool_version: str) -> str:

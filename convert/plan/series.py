@@ -16,13 +16,16 @@ Grouping and splitting, in dcm2niix's spirit:
   3-plane localizer, radial slices): planes whose direction cosines differ by
   more than `DISTINCT_PLANE` (about 3 degrees) are different planes, smaller
   differences are orientation drift, which the layout rejects;
-- a file whose own frames span parts cannot be split safely: `mixed_series`.
+- a file whose own frames span parts cannot be split safely: `mixed_series`;
+- a series whose every part is too short (a 3-plane localizer or scout) is one
+  `series_too_short` row naming its parts, not one look-alike row per plane.
 """
 
 from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -34,7 +37,7 @@ from ..discover import Candidate
 from ..manifest import Row
 from ..probe import Probe
 
-__all__ = ["DISTINCT_PLANE", "SeriesItem", "group_series"]
+__all__ = ["DISTINCT_PLANE", "SeriesItem", "group_series", "series_of"]
 
 DISTINCT_PLANE = 0.05  # direction-cosine difference beyond which two files image different planes (~3 degrees)
 KIND = "dicom"
@@ -72,7 +75,7 @@ def group_series(files: Sequence[tuple[Candidate, Probe]], rules: SeriesRules, *
         assert p.dicom is not None and p.dicom.has_pixels
         f = _File(c, p, p.dicom)
         if not f.header.spatial:  # a radiograph, a photo, a cine loop: each file is its own item
-            _add(items, rows, [f], f.rel, rules, note=())
+            _place(_laid_out([f], f.rel, rules, note=()), items, rows)
             continue
         groups[(c.item_id or "", f.header.study_uid, f.header.series_uid or posixpath.dirname(c.rel))].append(f)
     named = _name_groups(groups)
@@ -89,23 +92,52 @@ def group_series(files: Sequence[tuple[Candidate, Probe]], rules: SeriesRules, *
         except Rejected as exc:
             rows.append(_row(group, source, exc.reason, exc.detail))
             continue
-        for label, part in parts:
-            note = (f"series split into {len(parts)} parts by {by} (as dcm2niix)",) if len(parts) > 1 else ()
-            _add(items, rows, part, f"{source[:-1]}, {label})" if len(parts) > 1 else source, rules, note=note)
+        note = (f"series split into {len(parts)} parts by {by} (as dcm2niix)",) if len(parts) > 1 else ()
+        laid = [_laid_out(part, f"{source[:-1]}, {label})" if len(parts) > 1 else source, rules, note=note)
+                for label, part in parts]
+        if len(parts) > 1 and all(isinstance(r, Row) and r.reason is Reason.SERIES_TOO_SHORT for r in laid):
+            # A localizer (scout): one row for the series, not one identical-looking row per plane.
+            rows.append(_row(group, source, Reason.SERIES_TOO_SHORT, _localizer_detail(by, parts, rules)))
+            continue
+        for r in laid:
+            _place(r, items, rows)
     return items, rows
 
 
-def _add(items: list[SeriesItem], rows: list[Row], part: list[_File], source: str, rules: SeriesRules,
-         note: tuple[str, ...]) -> None:
+def _place(laid: SeriesItem | Row, items: list[SeriesItem], rows: list[Row]) -> None:
+    if isinstance(laid, Row):
+        rows.append(laid)
+    else:
+        items.append(laid)
+
+
+def series_of(source: str) -> str:
+    """The series a row's `source` names (`<folder>/ (series N[ UID])`), without the part a split added
+    (`, echo 2`, `, plane 1 of 3`); "" for a source that names a file."""
+    m = _SERIES_SOURCE.fullmatch(source)
+    return f"{m.group(1)})" if m else ""
+
+
+_SERIES_SOURCE = re.compile(r"(.*/ \(series [^,()]*)(?:, [^()]*)?\)")
+
+
+def _laid_out(part: list[_File], source: str, rules: SeriesRules, note: tuple[str, ...]) -> SeriesItem | Row:
     try:
         stack = layout_series([Member(str(f.candidate.entry.path), f.rel, f.header) for f in part], rules)
     except Rejected as exc:
-        rows.append(_row(part, source, exc.reason, exc.detail))
-        return
+        return _row(part, source, exc.reason, exc.detail)
     if note:
         stack = replace(stack, warnings=(*note, *stack.warnings))
-    items.append(SeriesItem(item_id=part[0].candidate.item_id or "", source=source,
-                            members=tuple(sorted(f.rel for f in part)), sha256=_members_sha256(part), stack=stack))
+    return SeriesItem(item_id=part[0].candidate.item_id or "", source=source,
+                      members=tuple(sorted(f.rel for f in part)), sha256=_members_sha256(part), stack=stack)
+
+
+def _localizer_detail(by: str, parts: Sequence[tuple[str, list[_File]]], rules: SeriesRules) -> str:
+    # Slice positions per part, counted as the layout counts them (to 0.01 mm) for the message only.
+    counts = [len({tuple(round(v, 2) for v in fr.position) for f in part for fr in f.header.frames
+                   if fr.position is not None}) for _, part in parts]
+    return (f"split by {by} into {len(parts)} parts of {', '.join(map(str, counts))} slice position(s), each "
+            f"fewer than [dicom] min_slices = {rules.min_slices}: a localizer or scout, not a volume")
 
 
 def _row(files: Sequence[_File], source: str, reason: Reason, detail: str) -> Row:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from labzarr.readers import Reason
+from labzarr.readers import Reason, SeriesRules
 
 __all__ = ["EXPLAIN"]
 
@@ -22,7 +22,8 @@ EXPLAIN: Mapping[Reason, str] = MappingProxyType({
     Reason.NON_FINITE: "NaN or Inf voxels; set [validate] non_finite = \"warn\" to keep such items",
     Reason.SERIES_MISSING_SLICES: "a DICOM series has gaps between slices; ask for the missing files",
     Reason.SERIES_INCONSISTENT_GEOMETRY: "slices of one series disagree on orientation, size or spacing",
-    Reason.SERIES_TOO_SHORT: "too few slices to form a volume",
+    Reason.SERIES_TOO_SHORT: (f"fewer slice positions than [dicom] min_slices (default {SeriesRules().min_slices}): "
+                              "usually a localizer or scout; lower min_slices in the spec to keep such series"),
     Reason.MIXED_SERIES: "files of several series are mixed in a way that cannot be split safely",
     Reason.DUPLICATE_CONTENT: "the same bytes as an earlier item; only the first is kept",
     Reason.ID_UNMATCHED: "no item ID found in the path; fix [items] id_pattern or rename the file",

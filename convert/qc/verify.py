@@ -18,27 +18,37 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import zarr
 
 from labzarr.store import INDEX_KEY, STATE, Location, StoreReader, as_location
-from labzarr.store.content import block_digests, chunk_digest, chunk_grid, combine_digests, missing_chunk_files
+from labzarr.store.content import block_digests, chunk_digest, chunk_grid, combine_digests, missing_chunks
 
 from ..reach import check_reachable
 
-__all__ = ["Problem", "VerifyReport", "verify_store"]
+__all__ = ["Problem", "ProblemKind", "VerifyReport", "verify_store"]
 
 _SHOWN_PER_ARRAY = 3
+
+# What kind of damage a problem is, in the words the repair summary uses ("2 repaired (chunk unreadable: ...)").
+ProblemKind = Literal["metadata unreadable", "never finished", "complete differs", "chunk files missing",
+                      "chunk unreadable", "content hash differs", "no content hash", "array missing"]
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One thing wrong with one array (or with the store's index)."""
+    """One thing wrong with one array (or with the store's index).
+
+    `at` is the first voxel of the damaged chunk (or chunk file), when the damage is in one place; None when it
+    is the whole array's (its metadata, its content hash).
+    """
 
     array: str
     item_id: str
     what: str
+    kind: ProblemKind = "metadata unreadable"
+    at: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +117,8 @@ def verify_store(store: Location | Path, *, threads: int | None = None) -> Verif
         checked = list(pool.map(lambda node: _check_array(store, *node), nodes))
     problems = [p for c in checked for p in c.problems]
     present = {name for name, _ in nodes}
-    problems += [Problem(item["array"], item.get("item_id", ""), "in the index but the array is missing")
+    problems += [Problem(item["array"], item.get("item_id", ""), "in the index but the array is missing",
+                         "array missing")
                  for item in index.get("items", []) if item.get("array") not in present]
     return VerifyReport(store=store, arrays=len(nodes), chunks=sum(c.chunks for c in checked),
                         stored_bytes=sum(c.stored_bytes for c in checked), problems=tuple(problems),
@@ -115,29 +126,37 @@ def verify_store(store: Location | Path, *, threads: int | None = None) -> Verif
 
 
 def _check_array(store: Location, name: str, meta: dict[str, Any]) -> _Checked:
+    # One reader per array, closed after it: a store of thousands of arrays must not hold their files open.
+    with StoreReader(str(store), storage_options=store.options, max_open=1) as reader:
+        return _check_with(store, reader, name, meta)
+
+
+def _check_with(store: Location, reader: StoreReader, name: str, meta: dict[str, Any]) -> _Checked:
     attrs = meta.get("attributes", {})
     item_id = str(attrs.get("item_id", ""))
 
-    def problem(what: str) -> Problem:
-        return Problem(name, item_id, what)
+    def problem(what: str, kind: ProblemKind, at: tuple[int, ...] | None = None) -> Problem:
+        return Problem(name, item_id, what, kind, at)
 
     try:
         arr = zarr.open_array((store / name).zarr(read_only=True), mode="r", zarr_format=3)  # its keys
-        voxels = StoreReader(str(store), storage_options=store.options, max_open=1).array(name)  # the one read path
+        voxels = reader.array(name)  # the one read path
     except Exception as exc:  # noqa: BLE001 - any failure to open is damage to report, not to raise
-        return _Checked(0, 0, (problem(f"metadata unreadable: {type(exc).__name__}: {exc}"),))
+        return _Checked(0, 0, (problem(f"metadata unreadable: {type(exc).__name__}: {exc}", "metadata unreadable"),))
     found: list[Problem] = []
     # A sample's class locations are derived data, rewritten with their sample: checked chunk by chunk only.
     sealed = not name.endswith("/locations")
     if not sealed:
         pass
     elif "complete" not in attrs:
-        found.append(problem("no `complete` attr: the array was never finished"))
+        found.append(problem("no `complete` attr: the array was never finished", "never finished"))
     elif "sha256" in attrs and attrs["complete"] != attrs["sha256"]:
         found.append(problem(f"`complete` {attrs['complete'][:12]}... differs from the source sha256 "
-                             f"{attrs['sha256'][:12]}..."))
-    found += [problem(f"chunk file {key} missing (zarr would read fill values)")
-              for key in missing_chunk_files((store / name).keys(), arr)]
+                             f"{attrs['sha256'][:12]}...", "complete differs"))
+    storage = tuple(arr.shards or arr.chunks)
+    found += [problem(f"chunk file {key} missing (zarr would read fill values)", "chunk files missing",
+                      tuple(i * n for i, n in zip(coords, storage)))
+              for key, coords in missing_chunks((store / name).keys(), arr)]
     digests: dict[tuple[int, ...], bytes] = {}
     unreadable = 0
     # A shard is read in one call (its index once, its chunks in one ranged read); only a shard that fails to
@@ -156,14 +175,16 @@ def _check_array(store: Location, name: str, meta: dict[str, Any]) -> _Checked:
                 digests[index] = chunk_digest(voxels.read(region))
             except Exception as exc:  # noqa: BLE001 - crc32c mismatch, codec error, torn file: all damage
                 unreadable += 1
-                found.append(problem(f"chunk at {_where(region)} unreadable: {type(exc).__name__}: {exc}"))
+                found.append(problem(f"chunk at {_where(region)} unreadable: {type(exc).__name__}: {exc}",
+                                     "chunk unreadable", tuple(r.start for r in region)))
     recorded = attrs.get("content_sha256")
     if not sealed:
         pass
     elif recorded is None:
-        found.append(problem("no `content_sha256` attr to check the values against"))
+        found.append(problem("no `content_sha256` attr to check the values against", "no content hash"))
     elif not unreadable and combine_digests(arr.shape, arr.dtype, arr.chunks, digests) != recorded:
-        found.append(problem("content hash differs from the one recorded at write time (changed or missing chunks)"))
+        found.append(problem("content hash differs from the one recorded at write time (changed or missing chunks)",
+                             "content hash differs"))
     stored = (store / name).tree_bytes()
     return _Checked(len(digests) + unreadable, stored, tuple(found))
 

@@ -12,14 +12,17 @@ import errno
 import hashlib
 import logging
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +37,14 @@ from ..discover import Candidate, discover, walk
 from ..errors import UsageError
 from ..labels import join_labels, load_labels, workbook_rel
 from ..manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
-from ..plan.build import VOLUMES, Plan, plan
-from ..plan.records import settings_fingerprint
+from ..plan.build import VOLUMES, plan
+from ..plan.collisions import collision_summary, find_collisions
+from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
 from ..plan.stacks import STACKS
 from ..probe import Probe, probe_files
 from ..progress import Progress, ProgressEvent
-from ..reach import check_reachable
 from ..spec import Spec, load_spec
+from ..survey import readable
 from ..write.arrays import (
     index_items,
     open_root,
@@ -57,7 +61,7 @@ from .part_task import stage_split
 from .settings import TaskSettings
 from .supervise import Jobs, hang_report_after, run_tasks
 
-__all__ = ["Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery", "default_workers", "dry_run",
+__all__ = ["Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery", "default_workers",
            "execute", "local_cluster", "local_cluster_config"]
 
 log = logging.getLogger(__name__)
@@ -76,6 +80,7 @@ class RunResult:
     run_log: dict[str, Any] = field(default_factory=dict, hash=False)  # this run's timings and counters
     converted: int = 0  # items decoded by this run
     unchanged: int = 0  # items whose earlier outcome was reused
+    repaired: tuple[Repair, ...] = ()  # of the converted, those decoded again only because their array was damaged
 
 
 def tool_version() -> str:
@@ -99,6 +104,7 @@ def convert_delivery(
     scheduler: str | None = None,
     root: Path | None = None,
     progress: Progress | None = None,
+    repair: Mapping[str, Damage] | None = None,
 ) -> RunResult:
     """Convert one delivery into its zarr store, manifest.csv and summary.json.
 
@@ -116,6 +122,9 @@ def convert_delivery(
         whatever the working directory; see ``project_root``).
     progress:
         Called with a ``ProgressEvent`` after each probed batch of files and each finished item.
+    repair:
+        Arrays to convert again however their records read, by array path (what ``labzarr verify`` found
+        damaged; `labzarr.convert.repair`). Missing chunk files and unreadable attributes are found without it.
 
     Raises
     ------
@@ -134,7 +143,8 @@ def convert_delivery(
     # The lock comes first: a second run on this store fails at once, before starting a cluster.
     with _store_errors(parsed.delivery.store), store_lock(parsed.delivery.store) as lock:
         with _client(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries) as client:
-            return _execute(parsed, client, lock, progress=progress, started=started, labels=labels)
+            return _execute(parsed, client, lock, progress=progress, started=started, labels=labels,
+                            repair=repair or {})
 
 
 @contextmanager
@@ -212,10 +222,34 @@ def local_cluster_config(crash_retries: int) -> dict[str, object]:
 def local_cluster(workers: int, *, crash_retries: int) -> Iterator[LocalCluster]:
     """The cluster `labzarr convert` starts for itself: `workers` single-threaded worker processes, started
     under `local_cluster_config`, stopped on exit (the test suite shares one between conversions)."""
-    with dask.config.set(local_cluster_config(crash_retries)):
+    with dask.config.set(local_cluster_config(crash_retries)), _sigint_blocked():
         cluster = _local_cluster(workers)
     with cluster:
         yield cluster
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while the cluster starts.
+
+    Ctrl-C on a terminal signals the whole process group, worker processes included, and each would print
+    its own KeyboardInterrupt traceback (while importing, or from inside a task). The threads created here,
+    the cluster's event loop among them, inherit the blocked mask, and so does every worker process they
+    spawn, restarted ones too: only this process sees Ctrl-C, and it stops the workers as it closes the
+    cluster. A Ctrl-C while the cluster starts is held until it has started, so it never leaves half a
+    cluster behind. Outside the main thread (which alone sees KeyboardInterrupt) nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # multiprocessing starts its resource tracker at the first spawn and then unblocks SIGINT in the thread
+    # that spawned (the event loop's), whatever its mask was: started here first, it leaves the mask alone.
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _local_cluster(workers: int) -> LocalCluster:
@@ -236,14 +270,16 @@ def _local_cluster(workers: int) -> LocalCluster:
 
 
 def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
-            started: float | None = None, labels: LabelSheet | None = None) -> RunResult:
+            started: float | None = None, labels: LabelSheet | None = None,
+            repair: Mapping[str, Damage] | None = None) -> RunResult:
     """Run a delivery on `client` holding the store's lock: walk, probe, plan, convert, join labels, write.
 
-    `labels` is the spec's workbook as `load_labels` read it; it is read here when not given.
+    `labels` is the spec's workbook as `load_labels` read it; it is read here when not given. `repair`: as
+    for `convert_delivery`.
     """
     _create_folder(spec.delivery.store)
     with _store_errors(spec.delivery.store), store_lock(spec.delivery.store) as lock:
-        return _execute(spec, client, lock, progress=progress, started=started, labels=labels)
+        return _execute(spec, client, lock, progress=progress, started=started, labels=labels, repair=repair or {})
 
 
 def _create_folder(store: Location) -> None:
@@ -261,7 +297,7 @@ def _create_folder(store: Location) -> None:
 
 
 def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress | None, started: float | None,
-             labels: LabelSheet | None) -> RunResult:
+             labels: LabelSheet | None, repair: Mapping[str, Damage]) -> RunResult:
     t_start = time.perf_counter()
     t0 = started if started is not None else t_start  # spec parsing and cluster start-up count as `start_s`
     if spec.labels is not None and labels is None:
@@ -276,7 +312,11 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     t_discover = time.perf_counter()
     probes = _probe(client, candidates, spec, progress)
     fingerprint = settings_fingerprint(spec, tool_version())
-    the_plan = plan(spec, candidates, probes, read_outcomes(store), fingerprint=fingerprint)
+    done = read_outcomes(store)  # with what the cheap check finds damaged; `repair` adds what verify found
+    done = replace(done, damaged=merge_damage(done.damaged, repair))
+    the_plan = plan(spec, candidates, probes, done, fingerprint=fingerprint)
+    if the_plan.repaired:
+        log.info("%s: converting %d damaged item(s) again", store, len(the_plan.repaired))
     t_probe = time.perf_counter()
     root = open_root(store)
     for group in (VOLUMES, STACKS):
@@ -328,6 +368,9 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         "bytes": {"files": summary["bytes"]["files"], "converted": sum(t.size for t in the_plan.tasks)},
         "run": {"converted": len(converted), "unchanged": len(the_plan.unchanged),
                 "split": len(split)},  # split: of the converted, volumes written in parts ([run] split_bytes)
+        # Of the converted, those decoded again only because the store's copy was damaged, and why.
+        "repaired": [{"item_id": r.item_id, "source": r.source, "array": r.array, "why": r.why}
+                     for r in the_plan.repaired],
     }
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
@@ -336,23 +379,12 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     atomic_write(summary_path, summary_json(summary))
     sweep(store)  # crash reports of items that ended as rows, and anything a restarted worker left
     return RunResult(spec=spec, rows=tuple(rows), manifest=manifest_path, summary_path=summary_path, summary=summary,
-                     run_log=run_log, converted=len(converted), unchanged=len(the_plan.unchanged))
-
-
-def dry_run(spec: Path | str, *, root: Path | None = None) -> Plan:
-    """Discover, probe (in this process) and plan, converting nothing: what `--dry-run` prints."""
-    parsed = load_spec(Path(spec), root=root)
-    load_labels(parsed)  # a workbook problem shows in a dry run too
-    check_reachable(parsed.delivery.store)  # its recorded outcomes are read below
-    candidates = discover(walk(parsed.delivery.raw), parsed.items)
-    probes = {p.rel: p for p in probe_files(_to_probe(candidates), readers_with(parsed.run.readers))}
-    fingerprint = settings_fingerprint(parsed, tool_version())
-    return plan(parsed, candidates, probes, read_outcomes(parsed.delivery.store), fingerprint=fingerprint)
+                     run_log=run_log, converted=len(converted), unchanged=len(the_plan.unchanged),
+                     repaired=the_plan.repaired)
 
 
 def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
-    return [(c.rel, str(c.entry.path)) for c in candidates
-            if not c.excluded_by and not c.entry.outside and not c.entry.special]
+    return [(c.rel, str(c.entry.path)) for c in candidates if readable(c)]
 
 
 def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
@@ -454,6 +486,7 @@ def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Seq
         "bytes": {"files": sum(c.entry.size for c in candidates)},  # every file under raw
         "labels": {},
         "unmatched_workbook_ids": [],
+        "id_collisions": collision_summary(find_collisions(rows)),  # one ID on distinct contents: a warning
         "unlabelled_items": [],
         "label_workbook": None,
         "spec_sha256": spec.sha256,

@@ -24,6 +24,7 @@ from ..write.arrays import begin_array, codecs, discard
 from ..write.writer import PartWriter, create_volume_array, open_volume_array, seal_volume, store_io
 from .boundary import on_worker, refusal
 from .settings import TaskSettings
+from .slab_progress import SlabReporter
 from .volume_task import attrs_for, ok_row, open_volume, volume_layout
 
 __all__ = ["SCAN_RATIO", "convert_part", "finish_split", "stage_split"]
@@ -81,10 +82,14 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> 
                                f"when staged {part.header}")
         writer = PartWriter(store, part.task.array, h, as_location(part.folder, settings.store_options))
         finite = FiniteCheck(h, settings.non_finite)
+        stop = source.slab_count(shards or chunks) if part.stop is None else part.stop
+        progress = SlabReporter(settings.slab_events, part.task.source, part=part.index, size=part.task.size,
+                                voxels=math.prod(h.shape), slabs=stop - part.first)
         for slab in source.slabs(shards or chunks, first=part.first, stop=part.stop):
             finite.update(slab)
             if not finite.rejecting:  # as in convert_item: the stream is still read to its end
                 writer.write(slab)
+            progress.update(slab)
         bad, first = finite.tally()
         return PartResult(index=part.index, digests=writer.digests(), nonfinite=bad, first_nonfinite=first)
     except Exception as exc:  # the task boundary, as in convert_item

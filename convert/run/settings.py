@@ -34,6 +34,7 @@ class TaskSettings:
     fault_reports: bool = True  # only where a worker runs one task at a time (faulthandler is per process)
     store_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec storage_options of a URL store
     crash_reports: str = ""  # the fault reports' folder; default: the store's .labzarr/crash
+    slab_events: str = ""  # the run's token for progress inside items (slab_progress.py); "": report none
 
     def location(self) -> Location:
         """The store: a folder, or a URL store with its storage options."""

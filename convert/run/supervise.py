@@ -17,14 +17,20 @@ becomes rows are `boundary.py`'s; here is when:
 - `StoreWriteError` (disk full, read-only store) stops the run with a
   `UsageError`; finished arrays stay, and a rerun resumes;
 - any other exception is a bug in our code and is raised.
+
+With a `Progress` callback, volumes report the bytes they have streamed while they run
+(`slab_progress.py`), so the convert phase's bytes move inside a big item; its item count
+moves only when an item's row arrives.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from distributed import Client, Future, as_completed
@@ -43,6 +49,7 @@ from .part_task import convert_part, finish_split
 from .sample_task import convert_sample
 from .settings import TaskSettings
 from .shard_task import convert_shard
+from .slab_progress import ByteCount, SlabListener
 from .volume_task import convert_item
 
 __all__ = ["Jobs", "ShardTarget", "hang_report_after", "run_tasks"]
@@ -101,6 +108,8 @@ class _Run:
 
     def __init__(self, client: Client, settings: TaskSettings, item_timeout: float, jobs: Jobs,
                  progress: Progress | None) -> None:
+        # A token of this run's own: its slab events cannot mix with another run's on a shared cluster.
+        settings = replace(settings, slab_events=uuid.uuid4().hex) if progress is not None else settings
         self.client, self.settings, self.item_timeout = client, settings, item_timeout
         self.targets, self.progress = jobs.targets, progress
         self.todo = jobs
@@ -108,8 +117,9 @@ class _Run:
         self.jobs: dict[Hashable, tuple[Future[Any], Job]] = {}
         self.then: dict[Hashable, list[ShardTask]] = {}  # what to submit when this key is done (a chain of singles)
         self.rows: list[Row] = []
-        self.sizes: dict[str, int] = {}
-        self.total = self.bytes_total = self.bytes_done = 0
+        self.bytes = ByteCount({})
+        self.total = 0
+        self.listener: SlabListener | None = None
         self.watch = _Watchdog(client, item_timeout)
         self.ac: Any = None
         self.parts: Mapping[str, Sequence[VolumePart]] = jobs.parts
@@ -117,13 +127,17 @@ class _Run:
 
     def run(self) -> list[Row]:
         jobs = self.todo
-        self.sizes = jobs.sizes()
+        self.bytes = ByteCount(jobs.sizes())
         self.total = jobs.items()
-        self.bytes_total = sum(self.sizes.values())
         if not self.total:
             return []
         if self.progress:
-            self.progress(ProgressEvent("convert", 0, self.total, 0, self.bytes_total))
+            self.progress(ProgressEvent("convert", 0, self.total, 0, self.bytes.total))
+        self.listener = SlabListener(self.client, self.settings.slab_events) if self.settings.slab_events else None
+        with self.listener or nullcontext():
+            return self._run(jobs)
+
+    def _run(self, jobs: Jobs) -> list[Row]:
         every_part = [part for volume in jobs.parts.values() for part in volume]
         futures = [*self.client.map(convert_item, jobs.volumes, settings=self.settings, pure=False),
                    *(self._submit_shard(s) for s in jobs.shards),
@@ -136,6 +150,7 @@ class _Run:
         try:
             while len(self.rows) < self.total:
                 batch = self.ac.next_batch(block=False)
+                self._slab_events()  # before the rows: an event that came with its item's row still shows
                 for future in batch:
                     self._finished(future)
                 if not batch:
@@ -154,10 +169,18 @@ class _Run:
     def _emit(self, rows: Sequence[Row]) -> None:
         for row in rows:
             self.rows.append(row)
-            self.bytes_done += self.sizes.get(row.source, 0)
+            self.bytes.finished(row.source)
             if self.progress:
-                self.progress(ProgressEvent("convert", len(self.rows), self.total, self.bytes_done, self.bytes_total,
+                self.progress(ProgressEvent("convert", len(self.rows), self.total, self.bytes.shown, self.bytes.total,
                                             row))
+
+    def _slab_events(self) -> None:
+        """Show the bytes running items have streamed, if they grew (here, on the driver's thread)."""
+        if self.listener is None:
+            return
+        grew = [self.bytes.running(ev) for ev in self.listener.drain()]
+        if any(grew) and self.progress:
+            self.progress(ProgressEvent("convert", len(self.rows), self.total, self.bytes.shown, self.bytes.total))
 
     def _finished(self, future: Future[Any]) -> None:
         entry = self.jobs.pop(future.key, None)

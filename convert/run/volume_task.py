@@ -9,6 +9,7 @@ every kind of job shares. Running a task twice writes the same array twice.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from ..write.arrays import codecs
 from ..write.writer import AXES, VolumeWriter
 from .boundary import on_worker, refusal
 from .settings import TaskSettings
+from .slab_progress import SlabReporter
 
 __all__ = ["attrs_for", "convert_item", "ok_row", "open_volume", "read_file", "volume_layout"]
 
@@ -53,12 +55,15 @@ def _convert(task: VolumeTask, settings: TaskSettings, store: Location) -> Row:
         finite = FiniteCheck(h, settings.non_finite)
         writer = VolumeWriter(store, task.array, h, chunks=chunks, shards=shards, codecs=codecs(settings.store_spec),
                               attrs=attrs_for(task.item_id, task.source, task.sha256, h), run_id=settings.run_id)
+        progress = SlabReporter(settings.slab_events, task.source, size=task.size, voxels=math.prod(h.shape),
+                                slabs=source.slab_count(shards or chunks))
         for slab in source.slabs(shards or chunks):  # a slab holds whole shards along the stream axis
             finite.update(slab)
             # A rejected item's voxels are not worth writing, but its stream is read to the end:
             # truncation and corruption keep precedence over non_finite, as when read whole.
             if not finite.rejecting:
                 writer.write(slab)
+            progress.update(slab)
         row = ok_row(base, task, h, finite.outcome())
         # What a rerun reuses when the source is unchanged, recorded before `complete`.
         writer.finish(attrs={"row": to_record(row), "settings": settings.fingerprint}, complete=task.sha256)

@@ -1,7 +1,7 @@
 """Incremental runs, the I/O half: reading what earlier runs recorded in the store, and recording this run's.
 
 The records and the rule for reusing them are `convert/plan/records.py`; this module only moves them between
-the store and those records.
+the store and those records, with what the cheap check (`damage.py`) finds wrong in the arrays they describe.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..plan.records import (
     to_record,
 )
 from .arrays import array_nodes
+from .damage import Listing, absent_files, find_damage
 from .state import outcomes_path, records_dir
 
 __all__ = ["read_outcomes", "read_shard_record", "write_outcomes"]
@@ -34,15 +35,18 @@ log = logging.getLogger(__name__)
 
 
 def read_outcomes(store: Location) -> Recorded:
-    """What `store` records: complete volumes' rows and recorded rejections by source; complete stacks."""
+    """What `store` records: complete volumes' rows and recorded rejections by source; complete stacks; and the
+    damage the cheap check finds in the arrays (no chunk is read)."""
     volumes: dict[str, Outcome] = {}
     stacks: dict[str, StackRecord] = {}
     if not store.is_dir():
         return Recorded()
-    for array, meta in array_nodes(store):
+    nodes = array_nodes(store)
+    listing = Listing.of(store)
+    for array, meta in nodes:
         attrs = meta.get("attributes", {})
         if attrs.get("kind") == "stack":
-            stack = _stack_record(store, array, meta)
+            stack = _stack_record(store, array, meta, listing)
             if stack is not None:
                 stacks[array] = stack
             continue
@@ -59,10 +63,10 @@ def read_outcomes(store: Location) -> Recorded:
             volumes.setdefault(row.source, Outcome(fingerprint=record["settings"], row=row))
         except (KeyError, ValueError, TypeError):
             continue
-    return Recorded(volumes=volumes, stacks=stacks)
+    return Recorded(volumes=volumes, stacks=stacks, damaged=find_damage(store, nodes, listing))
 
 
-def _stack_record(store: Location, array: str, meta: Mapping[str, Any]) -> StackRecord | None:
+def _stack_record(store: Location, array: str, meta: Mapping[str, Any], listing: Listing) -> StackRecord | None:
     attrs = meta.get("attributes", {})
     records_id = attrs.get("records")
     if not attrs.get("complete") or not isinstance(records_id, str):
@@ -71,12 +75,11 @@ def _stack_record(store: Location, array: str, meta: Mapping[str, Any]) -> Stack
         shards = meta["chunk_grid"]["configuration"]["chunk_shape"]  # the shard shape
         per_shard = int(shards[0])
         records = tuple(read_shard_record(p) for p in sorted_glob(records_dir(store) / records_id, "*.json"))
-        # A shard whose file is gone (damage) cannot be carried over: its images are decoded again.
-        inner = ["0"] * (len(meta["shape"]) - 1)
-        present = tuple(r for r in records
-                        if (store / array / "/".join(["c", str(r.first // per_shard), *inner])).is_file())
+        # A shard whose file is gone (lost, or all zeros on purpose) cannot be carried over: its images are
+        # decoded again, and a lost one is reported as damage.
         return StackRecord(array=array, shape=tuple(meta["shape"]), dtype=str(meta["data_type"]),
-                           per_shard=per_shard, records_id=records_id, records=present)
+                           per_shard=per_shard, records_id=records_id, records=records,
+                           absent=frozenset(coords[0] for _, coords in absent_files(array, meta, listing)))
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None  # damaged or foreign: its images are decoded again
 

@@ -20,7 +20,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from labzarr.convert import Row, dry_run, load_spec
+from labzarr.convert import Row, check_delivery, load_spec
 from labzarr.convert.plan.build import VOLUMES
 from labzarr.convert.plan.parts import VolumePart
 from labzarr.convert.plan.stacks import STACKS
@@ -92,7 +92,7 @@ def _prepare(tmp_path: Path, store_root: Path, kind: str, case: str) -> Runner:
     spec_path.write_text(f'[delivery]\nname = "b"\nraw = "{raw}"\nstore = "{store_root / "s.zarr"}"\n\n{items}\n'
                          f"[store]\nchunks = [8, 8, 8]\n\n[run]\nreaders = [{readers}]\n")
     spec = load_spec(spec_path, root=tmp_path)
-    plan = dry_run(spec_path, root=tmp_path)
+    plan = check_delivery(spec_path, root=tmp_path).plan
     store = spec.delivery.store
     assert isinstance(store, Folder)
     ensure_state(store)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from labzarr.convert.discover import Candidate, FileEntry
-from labzarr.convert.plan.series import group_series
+from labzarr.convert.plan.series import group_series, series_of
 from labzarr.convert.probe import Probe
 from labzarr.readers import Reason, SeriesRules, read_dicom_header, read_head
 
@@ -65,8 +65,34 @@ def test_localizer_planes_are_separate_parts() -> None:
     items, rows = group(found, SeriesRules(min_slices=1))
     assert not rows
     assert sorted(i.source for i in items) == [f"case_1/loc/ (series 2, plane {k} of 3)" for k in (1, 2, 3)]
-    _, rows = group(found)  # one slice per plane is too short under the default rules
-    assert [r.reason for r in rows] == [Reason.SERIES_TOO_SHORT] * 3
+    _, rows = group(found)  # one slice per plane is too short under the default rules: one row, not three
+    (row,) = rows
+    assert (row.reason, row.source, row.n_files) == (Reason.SERIES_TOO_SHORT, "case_1/loc/ (series 2)", 3)
+    assert row.detail == ("split by image plane into 3 parts of 1, 1, 1 slice position(s), each fewer than "
+                          "[dicom] min_slices = 4: a localizer or scout, not a volume")
+
+
+def test_three_localizer_folders_are_three_rows_that_say_where() -> None:
+    tri = sorted((DICOMDIR_TESTS / "98892003" / "MR2").iterdir())
+    one = [f for f in files(tri, "x") if f[1].dicom.series_uid.endswith(".136")]
+    scouts = []
+    for k in (1, 2, 3):  # three sessions' scouts: one series each, in a folder each
+        for c, p in one:
+            rel = f"case_1/scout{k}/{c.rel.rsplit('/', 1)[1]}"
+            scouts.append((replace(c, entry=replace(c.entry, rel=rel)),
+                           replace(p, rel=rel, dicom=replace(p.dicom, series_uid=f"{p.dicom.series_uid}.{k}"))))
+    items, rows = group(scouts)
+    assert not items
+    assert [(r.source, r.reason, r.n_files) for r in rows] == [
+        (f"case_1/scout{k}/ (series 2)", Reason.SERIES_TOO_SHORT, 3) for k in (1, 2, 3)]
+    assert all("[dicom] min_slices = 4: a localizer or scout" in r.detail for r in rows)
+
+
+def test_split_parts_name_their_series() -> None:
+    assert series_of("case_1/me/ (series 5, echo 2)") == "case_1/me/ (series 5)"
+    assert series_of("a/ (series 2 1.2.3, plane 1 of 3)") == "a/ (series 2 1.2.3)"
+    assert series_of("a/ (series 5)") == "a/ (series 5)"
+    assert series_of("case_1/x.dcm") == ""
 
 
 def test_a_file_holding_two_planes_cannot_be_split() -> None:

@@ -137,3 +137,21 @@ def test_labels_section_columns_by_letter_header_or_table(tmp_path: Path) -> Non
     assert (labels.sheet, labels.header_row, labels.required, labels.conflict) == (
         "Annotations v2", "auto", True, "warn")
     assert ColumnRef.parse("XFD").letter and ColumnRef.parse("XFE").header and ColumnRef.parse("f").header
+
+
+@pytest.mark.parametrize(("text", "match", "hint"), [
+    pytest.param(GOOD + "[items]\nid_patern = '(?P<id>\\d+)'\n", r"\[items\] unknown key 'id_patern'",
+                 "did you mean 'id_pattern'? [items] keys: exclude, id_normalize, id_pattern, include, "
+                 "required_roles, roles", id="items-id_patern"),
+    pytest.param(GOOD + "[dicom]\nmin_slice = 2\n", r"\[dicom\] unknown key 'min_slice'",
+                 "did you mean 'min_slices'?", id="dicom-min_slice"),
+    pytest.param(GOOD + "[delivery2]\n", r"unknown section \[delivery2\]", "did you mean 'delivery'? allowed sections:",
+                 id="section"),
+    pytest.param(GOOD + "[store]\nzzz = 1\n", r"\[store\] unknown key 'zzz'",
+                 "remove it or fix its spelling; [store] keys: checksum, chunks, compressor, level, shards, "
+                 "storage_options", id="nothing-close"),
+])
+def test_unknown_key_names_the_closest_known_one(tmp_path: Path, text: str, match: str, hint: str) -> None:
+    with pytest.raises(UsageError, match=match) as info:
+        load_spec(write(tmp_path, text), root=tmp_path)
+    assert info.value.hint.startswith(hint), info.value.hint

@@ -1,0 +1,159 @@
+"""The cheap check a run makes before it reuses what the store holds: each array it may reuse still has every
+chunk file and readable attributes.
+
+Invariant: no chunk is read. The check costs the `zarr.json` of each array, which `read_outcomes` reads anyway,
+the root index, and a look at which storage files exist (`Listing`: on a URL store one paginated listing of
+`volumes/` and one of `stacks/`; in a folder a stat per expected file). What it finds is `Damage` by array
+path (`plan/records.py`), and the planner converts those arrays (of a stack: the shards whose files are lost)
+again. A byte flipped inside a chunk file is not seen here: that takes `labzarr verify`, which reads every
+chunk (`verify --repair`, `convert --verify`).
+
+An array without `complete` is not damage: a run stopped before sealing it (on a URL store arrays are written
+in place), and the resume rule converts it again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labzarr.store import COMPLETE, INDEX_KEY, Location, StoreIndex, UrlStore
+from labzarr.store.content import stored_files
+
+from ..plan.build import VOLUMES
+from ..plan.records import Damage, from_record
+from ..plan.stacks import STACKS
+
+__all__ = ["ARRAY_MISSING", "ATTRS_MISSING", "ATTRS_UNREADABLE", "CHUNKS_MISSING", "Listing", "absent_files",
+           "find_damage"]
+
+CHUNKS_MISSING = "chunk files missing"
+ATTRS_MISSING = "attributes missing"  # chunk files without the zarr.json that describes them
+ATTRS_UNREADABLE = "attributes unreadable"
+ARRAY_MISSING = "array missing"  # in the store's index, nothing of it in the store
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """Which files the top arrays of a store (`volumes/<name>`, `stacks/<name>`) hold, found the cheapest way the
+    store's kind allows.
+
+    A URL store is listed once per group: a request per thousand keys, where asking per object would cost a
+    request each. A folder is asked per expected file instead: zarr nests each chunk file three or four folders
+    deep, so walking the tree opens more folders than stat-ing the files touches (10,000 volumes of 20 shard
+    files each: 7 s to walk, 2 s to stat).
+    """
+
+    tops: frozenset[str]  # the top arrays (or sample groups) with anything in them
+    listed: Mapping[str, frozenset[str]] | None  # a URL store's keys by top, relative to it; None for a folder
+    folder: str = ""  # a folder store's path, asked per file
+
+    @classmethod
+    def of(cls, store: Location) -> Listing:
+        """The listing of `store`: its groups' keys on a URL store, its groups' entries in a folder."""
+        if isinstance(store, UrlStore):
+            found: dict[str, set[str]] = {}
+            for group in (VOLUMES, STACKS):
+                for key in (store / group).keys():
+                    name, _, rest = key.partition("/")
+                    if rest:
+                        found.setdefault(f"{group}/{name}", set()).add(rest)
+            return cls(tops=frozenset(found), listed={k: frozenset(v) for k, v in found.items()})
+        folder = os.fspath(store)
+        tops: set[str] = set()
+        for group in (VOLUMES, STACKS):
+            try:
+                with os.scandir(os.path.join(folder, group)) as entries:
+                    tops.update(f"{group}/{e.name}" for e in entries if e.is_dir())
+            except FileNotFoundError:
+                continue
+        return cls(tops=frozenset(tops), listed=None, folder=folder)
+
+    def present(self, top: str, keys: Iterable[str]) -> set[str]:
+        """Those of `keys` (relative to array `top`) that exist."""
+        if self.listed is not None:
+            return set(keys) & self.listed.get(top, frozenset())
+        base = os.path.join(self.folder, top)
+        return {k for k in keys if os.path.isfile(os.path.join(base, k))}
+
+    def has_chunks(self, top: str) -> bool:
+        """True when `top` holds chunk files of its own (`c/...`), as an array does and a sample group does not."""
+        if self.listed is not None:
+            return any(k.startswith("c/") for k in self.listed.get(top, ()))
+        return os.path.isdir(os.path.join(self.folder, top, "c"))
+
+
+def find_damage(store: Location, nodes: Sequence[tuple[str, Mapping[str, Any]]], listing: Listing) -> dict[str, Damage]:
+    """What is wrong with the volumes and stacks of `store`, from their metadata (`nodes`, as `array_nodes` read
+    them) and `listing`: lost chunk files, attributes lost or unreadable, arrays the index names that are gone."""
+    found: dict[str, Damage] = {}
+    sources = _index_sources(store)
+    nodes_at = {path for path, _ in nodes if _is_top(path)}
+    for path, meta in nodes:
+        if _is_top(path):  # a sample's role arrays lie deeper: samples are decoded on every run
+            why = _node_damage(path, meta, listing)
+            if why is not None:
+                found[path] = why
+    for path in sorted(listing.tops - nodes_at):
+        # Chunk files right below it (a sample group holds only its role arrays' folders), but no array node.
+        if listing.has_chunks(path):
+            found[path] = Damage(ATTRS_UNREADABLE if listing.present(path, ["zarr.json"]) else ATTRS_MISSING,
+                                 source=sources.get(path, ""))
+    for path, source in sources.items():
+        if path not in listing.tops:
+            found[path] = Damage(ARRAY_MISSING, source=source)
+    return found
+
+
+def absent_files(path: str, meta: Mapping[str, Any], listing: Listing) -> list[tuple[str, tuple[int, ...]]]:
+    """(key, grid coordinates) of the storage files `meta` implies that array `path` lacks, whether all zeros on
+    purpose (its `empty_shards` attr) or lost; raises ValueError for metadata labzarr does not read."""
+    expected = stored_files(meta)
+    present = listing.present(path, [key for key, _ in expected])
+    return [(key, coords) for key, coords in expected if key not in present]
+
+
+def _node_damage(path: str, meta: Mapping[str, Any], listing: Listing) -> Damage | None:
+    attrs = meta.get("attributes")
+    if not isinstance(attrs, dict):
+        return Damage(ATTRS_UNREADABLE)
+    if COMPLETE not in attrs:
+        return None
+    try:
+        if path.startswith(f"{VOLUMES}/"):
+            from_record(attrs["row"])
+            str(attrs["settings"])
+        absent = absent_files(path, meta, listing)
+    except (KeyError, ValueError, TypeError):
+        return Damage(ATTRS_UNREADABLE)
+    empty = set(attrs.get("empty_shards", []))
+    lost = [coords for key, coords in absent if key not in empty]
+    if not lost:
+        return None
+    if path.startswith(f"{VOLUMES}/"):
+        return Damage(CHUNKS_MISSING)
+    per_shard = int(meta["chunk_grid"]["configuration"]["chunk_shape"][0])
+    return Damage(CHUNKS_MISSING, slots=frozenset(c[0] * per_shard for c in lost))
+
+
+def _is_top(path: str) -> bool:
+    """A volume or stack array (`volumes/case1`), not an array inside a sample group."""
+    group, _, name = path.partition("/")
+    return group in (VOLUMES, STACKS) and bool(name) and "/" not in name
+
+
+def _index_sources(store: Location) -> dict[str, str]:
+    """The arrays the store's own index names, each with its item's source ("" for a stack, which holds many)."""
+    try:
+        index = StoreIndex.decode(json.loads((store / "zarr.json").read_bytes()).get("attributes", {}).get(INDEX_KEY),
+                                  where=str(store))
+    except (OSError, ValueError, AttributeError):
+        return {}  # no index yet (a first run), or one a run did not finish: it is written again at the end
+    out: dict[str, str] = {}
+    for item in index.items:
+        if _is_top(item.array):
+            out[item.array] = item.source if item.slot is None else ""
+    return out
