@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from .errors import UsageError
 from .ids import normalize_id
 from .spec import ItemsSpec
 
@@ -36,6 +37,7 @@ class FileEntry:
     size: int
     outside: str | None = None  # where a symlink escaping raw points; such a file is never read
     special: str | None = None  # not a regular file (FIFO, socket, device, symlink loop, dangling symlink): never read
+    unreadable: str | None = None  # the OS error listing this folder or stat-ing this file: nothing of it is read
     alias_of: str | None = None  # the file whose name equals this one's after NFC normalisation
 
 
@@ -53,10 +55,23 @@ class Candidate:
 
 
 def walk(raw: Path) -> tuple[FileEntry, ...]:
-    """List every file under `raw`, sorted by NFC relative path; symlinks are resolved, not followed out."""
+    """List every file under `raw`, sorted by NFC relative path; symlinks are resolved, not followed out.
+
+    A folder below raw that cannot be listed is one entry (`unreadable`), so the manifest says what was not
+    seen; raw itself unlistable is a `UsageError`.
+    """
     root = raw.resolve()
     entries: list[FileEntry] = []
-    for dirpath, dirnames, filenames in os.walk(raw, followlinks=False):
+
+    def unlistable(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else raw
+        if where == raw:
+            raise UsageError(f"{raw}: cannot list the delivery folder: {exc.strerror}",
+                             "check the [delivery] raw path and that this user may read it") from exc
+        entries.append(FileEntry(_rel(where, raw) + "/", where, 0,
+                                 unreadable=f"cannot list the folder: {exc.strerror}"))
+
+    for dirpath, dirnames, filenames in os.walk(raw, followlinks=False, onerror=unlistable):
         here = Path(dirpath)
         for name in list(dirnames):
             link = here / name
@@ -84,7 +99,7 @@ def _entry(path: Path, raw: Path, root: Path) -> FileEntry:
     try:
         st = path.stat()
     except OSError as exc:
-        return FileEntry(rel, path, 0, special=f"cannot stat: {exc.strerror}")
+        return FileEntry(rel, path, 0, unreadable=f"cannot stat the file: {exc.strerror}")
     if not stat.S_ISREG(st.st_mode):
         return FileEntry(rel, path, 0, special=_KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file"))
     return FileEntry(rel, path, st.st_size)

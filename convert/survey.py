@@ -20,7 +20,7 @@ __all__ = ["format_counts", "probe", "readable"]
 
 def readable(c: Candidate) -> bool:
     """A candidate `convert` would probe: not excluded, not a symlink out of raw, a regular file."""
-    return not c.excluded_by and not c.entry.outside and not c.entry.special
+    return not c.excluded_by and not c.entry.outside and not c.entry.special and not c.entry.unreadable
 
 
 def probe(candidates: Sequence[Candidate], readers: Sequence[Reader]) -> dict[str, Probe]:

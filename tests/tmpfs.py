@@ -1,4 +1,5 @@
-"""A real small filesystem for tests that need the store's disk to fill up or turn read-only (root only)."""
+"""Real filesystems for tests: a small tmpfs whose disk fills up or turns read-only, a folder that cannot be listed
+(root only)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,32 @@ def mounted_tmpfs(mount: Path, size: str) -> Iterator[Path]:
                           text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+UNLISTABLE = Path("/proc/1/map_files")  # listing it needs CAP_SYS_ADMIN in the initial namespace: EACCES even as root
+
+
+@contextmanager
+def unlistable_folder(mount: Path) -> Iterator[Path]:
+    """A real folder at `mount` whose listing fails with EACCES, even for root (a bind mount of UNLISTABLE);
+    skips where that cannot be made."""
+    mount.mkdir(parents=True, exist_ok=True)
+    try:
+        os.listdir(UNLISTABLE)
+        pytest.skip(f"{UNLISTABLE} is listable here")
+    except PermissionError:
+        pass
+    except OSError as exc:
+        pytest.skip(f"{UNLISTABLE}: {exc}")
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root")
+    done = subprocess.run(["mount", "--bind", str(UNLISTABLE), str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {done.stderr.strip()}")
     try:
         yield mount
     finally:

@@ -297,6 +297,9 @@ def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
     if c.entry.outside:
         return Row(item_id=item_id, status="rejected", source=c.rel, reason=Reason.PATH_OUTSIDE_RAW,
                    detail=f"symlink to {c.entry.outside}, outside raw {spec.delivery.raw}; not read")
+    if c.entry.unreadable:
+        return Row(item_id=item_id, status="rejected", source=c.rel, reason=Reason.CORRUPT_DATA,
+                   detail=f"{c.entry.unreadable}; not read")
     if c.entry.special:
         return Row(item_id=item_id, status="rejected", source=c.rel, reason=Reason.UNSUPPORTED_FORMAT,
                    detail=f"not a regular file: {c.entry.special}; not read")
