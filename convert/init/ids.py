@@ -2,10 +2,12 @@
 
 Each candidate is planned exactly as `convert` would plan it (`discover` then `plan`, with the
 probes already taken), so "distinct IDs for distinct files" is judged on items, not on files: a
-DICOM series is one item whatever its file names. The best candidate gives fewest contents a
-shared ID (`collisions.py`), then leaves fewest files without an ID, then rejects fewest rows
-before decoding (a pattern that names every DICOM slice its own item rejects them all as too
-short), then matches the most workbook IDs; ties go to the earlier candidate, the default first.
+DICOM series is one item whatever its file names. The best candidate loses fewest items: files
+left without an ID (rejected id_unmatched) plus contents merged into another's ID (kept, but
+stored as `<id>~n` under one label: `plan/collisions.py`). Then it gives fewest contents a shared
+ID, leaves fewest files without an ID, rejects fewest rows before decoding (a pattern that names
+every DICOM slice its own item rejects them all as too short), and matches the most workbook IDs;
+ties go to the earlier candidate, the default first.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ class IdTrial:
     rejected: int  # rows rejected before decoding (an ID split that leaves series too short shows here)
 
     @property
+    def lost(self) -> int:
+        """Files left without an ID, plus contents beyond the first under each shared ID."""
+        return self.unmatched + self.colliding - len(self.collisions)
+
+    @property
     def colliding(self) -> int:
         """Contents that share an ID with another content."""
         return sum(c.contents for c in self.collisions)
@@ -82,4 +89,5 @@ def try_pattern(spec: Spec, pattern: Pattern, normalize: tuple[str, ...], entrie
 def best_trial(trials: Sequence[IdTrial], matches: Sequence[int]) -> int:
     """Index of the best trial (module docstring); `matches[i]`: workbook IDs trial i matches."""
     return min(range(len(trials)),
-               key=lambda i: (trials[i].colliding, trials[i].unmatched, trials[i].rejected, -matches[i], i))
+               key=lambda i: (trials[i].lost, trials[i].colliding, trials[i].unmatched, trials[i].rejected,
+                              -matches[i], i))
