@@ -113,7 +113,7 @@ class LabelsSpec:
 @dataclass(frozen=True, slots=True)
 class StoreSpec:
     """How volumes are stored; the defaults are what `make bench` measured fastest for random 64³ patch reads
-    (README.md, Training: "Why these defaults")."""
+    (docs/benchmarks.md, "Read path and store layout")."""
 
     chunks: tuple[int, int, int] = (32, 32, 32)
     shards: tuple[int, int, int] | None = (256, 256, 128)  # default: chunks x (8, 8, 4); None: a file per chunk
@@ -284,7 +284,7 @@ def load_spec(path: Path, *, root: Path | None = None) -> Spec:
         doc = tomllib.loads(blob.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{where}: not valid TOML: {exc}",
-                         "fix the syntax; see README.md for a complete example") from exc
+                         "fix the syntax; docs/spec.md has a complete example") from exc
 
     sections = {"delivery", "dicom", "items", "labels", "masks", "run", "store", "validate"}
     for name, value in doc.items():

@@ -65,7 +65,7 @@ class ChecksumError(Exception):
         inside = f" in shard {shard!r}" if shard is not None else ""
         of_item = f" (item {item})" if item is not None else ""
         super().__init__(f"{where}: array {array!r}{of_item}: {what}{inside}: {detail}; the stored bytes are "
-                         f"damaged: run `labzarr verify` on the store, then convert the item again")
+                         f"damaged: `labzarr verify --repair SPEC` converts the damaged items again")
         self.where, self.array, self.item = where, array, item
         self.chunk, self.shard, self.detail = chunk, shard, detail
 

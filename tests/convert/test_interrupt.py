@@ -96,7 +96,7 @@ def _last_line(out: bytes) -> bytes:
 
 @pytest.mark.parametrize(("after", "delay"), [
     (None, 0.2),  # while the command is still importing
-    (None, 1.0),  # while the cluster starts
+    pytest.param(None, 1.0, marks=pytest.mark.slow),  # while the cluster starts (make stress)
     (b"converting", 0.3),  # while the workers convert
 ], ids=["importing", "cluster-starting", "converting"])
 def test_ctrl_c_prints_one_line_and_a_rerun_resumes(tmp_path: Path, after: bytes | None, delay: float) -> None:

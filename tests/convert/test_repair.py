@@ -187,6 +187,7 @@ def test_a_shard_left_empty_on_purpose_is_no_damage(tmp_path: Path, scheduler: s
 # --- a store at a URL --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a moto S3 server and two conversions on it: make stress; the folder cases above run always
 def test_convert_repairs_a_url_store(s3: object, tmp_path: Path) -> None:
     url = "s3://labzarr/repair.zarr"
     raw = write_demo(tmp_path / "raw" / "demo")
