@@ -125,6 +125,11 @@ class FolderTransport:
                 os.close(fd)
         self._fds = {}
 
+    def __del__(self) -> None:
+        # Descriptors are plain ints, which nothing else closes: a transport dropped without close() (a reader
+        # that goes out of scope) would otherwise keep its files open for the life of the process.
+        self.close()
+
     def __getstate__(self) -> dict[str, Any]:
         return {"root": self.root, "max_open": self.max_open}
 
@@ -207,6 +212,9 @@ class ZipTransport:
         if self._fd is not None and self._pid == os.getpid():
             os.close(self._fd)
         self._fd, self._members = None, None
+
+    def __del__(self) -> None:
+        self.close()  # as for FolderTransport
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path}

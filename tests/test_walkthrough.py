@@ -15,7 +15,6 @@ import fcntl
 import os
 import pty
 import re
-import select
 import shutil
 import signal
 import struct
@@ -28,6 +27,7 @@ from pathlib import Path
 import nibabel as nib
 
 from .dicom_data import CT5N, copy_files
+from .ptys import readable
 from .workbooks import Entry, lab_workbook, save
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def _interrupted_on_pty(cmd: str, cwd: Path, *, once: bytes) -> tuple[int, bytes
         if not sent and once in out:
             os.killpg(pid, signal.SIGINT)
             sent = True
-        if select.select([fd], [], [], 0.05)[0]:
+        if readable(fd, 0.05):
             try:
                 chunk = os.read(fd, 65536)
             except OSError:

@@ -10,7 +10,6 @@ import json
 import os
 import pty
 import re
-import select
 import socket
 import struct
 import subprocess
@@ -28,6 +27,7 @@ from labzarr.convert.demo import write_spec
 from labzarr.convert.progress import ProgressEvent
 
 from ..conftest import Delivery, make_delivery
+from ..ptys import readable
 
 _ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
 
@@ -46,8 +46,7 @@ def _run_on_pty(argv: list[str], timeout: float = 240) -> tuple[int, str]:
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
+            if readable(master, 0.5):
                 try:
                     data = os.read(master, 65536)
                 except OSError:  # EIO: every process holding the terminal has exited

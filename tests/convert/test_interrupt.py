@@ -10,7 +10,6 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
-import select
 import signal
 import struct
 import sys
@@ -24,6 +23,8 @@ import psutil
 import pytest
 
 from labzarr.convert.demo import write_demo
+
+from ..ptys import readable
 
 LABZARR = str(Path(sys.executable).with_name("labzarr"))
 INTERRUPTED = b"labzarr: interrupted; rerun the same command to resume"
@@ -58,8 +59,7 @@ def _run_on_pty(args: list[str], cwd: Path, *, interrupt_after: bytes | None, de
         if not sent and armed is not None and time.monotonic() >= armed:
             os.killpg(pid, signal.SIGINT)
             sent = True
-        ready, _, _ = select.select([fd], [], [], 0.05)
-        if ready:
+        if readable(fd, 0.05):
             try:
                 chunk = os.read(fd, 65536)
             except OSError:  # EIO: the child closed the pty

@@ -7,7 +7,6 @@ import fcntl
 import os
 import pty
 import re
-import select
 import struct
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from labzarr.convert.progress import ProgressEvent
 from labzarr.convert.run.slab_progress import ByteCount, SlabEvent
 
 from ..conftest import make_delivery
+from ..ptys import readable
 
 SHAPE = (256, 256, 512)  # int16: 64 MiB, streamed in z
 # 32-plane shards: the volume streams as 16 slabs of 4 MiB (write_spec's default gives 4 of 16 MiB).
@@ -137,8 +137,7 @@ def _run_on_pty(argv: list[str], columns: int, timeout: float = 120) -> tuple[in
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
+            if readable(master, 0.5):
                 try:
                     data = os.read(master, 65536)
                 except OSError:  # EIO: every process holding the terminal has exited
