@@ -1,8 +1,9 @@
 """`labzarr check`: what a conversion would do with a delivery, before anything is decoded.
 
 The items with their files per ID, ID collisions (one ID on distinct contents), the label
-join (matches, workbook IDs matching no item, unlabelled items) and the absolute paths a
-run reads and writes. `check_delivery` is the I/O (walk, probe in this process, read the
+join (matches, workbook IDs matching no item, unlabelled items), with `[splits]` each item's
+split and the leakage audit (by file sha256 and what the store already holds), and the
+absolute paths a run reads and writes. `check_delivery` is the I/O (walk, probe in this process, read the
 workbook, read what the store records); the report is frozen data and `describe` is pure.
 
 A row here is what the plan knows: an item to convert is `ok` until decoding says
@@ -20,7 +21,7 @@ from typing import Any, Literal
 from labzarr.readers import readers_with
 from labzarr.store import UrlStore
 
-from .console import collision_lines
+from .console import collision_lines, split_lines
 from .discover import discover, walk
 from .labels import join_labels, load_labels, workbook_rel
 from .manifest import Row
@@ -68,6 +69,7 @@ class CheckReport:
     planned: tuple[Planned, ...]
     collisions: tuple[IdCollision, ...]
     labels: Mapping[str, Any] = field(default_factory=dict)
+    splits: Mapping[str, Any] = field(default_factory=dict)  # the summary's `splits`, with [splits]
 
     def describe(self, *, limit: int = 200) -> str:
         """The report for a terminal; `limit` rows listed (0 for all)."""
@@ -87,6 +89,8 @@ class CheckReport:
                                            indent="")]
         if self.labels:
             lines += ["", *self._label_lines()]
+        if self.splits:
+            lines += ["", *split_lines(self.splits, limit=limit, indent="")]
         return "\n".join(lines)
 
     def _paths(self) -> list[str]:
@@ -126,7 +130,8 @@ def _line(p: Planned) -> str:
     where = r.group or r.array
     arrow = (f" -> {where}" + (f"[{r.slot}]" if r.slot is not None else "")) if r.status == "ok" and where else ""
     why = f"  ({r.reason.value + ': ' if r.reason else ''}{r.detail})" if r.status != "ok" and r.detail else ""
-    return f"  {r.item_id or '-':<16} {fate:<9} {r.kind or '':<6} {r.source}{files}{arrow}{why}"
+    split = f"  [{r.split if r.fold is None else f'fold {r.fold}'}]" if r.split else ""
+    return f"  {r.item_id or '-':<16} {fate:<9} {r.kind or '':<6} {r.source}{files}{arrow}{split}{why}"
 
 
 def check_delivery(spec_path: Path, *, root: Path | None = None) -> CheckReport:
@@ -148,6 +153,13 @@ def check_delivery(spec_path: Path, *, root: Path | None = None) -> CheckReport:
                              workbook=workbook_rel(spec))
         planned = [replace(p, row=r) for p, r in zip(planned, joined.rows)]
         labels = joined.summary
+    splits: dict[str, Any] = {}
+    if spec.splits is not None:
+        from .run.split_step import split_rows  # reads the committed manifest and the store's content hashes
+
+        assigned = split_rows(spec, [p.row for p in planned], spec.delivery.store)
+        planned = [replace(p, row=r) for p, r in zip(planned, assigned.rows)]
+        splits = assigned.summary
     return CheckReport(spec=spec, plan=the_plan, formats=format_counts(candidates, probes),
                        headline=the_plan.describe().split("\n", 1)[0], planned=tuple(planned),
-                       collisions=find_collisions([p.row for p in planned]), labels=labels)
+                       collisions=find_collisions([p.row for p in planned]), labels=labels, splits=splits)

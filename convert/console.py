@@ -23,7 +23,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .progress import Phase, Progress, ProgressEvent
 
-__all__ = ["BarProgress", "LineProgress", "collision_lines", "progress_display", "summary_table"]
+__all__ = ["BarProgress", "LineProgress", "collision_lines", "progress_display", "split_lines", "summary_table"]
 
 _VERB: Mapping[Phase, tuple[str, str]] = {"probe": ("probing", "files"), "convert": ("converting", "items")}
 
@@ -152,6 +152,8 @@ def summary_table(summary: Mapping[str, Any], run_log: Mapping[str, Any]) -> str
         lines += ["", *collision_lines(summary["id_collisions"], more="all in summary.json id_collisions")]
     if summary.get("label_workbook"):
         lines += ["", *_label_lines(summary)]
+    if summary.get("splits"):
+        lines += ["", *split_lines(summary["splits"])]
     phases = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in t.items() if k != "total_s")
     run = run_log.get("run")
     if run is not None:  # incremental runs: what this run decoded, what it reused from the store
@@ -200,4 +202,26 @@ def collision_lines(entries: Sequence[Mapping[str, Any]], *, limit: int = 5, mor
         lines.append(f"{indent}  {e['id']!r}: {e['contents']} contents: {files}")
     if len(shown) < len(entries):
         lines.append(f"{indent}  and {len(entries) - len(shown):,} more IDs" + (f" ({more})" if more else ""))
+    return lines
+
+
+_LEAK_WHAT = {"group_in_several_splits": "group {key!r} is pinned to several splits",
+              "content_in_several_splits": "one content ({key:.30}...) is in several splits",
+              "stratum_disagrees": "group {key!r} disagrees on the stratification label"}
+
+
+def split_lines(splits: Mapping[str, Any], *, limit: int = 5, indent: str = "  ") -> list[str]:
+    """The split sizes (groups and items per split or fold), then a warning for each leakage finding (up to
+    `limit`, 0 for all; summary.json `splits.leakage` lists all)."""
+    sizes = ", ".join(f"{name} {n['groups']:,} groups / {n['items']:,} items" for name, n in splits["sizes"].items())
+    lines = [f"{indent}splits: {sizes}"]
+    leaks = splits.get("leakage", [])
+    for leak in leaks if limit <= 0 else leaks[:limit]:
+        what = _LEAK_WHAT[leak["kind"]].format(key=leak["key"])
+        shown = ", ".join(f"{i['item_id']} = {i['where']!r}" if leak["kind"] == "stratum_disagrees"
+                          else f"{i['item_id']} in {i['where']}" for i in leak["items"][:_FILES_SHOWN])
+        tail = f"; rejected split_leakage: {', '.join(leak['rejected'])}" if leak["rejected"] else ""
+        lines.append(f"{indent}warning: [splits] {what}: {shown}{tail}")
+    if 0 < limit < len(leaks):
+        lines.append(f"{indent}  and {len(leaks) - limit:,} more in summary.json splits.leakage")
     return lines

@@ -18,7 +18,7 @@ from labzarr.readers import Reason
 from labzarr.store.folder import atomic_write  # re-exported: the manifest, summary and report are written whole
 
 __all__ = ["BASE_COLUMNS", "ClassCount", "RoleSource", "Row", "Status", "atomic_write", "manifest_bytes",
-           "read_manifest", "role_columns", "sort_rows", "summary_json"]
+           "read_manifest", "role_columns", "sort_rows", "split_columns", "summary_json"]
 
 Status = Literal["ok", "rejected", "ignored"]
 
@@ -74,6 +74,11 @@ class Row:
     roles: tuple[RoleSource, ...] = ()  # a sample's files by role (spec order); columns role.<name>[.sha256]
     classes: tuple[ClassCount, ...] = ()  # a sample's mask classes, ascending; column `classes`
     group: str = ""  # a sample's group in the store (its role arrays live under it); not a column
+    # With [splits] (convert/plan/splits.py), decided afresh on every run like labels: what is never split
+    # (column `split_group`), the split, and the fold (with `folds`; None for a held-out test item).
+    split_group: str = ""
+    split: str = ""
+    fold: int | None = None
 
     def rejected(self, reason: Reason, detail: str) -> Row:
         """The same row, turned into a rejection (its array, if any, is no longer part of the store)."""
@@ -108,28 +113,42 @@ def role_columns(role_names: Sequence[str]) -> list[str]:
     return [*(c for n in role_names for c in (f"role.{n}", f"role.{n}.sha256")), "classes"]
 
 
-def _cells(index: int, row: Row, label_names: Sequence[str], role_names: Sequence[str] = ()) -> list[str]:
+def split_columns(folds: bool) -> list[str]:
+    """The columns a delivery with `[splits]` adds: the group never split, the split, and with folds the fold."""
+    return ["split_group", "split", *(["fold"] if folds else [])]
+
+
+def _split_cells(row: Row, columns: Sequence[str]) -> list[str]:
+    cells = {"split_group": row.split_group, "split": row.split, "fold": "" if row.fold is None else str(row.fold)}
+    return [cells[c] for c in columns]
+
+
+def _cells(index: int, row: Row, label_names: Sequence[str], role_names: Sequence[str] = (),
+           splits: Sequence[str] = ()) -> list[str]:
     labels = dict(row.labels)
     return [
         str(index), row.item_id, row.status, row.reason.value if row.reason else "", row.detail, row.kind,
         row.source, str(row.n_files), row.sha256, "x".join(map(str, row.shape)), row.dtype,
         "x".join(map(_fmt_float, row.spacing)), row.orientation, row.array,
         "" if row.slot is None else str(row.slot), "; ".join(row.warnings), *_role_cells(row, role_names),
-        *(labels.get(name, "") for name in label_names), row.label_source,
+        *_split_cells(row, splits), *(labels.get(name, "") for name in label_names), row.label_source,
     ]
 
 
-def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str], role_names: Sequence[str] = ()) -> bytes:
+def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str], role_names: Sequence[str] = (),
+                   splits: Sequence[str] = ()) -> bytes:
     """The CSV for `rows` (already in manifest order); `index` is the row's position.
 
     With `role_names` (a delivery of samples), each role's source and sha256 and the mask's
-    class voxel counts (`classes`, "value:voxels" pairs) follow the base columns.
+    class voxel counts (`classes`, "value:voxels" pairs) follow the base columns; then the
+    `splits` columns (`split_columns`), the labels and `label_source`.
     """
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([*BASE_COLUMNS, *role_columns(role_names), *(f"label.{n}" for n in label_names), "label_source"])
+    w.writerow([*BASE_COLUMNS, *role_columns(role_names), *splits, *(f"label.{n}" for n in label_names),
+                "label_source"])
     for i, row in enumerate(rows):
-        w.writerow(_cells(i, row, label_names, role_names))
+        w.writerow(_cells(i, row, label_names, role_names, splits))
     return buf.getvalue().encode("utf-8")
 
 

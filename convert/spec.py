@@ -35,7 +35,9 @@ __all__ = [
     "NORMALIZERS",
     "RolePattern",
     "RunSpec",
+    "SPLIT_NAMES",
     "Spec",
+    "SplitsSpec",
     "StoreSpec",
     "ValidateSpec",
     "load_spec",
@@ -172,6 +174,34 @@ class DicomSpec:
                            orientation_tolerance=self.orientation_tolerance, gantry_tilt=self.gantry_tilt)
 
 
+SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")  # `[splits]` fraction keys, in the order splits are listed
+
+
+@dataclass(frozen=True, slots=True)
+class SplitsSpec:
+    """How items are assigned to train/val/test or to folds (`[splits]`, convert/plan/splits.py).
+
+    `fractions` are the splits' shares of the groups, in `SPLIT_NAMES` order; with `folds`, the groups
+    not held out as `test` are dealt into `folds` folds (their split is `train`). `group` is what is never
+    split: `""` for the item ID, else a named group of `[items] id_pattern` (`group_from` "pattern") or a
+    `[labels]` column (`group_from` "label").
+    """
+
+    fractions: tuple[tuple[str, float], ...] = ()
+    folds: int = 0
+    group: str = ""
+    group_from: Literal["id", "pattern", "label"] = "id"
+    stratify: str = ""  # a [labels] column; "" for none
+    pinned: str = ""  # a [labels] column whose values pin an item's split by hand; "" for none
+    seed: int = 0
+    leakage: Literal["reject", "warn"] = "reject"
+
+    def settings(self) -> dict[str, object]:
+        """What shapes the assignment, as JSON: a rerun under other settings assigns every group afresh."""
+        return {"fractions": dict(self.fractions), "folds": self.folds, "group": self.group,
+                "stratify": self.stratify, "seed": self.seed}
+
+
 @dataclass(frozen=True, slots=True)
 class Spec:
     """A validated delivery spec; `path` is the TOML file, `sha256` its bytes' hash, `root` the folder its
@@ -188,6 +218,7 @@ class Spec:
     dicom: DicomSpec = DicomSpec()
     masks: MasksSpec = MasksSpec()
     run: RunSpec = field(default_factory=RunSpec)
+    splits: SplitsSpec | None = None
 
     @property
     def manifest_dir(self) -> Path:
@@ -286,7 +317,7 @@ def load_spec(path: Path, *, root: Path | None = None) -> Spec:
         raise UsageError(f"{where}: not valid TOML: {exc}",
                          "fix the syntax; docs/spec.md has a complete example") from exc
 
-    sections = {"delivery", "dicom", "items", "labels", "masks", "run", "store", "validate"}
+    sections = {"delivery", "dicom", "items", "labels", "masks", "run", "splits", "store", "validate"}
     for name, value in doc.items():
         if name not in sections:
             raise UsageError(f"{where}: unknown section [{name}]", _did_you_mean(name, sections, "allowed sections"))
@@ -300,6 +331,7 @@ def load_spec(path: Path, *, root: Path | None = None) -> Spec:
     if "masks" in doc and MASK_ROLE not in dict(items.roles):
         raise UsageError(f"{where}: [masks] is set but [items] roles has no {MASK_ROLE!r} role",
                          'add e.g. roles = { image = "*_img*", mask = "*_seg*" } to [items], or drop [masks]')
+    splits = _splits(_Table(where, "splits", doc["splits"]), items, labels) if "splits" in doc else None
     return Spec(
         path=path,
         sha256=hashlib.sha256(blob).hexdigest(),
@@ -312,6 +344,7 @@ def load_spec(path: Path, *, root: Path | None = None) -> Spec:
         dicom=_dicom(_Table(where, "dicom", doc.get("dicom", {}))),
         masks=_masks(_Table(where, "masks", doc.get("masks", {}))),
         run=_run(_Table(where, "run", doc.get("run", {}))),
+        splits=splits,
     )
 
 
@@ -578,3 +611,60 @@ def _labels(t: _Table, raw: Path) -> LabelsSpec:
                       conflict=cast(Literal["reject", "warn"], conflict),
                       limits=WorkbookLimits(max_unzipped_bytes=max_unzipped, max_compression_ratio=max_ratio,
                                             max_members=defaults.max_members))
+
+
+def _splits(t: _Table, items: ItemsSpec, labels: LabelsSpec | None) -> SplitsSpec:
+    """`[splits]`: fractions (`train`, `val`, `test`) summing to 1, or `folds` (with an optional `test`)."""
+    given: dict[str, float] = {}
+    for name in SPLIT_NAMES:
+        if name in t.data:
+            value = float(t.take(name, (int, float), what="a fraction, e.g. 0.8"))
+            t.check(name, value, lambda v: 0 < v <= 1, "must be > 0 and <= 1", f"e.g. {name} = 0.1, or drop the key")
+            given[name] = value
+        else:
+            t.known.append(name)
+    folds = t.take("folds", int, 0, what="a number of folds >= 2, e.g. 5")
+    if folds:
+        t.check("folds", folds, lambda v: v >= 2, "must be >= 2", "e.g. folds = 5, or drop it for train/val/test")
+        extra = sorted(set(given) - {"test"})
+        if extra:
+            raise t.fail(extra[0], given[extra[0]], "with folds, every fold is in turn the validation set",
+                         "drop train and val; keep test = ... to hold a test set out of the folds")
+        if given.get("test", 0) >= 1:
+            raise t.fail("test", given["test"], "with folds, must be < 1", "e.g. test = 0.2")
+    elif not given:
+        raise UsageError(f"{t.where}: [splits] has neither fractions nor folds",
+                         "add e.g. train = 0.8, val = 0.1, test = 0.1, or folds = 5")
+    elif abs(sum(given.values()) - 1) > 1e-9:
+        raise t.fail(" + ".join(given), round(sum(given.values()), 9), "the fractions must sum to 1",
+                     "e.g. train = 0.8, val = 0.1, test = 0.1")
+    columns = tuple(labels.columns) if labels is not None else ()
+    where_columns = f"[labels] columns: {', '.join(columns)}" if columns else "no [labels] columns"
+    group = t.take("group", str, "", what="a named group of [items] id_pattern or a [labels] column")
+    pattern_groups = [g for g in re.compile(items.id_pattern).groupindex if g != "id"]
+    group_from: Literal["id", "pattern", "label"] = "id"
+    if group in ("", "id"):
+        group = ""
+    elif group in pattern_groups:
+        group_from = "pattern"
+    elif group in columns:
+        group_from = "label"
+    else:
+        groups = f"its groups: {', '.join(pattern_groups)}" if pattern_groups else "it has no group besides id"
+        raise t.fail("group", group, f"neither a named group of [items] id_pattern ({groups}) nor a column "
+                     f"({where_columns})",
+                     "name a group of id_pattern, e.g. '(?P<patient>P\\d+)_(?P<id>.+)', or a [labels] column")
+    stratify = t.take("stratify", str, "", what="a [labels] column")
+    pinned = t.take("pinned", str, "", what="a [labels] column holding train/val/test")
+    for key, column in (("stratify", stratify), ("pinned", pinned)):
+        if column and column not in columns:
+            raise t.fail(key, column, f"not a [labels] column ({where_columns})",
+                         "add the column to [labels] columns, or name one of those")
+    seed = t.take("seed", int, 0, what="an integer >= 0")
+    t.check("seed", seed, lambda v: v >= 0, "must be >= 0", "e.g. seed = 0")
+    leakage = t.take("leakage", str, "reject", what='"reject" or "warn"')
+    t.check("leakage", leakage, lambda v: v in ("reject", "warn"), 'allowed: "reject" | "warn"',
+            'use "reject" (default: a leaking copy is rejected split_leakage) or "warn"')
+    t.done()
+    return SplitsSpec(fractions=tuple(given.items()), folds=folds, group=group, group_from=group_from,
+                      stratify=stratify, pinned=pinned, seed=seed, leakage=cast(Literal["reject", "warn"], leakage))

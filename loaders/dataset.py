@@ -28,6 +28,7 @@ from labzarr.store import IndexItem, class_names, read_index, store_location
 from ._regions import Region, centered_origin, grid_axis, random_origin, region
 from .options import ReadOptions
 from .samplers import StratifiedSampler
+from .selection import Selection
 
 __all__ = ["Mode", "PatchDataset", "Sample"]
 
@@ -86,6 +87,24 @@ class PatchDataset(Dataset[Sample]):
         Relative weight of each foreground class when choosing the one to centre on; classes
         missing from the mapping get weight 0. Default: every present class alike.
 
+    The items to use are selected at construction, from the store's index alone (no voxel is read);
+    ``items``, ``len``, ``classes``, the samplers and grid mode all follow the selection, while the class
+    mapping comes from the whole store, so a train and a val dataset number their classes alike:
+
+    split:
+        Only the items of this split (``"train"``, ``"val"``, ``"test"``; the spec's ``[splits]``).
+    fold, holdout:
+        With ``[splits] folds``: ``holdout=True`` gives fold `fold`'s validation items, ``holdout=False``
+        its training items (every other fold); held-out test items are in neither.
+    items:
+        Only these item IDs.
+    where:
+        A mapping of a label name (or ``kind``, ``split``, ``fold``, ``group``, ``dtype``) to its allowed
+        value or values, e.g. ``{"diagnosis": ["tumour", "cyst"]}``; or a callable taking an `IndexItem`
+        and returning whether to keep it.
+    kind:
+        ``"volume"`` (3 spatial axes) or ``"image"`` (2), for a store that holds both.
+
     Raises
     ------
     FileNotFoundError, ValueError
@@ -97,10 +116,16 @@ class PatchDataset(Dataset[Sample]):
                  label: str | None = None, seed: int = 0, mode: Mode = "random", overlap: int | Sequence[int] = 0,
                  pad_value: float = 0, transform: Transform | None = None, classes: Sequence[str] | None = None,
                  read: ReadOptions = ReadOptions(), roles: Sequence[str] = ("image",), foreground: float = 0.0,
-                 class_weights: Mapping[int, float] | None = None) -> None:
+                 class_weights: Mapping[int, float] | None = None, split: str | None = None,
+                 fold: int | None = None, holdout: bool | None = None, items: Sequence[str] | None = None,
+                 where: Mapping[str, object] | Callable[[IndexItem], bool] | None = None,
+                 kind: Literal["volume", "image"] | None = None) -> None:
         self.store = store_location(store)
         index = read_index(self.store, read.storage_options)
-        self.attrs, self.items = index.attrs(), index.items
+        self.attrs, self.store_items = index.attrs(), index.items
+        self.selection = Selection(split=split, fold=fold, holdout=holdout,
+                                   items=None if items is None else tuple(items), where=where, kind=kind)
+        self.items = self.selection.apply(self.store_items, where=f"PatchDataset({self.store})")
         self.patch_size = None if patch_size is None else tuple(int(p) for p in patch_size)
         self.patches_per_item, self.seed, self.mode, self.pad_value = patches_per_item, seed, mode, pad_value
         self.transform, self.read_options, self.label = transform, read, label
@@ -181,7 +206,9 @@ class PatchDataset(Dataset[Sample]):
             raise ValueError(f"PatchDataset({self.store}): label {label!r} is missing for {len(missing)} item(s) "
                              f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); labels in the "
                              f"store: {', '.join(known) or 'none'}")
-        names = tuple(classes) if classes is not None else class_names(values)
+        # From the whole store, not the selection: a split lacking a class still numbers the others alike.
+        names = tuple(classes) if classes is not None else class_names(
+            v for item in self.store_items if (v := item.labels.get(label, "")))
         index = {name: k for k, name in enumerate(names)}
         if len(index) != len(names):
             raise ValueError(f"PatchDataset({self.store}): classes = {list(names)} has duplicates")
@@ -331,4 +358,4 @@ class PatchDataset(Dataset[Sample]):
     def __repr__(self) -> str:
         return (f"PatchDataset({str(self.store)!r}, patch_size={self.patch_size}, mode={self.mode!r}, "
                 f"items={len(self.items)}, len={len(self)}, label={self.label!r}, seed={self.seed}, "
-                f"epoch={self.epoch})")
+                f"epoch={self.epoch}{self.selection.describe()})")

@@ -35,6 +35,7 @@ class Reason(StrEnum):
     PATH_OUTSIDE_RAW = "path_outside_raw"
     MISSING_ROLE = "missing_role"
     GEOMETRY_MISMATCH = "geometry_mismatch"
+    SPLIT_LEAKAGE = "split_leakage"
 
 
 class Rejected(Exception):

@@ -45,6 +45,8 @@ class IndexItem:
 
     A sample (a delivery with ``[items] roles``) also has `roles` (role -> array path, ``image``
     is `array`), and with a mask its `classes` and the `locations` array ((N, 3) canonical x, y, z).
+    With ``[splits]``, `split` (``"train"``, ``"val"``, ``"test"``), `fold` (with ``folds``; None for a
+    held-out test item) and `group` (what is never split: a patient, by default the item ID) are set.
     """
 
     item_id: str
@@ -59,6 +61,19 @@ class IndexItem:
     roles: Mapping[str, str] = field(default_factory=dict)
     classes: Mapping[int, ClassInfo] = field(default_factory=dict)
     locations: str | None = None
+    split: str = ""
+    fold: int | None = None
+    group: str = ""
+
+    @property
+    def spatial_axes(self) -> int:
+        """2 for an image, 3 for a volume (the shape is channels first)."""
+        return len(self.shape) - 1
+
+    @property
+    def split_group(self) -> str:
+        """The group a sampler keeps whole (`shard_by="group"`): `group`, or the item ID without splits."""
+        return self.group or self.item_id
 
     def role_array(self, role: str) -> str:
         """The array path of `role` (``image`` is the item's own array when the store has no roles)."""
@@ -83,6 +98,12 @@ class IndexItem:
                               for v, c in self.classes.items()}
         if self.locations is not None:
             out["locations"] = self.locations
+        if self.split:
+            out["split"] = self.split
+        if self.fold is not None:
+            out["fold"] = self.fold
+        if self.group:
+            out["group"] = self.group
         return out
 
     @classmethod
@@ -97,7 +118,9 @@ class IndexItem:
                    classes={int(v): ClassInfo(voxels=int(c["voxels"]), start=int(c["locations"][0]),
                                               stop=int(c["locations"][1]))
                             for v, c in d.get("classes", {}).items()},
-                   locations=None if d.get("locations") is None else str(d["locations"]))
+                   locations=None if d.get("locations") is None else str(d["locations"]),
+                   split=str(d.get("split", "")), fold=None if d.get("fold") is None else int(d["fold"]),
+                   group=str(d.get("group", "")))
 
 
 @dataclass(frozen=True, slots=True)

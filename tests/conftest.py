@@ -49,6 +49,17 @@ def converted_images(tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture(scope="session")
+def converted_cohort(tmp_path_factory: pytest.TempPathFactory, scheduler: str) -> Path:
+    """The cohort project of tests/cohort.py ([splits] by patient, stratified), converted once: its spec's path;
+    the store is `data/stores/cohort.zarr` under the project. Read-only for the tests that share it."""
+    from .cohort import project
+
+    spec = project(tmp_path_factory.mktemp("cohort"))
+    convert_delivery(spec, scheduler=scheduler)
+    return spec
+
+
+@pytest.fixture(scope="session")
 def dask_cluster() -> Iterator[object]:
     """One 2-worker cluster, started as `labzarr convert` starts its own, for the whole session: conversions
     that are not about the embedded cluster run on it (`scheduler`), saving a cluster start each."""

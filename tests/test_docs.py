@@ -262,6 +262,8 @@ class _Minimal:
             self.tables["labels"] = ['workbook = "labels.xlsx"']
         if section == "masks":
             self.tables["items"] = ['roles = { image = "*_img*", mask = "*_seg*" }']
+        if section == "splits":
+            self.tables["splits"] = ["train = 1"]  # a [splits] needs its fractions or folds
 
     def load(self, section: str = "", line: str = "", *, drop: str = "") -> object:
         tables = {name: [entry for entry in lines if not (name == section and entry.startswith(f"{drop} ="))]
@@ -272,7 +274,8 @@ class _Minimal:
         return dataclasses.replace(load_spec(self.path), sha256="")
 
 
-_NOT_A_LITERAL = {("items", "required_roles")}  # "every role in `roles`": no TOML value says it
+# "every role in `roles`", and a split's fraction (absent: no such split): no TOML value says them
+_NOT_A_LITERAL = {("items", "required_roles"), ("splits", "train"), ("splits", "val"), ("splits", "test")}
 
 
 def test_spec_md_names_every_key_and_its_default(tmp_path: Path) -> None:

@@ -162,10 +162,10 @@ def settings_fingerprint(spec: Spec, tool_version: str) -> str:
 
 
 def to_record(row: Row) -> dict[str, Any]:
-    """A JSON-able dict of a row's decoded fields (labels are joined afresh on every run, so left out)."""
+    """A JSON-able dict of a row's decoded fields (labels and splits are decided afresh on every run, so left out)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(Row):
-        if f.name in ("labels", "label_source"):
+        if f.name in ("labels", "label_source", "split_group", "split", "fold"):
             continue
         value = getattr(row, f.name)
         out[f.name] = value.value if isinstance(value, Reason) else _jsonable(value)

@@ -3,8 +3,8 @@
 Rows are matched by `source` (the file or series folder relative to raw): an
 item's ID, status, labels and content hash can all change between deliveries,
 its path is what a person recognises. Each changed item is listed once, in the
-first section that applies (status or reason, then label, then content), with
-its other changes named on the same line.
+first section that applies (status or reason, then label, then split, then
+content), with its other changes named on the same line.
 """
 
 from __future__ import annotations
@@ -54,11 +54,13 @@ class ManifestDiff:
     # (column, rows) pairs, and how many rows in all.
     other: tuple[tuple[str, int], ...] = ()
     other_rows: int = 0
+    splits: tuple[Change, ...] = ()  # a [splits] split or fold reassigned
 
     @property
     def empty(self) -> bool:
         """True when the two manifests hold the same rows (up to `index`)."""
-        return not (self.added or self.removed or self.status or self.labels or self.content or self.other_rows)
+        return not (self.added or self.removed or self.status or self.labels or self.splits or self.content
+                    or self.other_rows)
 
     def describe(self, *, limit: int = 50) -> str:
         """The readable report; each section shows at most `limit` items (0: all)."""
@@ -70,12 +72,13 @@ class ManifestDiff:
             return "\n".join([*lines, "", "no differences"])
         other = (f"other cells changed in {self.other_rows:,} rows: "
                  + ", ".join(f"{col} ({n:,})" for col, n in self.other) if self.other_rows else "")
-        if not (self.added or self.removed or self.status or self.labels or self.content):
-            return "\n".join([*lines, "", "no item added, removed, or changed in status, reason, labels or content",
+        if not (self.added or self.removed or self.status or self.labels or self.splits or self.content):
+            return "\n".join([*lines, "", "no item added, removed, or changed in status, reason, labels, split or "
+                              "content",
                               other])
         sections = [("added", "+", self.added), ("removed", "-", self.removed),
                     ("status or reason changed", "~", self.status), ("label changed", "~", self.labels),
-                    ("content changed", "~", self.content)]
+                    ("split changed", "~", self.splits), ("content changed", "~", self.content)]
         for title, mark, changes in sections:
             if not changes:
                 continue
@@ -104,6 +107,11 @@ def _hash_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
     return [c for c in cols if old.get(c, "") != new.get(c, "")]
 
 
+def _split(row: Mapping[str, str]) -> str:
+    """The row's split as a person reads it: `train`, `fold 2`, `test`; "" without [splits]."""
+    return f"fold {row['fold']}" if row.get("fold") else row.get("split", "")
+
+
 def _labels(row: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in row.items() if k.startswith("label.") and v}
 
@@ -119,7 +127,7 @@ def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, 
     """Compare two manifests given as rows of cells (as `read_manifest` returns them); no I/O."""
     a = {r["source"]: r for r in old}
     b = {r["source"]: r for r in new}
-    status, labels, content = [], [], []
+    status, labels, splits, content = [], [], [], []
     other: Counter[str] = Counter()
     other_rows = 0
     for src in sorted(a.keys() & b.keys()):
@@ -131,6 +139,7 @@ def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, 
             "classes changed": r0.get("classes", "") != r1.get("classes", ""),
             f"labels {changed_labels[0] or '-'} -> {changed_labels[1] or '-'}":
                 bool(changed_labels[0] or changed_labels[1]),
+            f"split {_split(r0) or '-'} -> {_split(r1) or '-'}": _split(r0) != _split(r1),
             f"id {r0['item_id'] or '-'} -> {r1['item_id'] or '-'}": r0["item_id"] != r1["item_id"],
         }
         item_id = r1["item_id"] or r0["item_id"]
@@ -140,6 +149,9 @@ def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, 
         elif changed_labels[0] or changed_labels[1]:
             also = tuple(k for k, v in notes.items() if v and not k.startswith("labels"))
             labels.append(Change(src, item_id, changed_labels[0] or "-", changed_labels[1] or "-", also))
+        elif _split(r0) != _split(r1):
+            also = tuple(k for k, v in notes.items() if v and not k.startswith("split"))
+            splits.append(Change(src, item_id, _split(r0) or "-", _split(r1) or "-", also))
         elif hashes:
             also = tuple(k for k, v in notes.items() if v and (k.startswith("id") or k.startswith("classes")))
             content.append(Change(src, item_id, "; ".join(f"{c} {r0.get(c, '')[:12] or '-'}" for c in hashes),
@@ -156,6 +168,7 @@ def diff_manifests(old: Sequence[Mapping[str, str]], new: Sequence[Mapping[str, 
         removed=tuple(Change(s, a[s]["item_id"], _state(a[s]), "") for s in sorted(a.keys() - b.keys())),
         status=tuple(status), labels=tuple(labels), content=tuple(content),
         other=tuple(sorted(other.items(), key=lambda kv: (-kv[1], kv[0]))), other_rows=other_rows,
+        splits=tuple(splits),
     )
 
 

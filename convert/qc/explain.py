@@ -32,4 +32,5 @@ EXPLAIN: Mapping[Reason, str] = MappingProxyType({
     Reason.PATH_OUTSIDE_RAW: "a symlink that leaves the delivery folder; never read",
     Reason.MISSING_ROLE: "an image without its mask, or a mask without its image",
     Reason.GEOMETRY_MISMATCH: "image and mask disagree on shape or position",
+    Reason.SPLIT_LEAKAGE: "a copy or group member that would put the same data in two splits",
 })

@@ -251,7 +251,10 @@ def write_report(spec: Path | str, *, root: Path | None = None, out: Path | None
             max_rows=_MAX_ROWS, mask_classes=_mask_classes(summary), unmatched=_unmatched(summary),
             workbook=summary.get("label_workbook"),
             unlabelled=[str(i) for i in summary.get("unlabelled_items") or []],
-            manifest_short=summary["manifest_sha256"][:12],
+            manifest_short=summary["manifest_sha256"][:12], splits=summary.get("splits"),
+            leak_what={"group_in_several_splits": "a group in several splits",
+                       "content_in_several_splits": "one content in several splits",
+                       "stratum_disagrees": "a group that disagrees on the stratification label"},
         )
         (tmp / "index.html").write_text(html, encoding="utf-8")
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a report is meant to be shared

@@ -36,7 +36,7 @@ from labzarr.store import Location, StoreIndex, UrlStore
 from ..discover import Candidate, discover, walk
 from ..errors import UsageError
 from ..labels import join_labels, load_labels, workbook_rel
-from ..manifest import Row, atomic_write, manifest_bytes, sort_rows, summary_json
+from ..manifest import Row, atomic_write, manifest_bytes, sort_rows, split_columns, summary_json
 from ..plan.build import VOLUMES, plan
 from ..plan.collisions import collision_summary, find_collisions
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
@@ -59,6 +59,7 @@ from ..write.stacks import install_stack, records_in_use, stage_stacks
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, sweep
 from .part_task import stage_split
 from .settings import TaskSettings
+from .split_step import split_rows
 from .supervise import Jobs, hang_report_after, run_tasks
 
 __all__ = ["Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery", "default_workers",
@@ -341,6 +342,10 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     if spec.labels is not None and labels is not None:
         joined = join_labels(rows, labels, spec.labels, spec.items.id_normalize, workbook=workbook_rel(spec))
         rows, label_names, label_summary = list(joined.rows), joined.names, joined.summary
+    splits: dict[str, Any] = {}
+    if spec.splits is not None:  # after the labels: a group, stratum or pin can come from the workbook
+        assigned = split_rows(spec, rows, store)
+        rows, splits = list(assigned.rows), {"splits": assigned.summary}
     # Arrays of items rejected only for their labels stay (outside the index): a corrected workbook
     # makes them ok next time without decoding them again; so do their stack slots.
     for stack in staged.values():
@@ -351,12 +356,13 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     planar = {r.source for r in decoded if r.slot is not None} | {i.source for s in the_plan.shards for i in s.items}
     write_outcomes(store, [r for r in decoded if r.source not in planar and not r.group], fingerprint)
     _write_array_labels(client, store, rows)
-    manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles])
+    manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles],
+                              split_columns(bool(spec.splits.folds)) if spec.splits is not None else ())
     manifest_sha = hashlib.sha256(manifest).hexdigest()
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
                                   tool_version=tool_version(), items=index_items(rows)))
     t_end = time.perf_counter()
-    summary = _summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows)
+    summary = _summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows) | splits
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
     run_log = {
         "delivery": spec.delivery.name,

@@ -87,7 +87,7 @@ def test_diff_names_other_changed_cells(tmp_path: Path) -> None:
     d = diff_manifests(read_manifest(_write(tmp_path / "a.csv", old)), read_manifest(_write(tmp_path / "b.csv", new)))
     assert not d.empty and d.other == (("array", 1), ("detail", 1), ("item_id", 1)) and d.other_rows == 2
     assert d.describe().splitlines()[-2:] == [
-        "no item added, removed, or changed in status, reason, labels or content",
+        "no item added, removed, or changed in status, reason, labels, split or content",
         "other cells changed in 2 rows: array (1), detail (1), item_id (1)"]
 
 

@@ -1,0 +1,102 @@
+"""PatchDataset's item selection (split, fold, items, where, kind) on the converted cohort store, which holds
+patients split train/val/test and mixes 3D volumes with two 2D images (tests/cohort.py)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from torch.utils.data import DataLoader
+
+from labzarr import open_store
+from labzarr.convert import convert_delivery
+from labzarr.loaders import PatchDataset, StratifiedSampler
+
+from ..cohort import project
+
+
+def _store(spec: Path) -> Path:
+    return spec.parents[2] / "data" / "stores" / "cohort.zarr"
+
+
+def _manifest(spec: Path) -> dict[str, dict[str, str]]:
+    with (spec.parent / "manifest.csv").open(newline="") as f:
+        return {r["item_id"]: r for r in csv.DictReader(f) if r["status"] == "ok"}
+
+
+def test_a_val_dataset_yields_no_patch_of_a_train_item(converted_cohort: Path) -> None:
+    rows = _manifest(converted_cohort)
+    val = PatchDataset(_store(converted_cohort), (4, 4, 4), split="val", kind="volume", patches_per_item=3)
+    expected = {i for i, r in rows.items() if r["split"] == "val" and r["shape"].count("x") == 3}
+    assert {i.item_id for i in val.items} == expected and len(val) == 3 * len(expected)
+    ids = [s["item_id"] for batch in DataLoader(val, batch_size=4, num_workers=2, collate_fn=list) for s in batch]
+    assert len(ids) == len(val) and set(ids) == expected
+    assert all(rows[i]["split"] != "train" for i in ids)
+
+
+def test_a_mixed_store_needs_kind_and_works_with_it(converted_cohort: Path) -> None:
+    store = _store(converted_cohort)
+    with pytest.raises(ValueError, match=r"item 'p901t1' has 2 spatial axes"):
+        PatchDataset(store, (4, 4, 4))
+    volumes = PatchDataset(store, (4, 4, 4), kind="volume")
+    images = PatchDataset(store, (6, 6), kind="image")
+    assert {i.item_id for i in images.items} == {"p901t1", "p902t1"}
+    assert len(volumes.items) + len(images.items) == len(open_store(store).items)
+    assert volumes[0]["image"].shape == (1, 4, 4, 4) and images[1]["image"].shape == (1, 6, 6)
+
+
+def test_items_and_where_select_exactly_what_they_say(converted_cohort: Path) -> None:
+    store, rows = _store(converted_cohort), _manifest(converted_cohort)
+    ds = PatchDataset(store, None, items=["p002t3", "p001t1"])
+    assert [i.item_id for i in ds.items] == ["p001t1", "p002t3"]  # index order, not the order given
+    tumour = PatchDataset(store, (4, 4, 4), where={"diagnosis": "tumour"}, kind="volume")
+    assert {i.item_id for i in tumour.items} == {i for i, r in rows.items() if r["label.diagnosis"] == "tumour"}
+    both = PatchDataset(store, None, where={"split": ["val", "test"], "group": ("p001", "p002", "p003")})
+    assert {i.item_id for i in both.items} == {i for i, r in rows.items() if r["split"] in ("val", "test")
+                                              and r["split_group"] in ("p001", "p002", "p003")}
+    late = PatchDataset(store, None, where=lambda item: item.item_id.endswith("t3"))
+    assert {i.item_id for i in late.items} == {i for i in rows if i.endswith("t3")}
+
+
+def test_classes_come_from_the_whole_store_and_the_sampler_follows_the_selection(converted_cohort: Path) -> None:
+    store = _store(converted_cohort)
+    full = PatchDataset(store, None, label="diagnosis")
+    train = PatchDataset(store, None, label="diagnosis", split="train", where={"diagnosis": "healthy"})
+    assert train.classes == full.classes == ("healthy", "tumour")
+    assert set(train.targets) == {0}
+    sampler = StratifiedSampler(train)
+    assert len(sampler) == len(train) and {k for _, k in sampler} <= set(range(len(train)))
+
+
+def test_a_selection_that_does_not_fit_the_store_says_why(converted_cohort: Path, labeled_store: Path) -> None:
+    store = _store(converted_cohort)
+    cases = [
+        (dict(split="train"), labeled_store, "the store has no splits; add [splits]"),
+        (dict(split="training"), store, "split = 'training'; the store's splits are test, train, val"),
+        (dict(fold=1, holdout=True), store, "the store has no folds"),
+        (dict(holdout=True), store, "holdout = True needs fold="),
+        (dict(items=["p001t1", "case7"]), store, "items names 1 ID(s) not among the store's ok items: 'case7'"),
+        (dict(where={"diagnosys": "x"}), store, "where= names 'diagnosys', which is neither a label"),
+        (dict(where={"diagnosis": "cyst"}), store, "keeps none of the store's"),
+    ]
+    for kwargs, where, needle in cases:
+        with pytest.raises(ValueError) as err:
+            PatchDataset(where, None, **kwargs)  # type: ignore[arg-type]
+        assert needle in str(err.value), (kwargs, str(err.value))
+
+
+def test_folds_select_validation_and_training_items(tmp_path: Path, scheduler: str) -> None:
+    spec = project(tmp_path, splits='folds = 3\ntest = 0.2\ngroup = "patient"\n')
+    convert_delivery(spec, scheduler=scheduler)
+    rows = _manifest(spec)
+    store = _store(spec)
+    with pytest.raises(ValueError, match="needs holdout=True"):
+        PatchDataset(store, None, fold=0)
+    for k in range(3):
+        val = {i.item_id for i in PatchDataset(store, None, fold=k, holdout=True).items}
+        train = {i.item_id for i in PatchDataset(store, None, fold=k, holdout=False).items}
+        assert val == {i for i, r in rows.items() if r["fold"] == str(k)}
+        assert train == {i for i, r in rows.items() if r["fold"] not in ("", str(k))}
+        assert not val & train and not {r["split_group"] for i, r in rows.items() if i in val} & \
+            {r["split_group"] for i, r in rows.items() if i in train}
