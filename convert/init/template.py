@@ -15,7 +15,17 @@ from typing import cast
 
 from labzarr.readers import ColumnRef, WorkbookLimits
 
-from ..spec import NORMALIZERS, DicomSpec, ItemsSpec, LabelsSpec, MasksSpec, RunSpec, StoreSpec, ValidateSpec
+from ..spec import (
+    NORMALIZERS,
+    DicomSpec,
+    ItemsSpec,
+    LabelsSpec,
+    MasksSpec,
+    RunSpec,
+    SplitsSpec,
+    StoreSpec,
+    ValidateSpec,
+)
 
 __all__ = ["Key", "LabelsChoice", "render", "toml_value"]
 
@@ -56,6 +66,15 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("masks", "policy"): "reject | warn: non-integer values or unexpected classes",
     ("masks", "tolerance"): "mm: spacing and affine entries of a role vs the image",
     ("masks", "locations"): "voxel locations kept per class per sample",
+    ("splits", "train"): "shares of the groups (train + val + test = 1); docs/spec.md#splits",
+    ("splits", "val"): "not with folds",
+    ("splits", "test"): "with folds: held out before the folds are dealt",
+    ("splits", "folds"): "instead of train/val: deal the groups into this many folds",
+    ("splits", "group"): "never split: a named group of id_pattern or a [labels] column; \"\": the item ID",
+    ("splits", "stratify"): "a [labels] column to balance across the splits",
+    ("splits", "pinned"): "a [labels] column pinning items by hand (train, val, test, or a fold number)",
+    ("splits", "seed"): "keys the hash that orders new groups",
+    ("splits", "leakage"): "reject | warn: a copy or group member that would sit in two splits",
     ("run", "item_timeout"): "seconds one item may take on a worker -> timeout",
     ("run", "crash_retries"): "further attempts after a worker dies on an item -> decoder_crash",
     ("run", "readers"): "extra readers \"module.path:Class\", tried before the built-in ones",
@@ -152,6 +171,9 @@ def render(*, name: str, raw: str, store: str, id_pattern: str, id_normalize: Se
     lines += [*_section("dicom", _defaults(DicomSpec()), header="how strict DICOM series assembly is"), ""]
     mask_keys = [Key(k.name, [] if k.name == "classes" and k.value is None else k.value) for k in _defaults(masks)]
     lines += [*_section("masks", mask_keys, active=False, header="only with a mask role in [items] roles"), ""]
+    split_keys = [Key("train", 0.8), Key("val", 0.1), Key("test", 0.1),
+                  *_defaults(SplitsSpec(), skip=("fractions", "group_from"))]
+    lines += [*_section("splits", split_keys, active=False, header="train/val/test or folds, per patient"), ""]
     lines += _section("run", _defaults(RunSpec()))
     return "\n".join(lines) + "\n"
 

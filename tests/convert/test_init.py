@@ -14,7 +14,16 @@ from labzarr.convert.cli import main
 from labzarr.convert.demo import EXPECTED, EXPECTED_LABELS, NIBABEL_DATA, write_demo
 from labzarr.convert.init import init_delivery
 from labzarr.convert.init.template import LabelsChoice, render
-from labzarr.convert.spec import DicomSpec, ItemsSpec, LabelsSpec, MasksSpec, RunSpec, StoreSpec, ValidateSpec
+from labzarr.convert.spec import (
+    DicomSpec,
+    ItemsSpec,
+    LabelsSpec,
+    MasksSpec,
+    RunSpec,
+    SplitsSpec,
+    StoreSpec,
+    ValidateSpec,
+)
 from labzarr.readers import WorkbookLimits
 
 from ..dicom_data import ct_series
@@ -148,6 +157,7 @@ def test_the_template_writes_every_key_the_spec_module_knows() -> None:
         "labels.columns": set(),
         "store": names(StoreSpec) | {"storage_options"},
         "validate": names(ValidateSpec), "dicom": names(DicomSpec), "masks": names(MasksSpec), "run": names(RunSpec),
+        "splits": names(SplitsSpec) - {"fractions", "group_from"} | {"train", "val", "test"},
     }
 
 

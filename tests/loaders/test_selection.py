@@ -100,3 +100,10 @@ def test_folds_select_validation_and_training_items(tmp_path: Path, scheduler: s
         assert train == {i for i, r in rows.items() if r["fold"] not in ("", str(k))}
         assert not val & train and not {r["split_group"] for i, r in rows.items() if i in val} & \
             {r["split_group"] for i, r in rows.items() if i in train}
+
+
+def test_grid_mode_tiles_only_the_selected_items(converted_cohort: Path) -> None:
+    store, rows = _store(converted_cohort), _manifest(converted_cohort)
+    grid = PatchDataset(store, (4, 4, 4), mode="grid", split="test", kind="volume")
+    tiled = {grid.items[grid.locate(i)[0]].item_id for i in range(len(grid))}
+    assert tiled == {i for i, r in rows.items() if r["split"] == "test" and r["shape"].count("x") == 3}
