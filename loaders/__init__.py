@@ -6,7 +6,7 @@ from ._regions import Region
 from .collate import Collate, MixedBatchError, collate
 from .dataset import Mode, PatchDataset
 from .options import Backend, ReadOptions
-from .samplers import StratifiedSampler
+from .samplers import ShardBy, ShuffleSampler, StratifiedSampler
 
 __all__ = [
     "Backend",
@@ -18,6 +18,8 @@ __all__ = [
     "PatchDataset",
     "ReadOptions",
     "Region",
+    "ShardBy",
+    "ShuffleSampler",
     "StoreView",
     "StratifiedSampler",
     "class_names",

@@ -27,7 +27,7 @@ from labzarr.store import IndexItem, class_names, read_index, store_location
 
 from ._regions import Region, centered_origin, grid_axis, random_origin, region
 from .options import ReadOptions
-from .samplers import StratifiedSampler
+from .samplers import ShardBy, ShuffleSampler, StratifiedSampler
 from .selection import Selection
 
 __all__ = ["Mode", "PatchDataset", "Sample"]
@@ -350,10 +350,19 @@ class PatchDataset(Dataset[Sample]):
 
     def stratified_sampler(self, label: str | None = None, *, replacement: bool = False,
                            num_samples: int | None = None, num_replicas: int | None = None, rank: int | None = None,
-                           seed: int | None = None) -> StratifiedSampler:
-        """A class-balanced, DDP-aware sampler over this dataset that follows its epoch (see `StratifiedSampler`)."""
+                           seed: int | None = None, shard_by: ShardBy = "sample") -> StratifiedSampler:
+        """A class-balanced, DDP-aware, resumable sampler over this dataset that follows its epoch (see
+        `StratifiedSampler`)."""
         return StratifiedSampler(self, label, replacement=replacement, num_samples=num_samples,
-                                 num_replicas=num_replicas, rank=rank, seed=seed)
+                                 num_replicas=num_replicas, rank=rank, seed=seed, shard_by=shard_by)
+
+    def shuffle_sampler(self, *, num_samples: int | None = None, num_replicas: int | None = None,
+                        rank: int | None = None, seed: int | None = None,
+                        shard_by: ShardBy = "sample") -> ShuffleSampler:
+        """A shuffling, DDP-aware, resumable sampler over this dataset that follows its epoch (see
+        `ShuffleSampler`)."""
+        return ShuffleSampler(self, num_samples=num_samples, num_replicas=num_replicas, rank=rank, seed=seed,
+                              shard_by=shard_by)
 
     def __repr__(self) -> str:
         return (f"PatchDataset({str(self.store)!r}, patch_size={self.patch_size}, mode={self.mode!r}, "
