@@ -159,6 +159,7 @@ class DicomSpec:
       direction cosines); dcm2niix splits at 1e-4 but real scanners round IOP coarser than that.
     - gantry_tilt "reject": dicom2nifti's validate_orthogonal refuses tilted stacks (NON_CUBICAL_IMAGE/GANTRY_TILT)
       unless told to resample; "shear" keeps them with an exact, sheared affine (dcm2niix writes a resampled copy).
+    - philips_scaling "float": dcm2niix's default (-p y), precise values through Philips' private scale slope.
     """
 
     min_slices: int = SeriesRules().min_slices
@@ -166,12 +167,14 @@ class DicomSpec:
     spacing_tolerance_rel: float = SeriesRules().spacing_tolerance_rel
     orientation_tolerance: float = SeriesRules().orientation_tolerance
     gantry_tilt: Literal["shear", "reject"] = SeriesRules().gantry_tilt
+    philips_scaling: Literal["float", "display"] = SeriesRules().philips_scaling
 
     def rules(self) -> SeriesRules:
         """The tolerances the DICOM series layout checks."""
         return SeriesRules(min_slices=self.min_slices, spacing_tolerance_mm=self.spacing_tolerance_mm,
                            spacing_tolerance_rel=self.spacing_tolerance_rel,
-                           orientation_tolerance=self.orientation_tolerance, gantry_tilt=self.gantry_tilt)
+                           orientation_tolerance=self.orientation_tolerance, gantry_tilt=self.gantry_tilt,
+                           philips_scaling=self.philips_scaling)
 
 
 SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")  # `[splits]` fraction keys, in the order splits are listed
@@ -569,9 +572,13 @@ def _dicom(t: _Table) -> DicomSpec:
     tilt = t.take("gantry_tilt", str, d.gantry_tilt, what='"shear" or "reject"')
     t.check("gantry_tilt", tilt, lambda v: v in ("shear", "reject"), 'allowed: "shear" | "reject"',
             'use "reject" (default, as dicom2nifti) or "shear" (exact sheared affine)')
+    philips = t.take("philips_scaling", str, d.philips_scaling, what='"float" or "display"')
+    t.check("philips_scaling", philips, lambda v: v in ("float", "display"), 'allowed: "float" | "display"',
+            'use "float" (default: precise values, as dcm2niix) or "display" (the public rescale, as dcm2niix -p n)')
     t.done()
     return DicomSpec(min_slices=min_slices, spacing_tolerance_mm=mm, spacing_tolerance_rel=rel,
-                     orientation_tolerance=orient, gantry_tilt=cast(Literal["shear", "reject"], tilt))
+                     orientation_tolerance=orient, gantry_tilt=cast(Literal["shear", "reject"], tilt),
+                     philips_scaling=cast(Literal["float", "display"], philips))
 
 
 def _labels(t: _Table, raw: Path) -> LabelsSpec:

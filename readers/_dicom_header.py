@@ -67,6 +67,9 @@ class Frame:
     intercept: float = 0.0
     echo: float | None = None
     order: tuple[float, ...] = ()
+    # Philips' private scale slope (2005,100E): precise "float" values are (stored x slope + intercept) / (slope x
+    # scale_slope), what dcm2niix writes by default; None for other vendors or when absent (or 0).
+    scale_slope: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,7 @@ class DicomHeader:
     instance_number: int | None
     sop_instance: str
     transfer_syntax: str
+    manufacturer: str = ""
     rows: int = 0
     columns: int = 0
     samples: int = 1
@@ -195,6 +199,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         sop_class=sop_class,
         sop_class_name=pydicom.uid.UID(sop_class).name if sop_class else "no SOP Class UID",
         modality=str(ds.get("Modality", "") or ""),
+        manufacturer=str(ds.get("Manufacturer", "") or ""),
         study_uid=str(ds.get("StudyInstanceUID", "") or ""),
         series_uid=str(ds.get("SeriesInstanceUID", "") or ""),
         series_number=_int(ds.get("SeriesNumber")),
@@ -216,6 +221,8 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     n_frames = _int(ds.get("NumberOfFrames")) or 1
     photometric = str(ds.get("PhotometricInterpretation", "") or "")
     mosaic, frames = _frames(ds, n_frames)
+    if "PHILIPS" in str(ds.get("Manufacturer", "") or "").upper():  # dcm2niix reads 2005,100E only for Philips
+        frames = _philips_scale(ds, frames)
     if ds.get("PixelData") is not None and pixel_at < 0:  # deflated: pydicom already holds the inflated value
         digest, defect = hashlib.sha256(ds.PixelData).hexdigest(), None
     else:
@@ -378,6 +385,41 @@ def _frame(index: int, position: Sequence[float] | None, orientation: Sequence[f
         spacing=(spacing[0], spacing[1]) if spacing else None,
         slope=slope, intercept=intercept, echo=echo, order=order,
     )
+
+
+_PHILIPS_SCALE_SLOPE = 0x2005100E  # "Philips MR Imaging DD 001" Scale Slope (FL), at the fixed tag dcm2niix reads
+_PHILIPS_PER_FRAME = 0x2005140F  # Philips' private per-frame sequence in an enhanced file, holding that slope
+
+
+def _philips_scale(ds: Dataset, frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """`frames` with Philips' private scale slope: per frame from an enhanced file's private per-frame items,
+    else the file's own."""
+    little = _encoding(ds)[1]
+    top = _private_float(ds, _PHILIPS_SCALE_SLOPE, little)
+    per_frame = ds.get("PerFrameFunctionalGroupsSequence")
+    out = []
+    for f in frames:
+        ss = top
+        if per_frame is not None and f.index < len(per_frame):
+            private = per_frame[f.index].get(_PHILIPS_PER_FRAME)
+            items = private.value if private is not None and private.VR == "SQ" else ()
+            found = (_private_float(i, _PHILIPS_SCALE_SLOPE, little) for i in items)
+            ss = next((v for v in found if v is not None), ss)
+        out.append(replace(f, scale_slope=ss) if ss else f)
+    return tuple(out)
+
+
+def _private_float(ds: Dataset, tag: int, little: bool) -> float | None:
+    """A private FL element's value; decoded from its bytes when an implicit-VR file left it unknown (UN)."""
+    elem = ds.get(tag)
+    if elem is None:
+        return None
+    value = elem.value
+    if isinstance(value, bytes):
+        if len(value) != 4:
+            return None
+        value = struct.unpack("<f" if little else ">f", value)[0]
+    return _float(value)
 
 
 def _classic_order(ds: Dataset) -> tuple[float, ...]:

@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from ._dicom_header import DicomHeader, Frame
 from .reasons import Reason, Rejected
+from .records import Metadata
 
 __all__ = ["Member", "SeriesRules", "SeriesStack", "StackFrame", "layout_series", "output_dtype"]
 
@@ -45,6 +46,9 @@ class SeriesRules:
     spacing_tolerance_rel: float = 0.05
     orientation_tolerance: float = 1e-3
     gantry_tilt: Literal["shear", "reject"] = "reject"
+    # Philips frames with a private scale slope: "float" (dcm2niix's default, -p y) stores the precise values,
+    # (stored x RS + RI) / (RS x SS); "display" (dcm2niix -p n) the public rescale's, stored x RS + RI.
+    philips_scaling: Literal["float", "display"] = "float"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,9 @@ class SeriesStack:
     spacing: tuple[float, ...]
     mosaic: int | None = None
     warnings: tuple[str, ...] = ()
+    # What the stored values mean, for the array's attributes, under dcm2niix's sidecar names
+    # (`UsePhilipsFloatNotDisplayScaling`, `PhilipsRescaleSlope`, ...): sorted (key, value) pairs.
+    metadata: Metadata = ()
 
     @property
     def nbytes(self) -> int:
@@ -100,6 +107,7 @@ def layout_series(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     """Sort, check and lay out the frames of `members` (one series part); raise `Rejected` when unsound."""
     if not members:
         raise ValueError("a series needs at least one member")
+    members, scaling = _apply_scaling(members, rules)
     members, copies = _drop_copies(members)
     _check_uniform(members)
     for m in sorted(members, key=lambda m: m.source):
@@ -113,7 +121,32 @@ def layout_series(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
         raise Rejected(Reason.MIXED_SERIES, f"{len(flat)} of {len(members)} members have no patient position/"
                                             f"orientation (e.g. {flat[0]}); cannot stack them with the others")
     stack = _flat(members) if not all(spatial) else _volume(members, rules)
-    return replace(stack, warnings=copies + stack.warnings) if copies else stack
+    return replace(stack, warnings=copies + stack.warnings, metadata=scaling)
+
+
+def _apply_scaling(members: Sequence[Member], rules: SeriesRules) -> tuple[list[Member], Metadata]:
+    """Members whose frames carry the rescale `rules.philips_scaling` asks for, and what it was.
+
+    Precise values are computed as dcm2niix's PhilipsPreciseVal, frame by frame: a slope of 1 / SS and an
+    intercept of RI / (RS x SS). dcm2niix itself falls back to display values when the scale varies between
+    the frames of an enhanced file; here every frame keeps its own precise scale.
+    """
+    first = next((f for m in members for f in m.header.frames if f.scale_slope), None)
+    if first is None:
+        return list(members), ()
+    assert first.scale_slope is not None
+    use_float = rules.philips_scaling == "float"
+    info: Metadata = (
+        ("PhilipsRescaleIntercept", first.intercept), ("PhilipsRescaleSlope", first.slope),
+        ("PhilipsScaleSlope", first.scale_slope), ("UsePhilipsFloatNotDisplayScaling", int(use_float)))
+    if not use_float:
+        return list(members), info
+    out = []
+    for m in members:
+        frames = tuple(replace(f, slope=1.0 / f.scale_slope, intercept=f.intercept / (f.slope * f.scale_slope))
+                       if f.scale_slope else f for f in m.header.frames)
+        out.append(replace(m, header=replace(m.header, frames=frames)))
+    return out, info
 
 
 def _drop_copies(members: Sequence[Member]) -> tuple[list[Member], tuple[str, ...]]:

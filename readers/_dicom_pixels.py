@@ -51,7 +51,7 @@ def open_series(stack: SeriesStack, limits: Limits) -> VolumeSource:
     image = _Frames(stack).get(stack.frames[0])
     data = np.ascontiguousarray(np.moveaxis(image.reshape(stack.rows, stack.columns, stack.samples), 2, 0))
     return MemorySource(Volume(kind=KIND, data=data, spacing=stack.spacing, affine=stack.affine, orientation="",
-                               warnings=stack.warnings))
+                               warnings=stack.warnings, metadata=stack.metadata))
 
 
 def read_series(stack: SeriesStack, limits: Limits) -> Volume:
@@ -59,7 +59,7 @@ def read_series(stack: SeriesStack, limits: Limits) -> Volume:
     source = open_series(stack, limits)
     h = source.header
     return Volume(kind=h.kind, data=assemble(source), spacing=h.spacing, affine=h.affine, orientation=h.orientation,
-                  warnings=h.warnings)
+                  warnings=h.warnings, metadata=h.metadata)
 
 
 class DicomSource:
@@ -81,6 +81,7 @@ class DicomSource:
             affine=tuple(tuple(float(v) for v in row) for row in canon_affine),
             orientation="".join(c or "?" for c in aff2axcodes(affine)),
             stream_axis=int(self._ornt[2, 0]) + 1, voxel_bytes=dtype.itemsize, warnings=stack.warnings,
+            metadata=stack.metadata,
         )
 
     @property

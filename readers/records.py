@@ -8,9 +8,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Limits", "Plane", "Slab", "Volume", "VolumeHeader"]
+__all__ = ["Limits", "Metadata", "MetaValue", "Plane", "Slab", "Volume", "VolumeHeader"]
 
 GiB = 1 << 30
+
+# A metadata value as JSON writes it: a number, a string, or a tuple of them (b-values, an ImageType).
+MetaValue = float | int | str | tuple[float | int | str, ...] | tuple[tuple[float, ...], ...]
+Metadata = tuple[tuple[str, MetaValue], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,7 @@ class Volume:
     affine: tuple[tuple[float, ...], ...]
     orientation: str
     warnings: tuple[str, ...] = field(default=())
+    metadata: Metadata = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,9 @@ class VolumeHeader:
     stream_axis: int | None = None
     voxel_bytes: int = 0
     warnings: tuple[str, ...] = field(default=())
+    # Acquisition facts a reader found (a DICOM series' scaling convention, echo time, b-values ...), as sorted
+    # (name, value) pairs so the record stays frozen and hashable; the array's attrs hold them as a mapping.
+    metadata: Metadata = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -64,7 +64,7 @@ class MemorySource:
         self._header = VolumeHeader(
             kind=volume.kind, shape=tuple(volume.data.shape), dtype=volume.data.dtype, spacing=volume.spacing,
             affine=volume.affine, orientation=volume.orientation, stream_axis=None,
-            voxel_bytes=volume.data.dtype.itemsize, warnings=volume.warnings,
+            voxel_bytes=volume.data.dtype.itemsize, warnings=volume.warnings, metadata=volume.metadata,
         )
 
     @property

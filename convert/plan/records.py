@@ -157,6 +157,7 @@ def settings_fingerprint(spec: Spec, tool_version: str) -> str:
         "store": dataclasses.asdict(spec.store),
         "validate": dataclasses.asdict(spec.validate),
         "readers": list(spec.run.readers),
+        "dicom": dataclasses.asdict(spec.dicom),  # series layout and scaling shape a DICOM item's voxels
     }
     return hashlib.sha256(json.dumps(shaping, sort_keys=True, default=str).encode()).hexdigest()[:32]
 

@@ -119,4 +119,5 @@ def attrs_for(item_id: str, source: str, sha256: str, header: VolumeHeader) -> d
         "source_orientation": header.orientation,
         "axes": list(AXES) if len(header.shape) == 4 else ["c", "y", "x"],
         "labels": {},
+        **({"metadata": dict(header.metadata)} if header.metadata else {}),
     }
