@@ -21,7 +21,16 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-__all__ = ["normalize_id"]
+__all__ = ["PART", "base_id", "normalize_id"]
+
+# Joins an item ID and the part of its acquisition an item holds apart (`case1~trace`, a DICOM series' trace
+# volume, convert/plan/series.py); normalised IDs never hold it (drop_separators aside, it is not a separator).
+PART = "~"
+
+
+def base_id(item_id: str) -> str:
+    """The ID an item's labels and split group come from: `case1` for `case1~trace`."""
+    return item_id.split(PART, 1)[0]
 
 _SEPARATORS = re.compile(r"[-_.\s\u2010-\u2015\u2212]+")  # ASCII separators, Unicode dashes, minus sign
 _LEADING_ZEROS = re.compile(r"(?<!\d)0+(?=\d)")

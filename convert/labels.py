@@ -23,7 +23,7 @@ from typing import Any
 from labzarr.readers import LabelCell, LabelRow, LabelSheet, Reason, WorkbookError, read_label_sheet
 
 from .errors import UsageError
-from .ids import normalize_id
+from .ids import base_id, normalize_id
 from .manifest import Row
 from .spec import LabelsSpec, Spec
 
@@ -87,8 +87,10 @@ def join_labels(rows: Sequence[Row], sheet: LabelSheet, spec: LabelsSpec, normal
         if row.status == "ignored" or not row.item_id:
             out.append(row)
             continue
-        out.append(_apply(row, _outcome(row.item_id, by_id.get(row.item_id, []), names, spec, sheet, workbook), spec))
-    item_ids = {r.item_id for r in rows if r.item_id and r.status != "ignored"}
+        # A part kept apart (`case1~trace`) is labelled as its item.
+        outcome = _outcome(row.item_id, by_id.get(base_id(row.item_id), []), names, spec, sheet, workbook)
+        out.append(_apply(row, outcome, spec))
+    item_ids = {base_id(r.item_id) for r in rows if r.item_id and r.status != "ignored"}
     unmatched = [{"id": r.id.value, "normalized": key, "cell": r.id.ref}
                  for key, group in by_id.items() if key not in item_ids for r in group]
     unlabelled = sorted({r.item_id for r in out if r.item_id and r.status != "ignored" and not _labelled(r, names)})

@@ -160,6 +160,7 @@ class DicomSpec:
     - gantry_tilt "reject": dicom2nifti's validate_orthogonal refuses tilted stacks (NON_CUBICAL_IMAGE/GANTRY_TILT)
       unless told to resample; "shear" keeps them with an exact, sheared affine (dcm2niix writes a resampled copy).
     - philips_scaling "float": dcm2niix's default (-p y), precise values through Philips' private scale slope.
+    - derived "separate": dcm2niix removes trace/ADC volumes from a DWI's 4D and writes them apart (`_ADC`).
     """
 
     min_slices: int = SeriesRules().min_slices
@@ -168,13 +169,14 @@ class DicomSpec:
     orientation_tolerance: float = SeriesRules().orientation_tolerance
     gantry_tilt: Literal["shear", "reject"] = SeriesRules().gantry_tilt
     philips_scaling: Literal["float", "display"] = SeriesRules().philips_scaling
+    derived: Literal["separate", "drop"] = SeriesRules().derived
 
     def rules(self) -> SeriesRules:
         """The tolerances the DICOM series layout checks."""
         return SeriesRules(min_slices=self.min_slices, spacing_tolerance_mm=self.spacing_tolerance_mm,
                            spacing_tolerance_rel=self.spacing_tolerance_rel,
                            orientation_tolerance=self.orientation_tolerance, gantry_tilt=self.gantry_tilt,
-                           philips_scaling=self.philips_scaling)
+                           philips_scaling=self.philips_scaling, derived=self.derived)
 
 
 SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")  # `[splits]` fraction keys, in the order splits are listed
@@ -575,10 +577,14 @@ def _dicom(t: _Table) -> DicomSpec:
     philips = t.take("philips_scaling", str, d.philips_scaling, what='"float" or "display"')
     t.check("philips_scaling", philips, lambda v: v in ("float", "display"), 'allowed: "float" | "display"',
             'use "float" (default: precise values, as dcm2niix) or "display" (the public rescale, as dcm2niix -p n)')
+    derived = t.take("derived", str, d.derived, what='"separate" or "drop"')
+    t.check("derived", derived, lambda v: v in ("separate", "drop"), 'allowed: "separate" | "drop"',
+            'use "separate" (default: trace/ADC volumes become their own item, <id>~trace) or "drop"')
     t.done()
     return DicomSpec(min_slices=min_slices, spacing_tolerance_mm=mm, spacing_tolerance_rel=rel,
                      orientation_tolerance=orient, gantry_tilt=cast(Literal["shear", "reject"], tilt),
-                     philips_scaling=cast(Literal["float", "display"], philips))
+                     philips_scaling=cast(Literal["float", "display"], philips),
+                     derived=cast(Literal["separate", "drop"], derived))
 
 
 def _labels(t: _Table, raw: Path) -> LabelsSpec:

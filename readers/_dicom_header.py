@@ -70,6 +70,15 @@ class Frame:
     # Philips' private scale slope (2005,100E): precise "float" values are (stored x slope + intercept) / (slope x
     # scale_slope), what dcm2niix writes by default; None for other vendors or when absent (or 0).
     scale_slope: float | None = None
+    # What the frame is, for splitting a series as dcm2niix does: ImageType (an enhanced frame's FrameType),
+    # upper-case; the complex component ("MAGNITUDE", "PHASE", "REAL", "IMAGINARY"; "" when not said); the
+    # diffusion b-value (s/mm²) and gradient (LPS, unit length) where given, and the diffusion directionality
+    # ("ISOTROPIC" for a scanner's trace image, from the enhanced MR Diffusion Sequence or Philips' 2001,1004 "I").
+    image_type: tuple[str, ...] = ()
+    component: str = ""
+    bvalue: float | None = None
+    gradient: tuple[float, float, float] | None = None
+    directionality: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +358,52 @@ def _decoder_defect(ts: pydicom.uid.UID) -> Defect | None:
 def _frames(ds: Dataset, n_frames: int) -> tuple[int | None, tuple[Frame, ...]]:
     if ds.get("PerFrameFunctionalGroupsSequence") is not None:
         return None, _enhanced_frames(ds, n_frames)
+    mosaic, frames = _classic_frames(ds, n_frames)
+    what = _classic_kind(ds)
+    return mosaic, tuple(replace(f, **what) for f in frames) if what else frames  # type: ignore[arg-type]
+
+
+_COMPONENTS = {"M": "MAGNITUDE", "P": "PHASE", "R": "REAL", "I": "IMAGINARY", "MAGNITUDE": "MAGNITUDE",
+               "PHASE": "PHASE", "REAL": "REAL", "IMAGINARY": "IMAGINARY"}
+_PHILIPS_B = 0x20011003  # Philips "Diffusion B-Factor" (FL)
+_PHILIPS_DIRECTION = 0x20011004  # Philips "Diffusion Direction" (CS): "I" for the isotropic trace image
+_PHILIPS_GRADIENT = (0x200510B0, 0x200510B1, 0x200510B2)  # Philips "Diffusion Direction RL/AP/FH" (FL)
+
+
+def _classic_kind(ds: Dataset) -> dict[str, object]:
+    """What a classic file's frames are (see `Frame`): ImageType, its complex component (the third value, as
+    Siemens and Philips write M/P/R/I), and the diffusion b-value and gradient (public tags, else Philips')."""
+    image_type = tuple(str(v).strip().upper() for v in _list(ds.get("ImageType")))
+    out: dict[str, object] = {}
+    if image_type:
+        out["image_type"] = image_type
+        component = _COMPONENTS.get(image_type[2] if len(image_type) > 2 else "", "")
+        if component:
+            out["component"] = component
+    philips = "PHILIPS" in str(ds.get("Manufacturer", "") or "").upper()
+    little = _encoding(ds)[1]
+    b = _float(ds.get("DiffusionBValue"))
+    if b is None and philips:
+        b = _private_float(ds, _PHILIPS_B, little)
+    gradient = _floats(ds.get("DiffusionGradientOrientation"), 3)
+    if gradient is None and philips:
+        parts = [_private_float(ds, t, little) for t in _PHILIPS_GRADIENT]
+        gradient = tuple(v for v in parts if v is not None) if all(v is not None for v in parts) else None
+    if b is not None:
+        out["bvalue"] = b
+        if gradient is not None:
+            out["gradient"] = (gradient[0], gradient[1], gradient[2])
+    direction = ds.get(_PHILIPS_DIRECTION) if philips else None
+    if direction is not None and str(_text(direction.value)).strip().upper() == "I":
+        out["directionality"] = "ISOTROPIC"
+    return out
+
+
+def _text(value: object) -> str:
+    return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _classic_frames(ds: Dataset, n_frames: int) -> tuple[int | None, tuple[Frame, ...]]:
     mosaic = _mosaic(ds) if n_frames == 1 else None
     if mosaic is not None:
         return mosaic
@@ -456,9 +511,37 @@ def _enhanced_frames(ds: Dataset, n_frames: int) -> tuple[Frame, ...]:
         content = _group_item(item, shared0, "FrameContentSequence")
         temporal = _float(content.get("TemporalPositionIndex")) if content is not None else None
         dims = tuple(float(v) for v in _list(content.get("DimensionIndexValues"))) if content is not None else ()
-        frames.append(_frame(k, position, orientation, spacing, slope, intercept, echo,
-                             (temporal or 0.0, *dims, float(k))))
+        frame = _frame(k, position, orientation, spacing, slope, intercept, echo, (temporal or 0.0, *dims, float(k)))
+        frames.append(replace(frame, **_enhanced_kind(item, shared0)))  # type: ignore[arg-type]
     return tuple(frames)
+
+
+_FRAME_TYPE_SEQUENCES = ("MRImageFrameTypeSequence", "CTImageFrameTypeSequence", "PETFrameTypeSequence")
+
+
+def _enhanced_kind(item: Dataset, shared: Dataset) -> dict[str, object]:
+    """What one enhanced frame is (see `Frame`): its FrameType and complex component, and its diffusion."""
+    out: dict[str, object] = {}
+    frame_type = next((f for f in (_group_item(item, shared, s) for s in _FRAME_TYPE_SEQUENCES) if f is not None),
+                      None)
+    if frame_type is not None:
+        out["image_type"] = tuple(str(v).strip().upper() for v in _list(frame_type.get("FrameType")))
+        component = _COMPONENTS.get(str(frame_type.get("ComplexImageComponent", "") or "").upper(), "")
+        if component:
+            out["component"] = component
+    diffusion = _group_item(item, shared, "MRDiffusionSequence")
+    if diffusion is not None:
+        b = _float(diffusion.get("DiffusionBValue"))
+        if b is not None:
+            out["bvalue"] = b
+        direction = diffusion.get("DiffusionGradientDirectionSequence")
+        gradient = _floats(direction[0].get("DiffusionGradientOrientation"), 3) if direction else None
+        if gradient is not None:
+            out["gradient"] = (gradient[0], gradient[1], gradient[2])
+        directionality = str(diffusion.get("DiffusionDirectionality", "") or "").upper()
+        if directionality:
+            out["directionality"] = directionality
+    return out
 
 
 def _group_item(item: Dataset, shared: Dataset, sequence: str) -> Dataset | None:

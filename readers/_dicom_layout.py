@@ -49,6 +49,9 @@ class SeriesRules:
     # Philips frames with a private scale slope: "float" (dcm2niix's default, -p y) stores the precise values,
     # (stored x RS + RI) / (RS x SS); "display" (dcm2niix -p n) the public rescale's, stored x RS + RI.
     philips_scaling: Literal["float", "display"] = "float"
+    # Trace, ADC and other derived volumes of a series (convert/plan/series.py recognises them, as dcm2niix):
+    # "separate" makes them their own item, "drop" leaves them out; a warning says which either way.
+    derived: Literal["separate", "drop"] = "separate"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from pydicom.uid import generate_uid
 
 from .dicom_data import CT5N, NICOM_DATA, PYDICOM_DATA, read, write
 
-__all__ = ["PHILIPS_MPRAGE", "philips_enhanced", "philips_series"]
+__all__ = ["DIRECTIONS", "PHILIPS_MPRAGE", "philips_dwi", "philips_enhanced", "philips_series", "two_type_enhanced"]
 
 PHILIPS_MPRAGE = NICOM_DATA / "philips_mprage.dcm.gz"  # a real Philips enhanced MR file: 176 frames, private SS
 _PHILIPS = "Philips MR Imaging DD 001"
@@ -106,4 +106,80 @@ def philips_enhanced(dest: Path, *, frames: int = 6, vary: bool = False, name: s
         for k, item in enumerate(out.PerFrameFunctionalGroupsSequence):
             if k % 2:
                 _frame_scale(item, rs=3.25, ri=-7.0, ss=0.0004)
+    return write(out, dest / name)
+
+
+DIRECTIONS = ((1.0, 0.0, 0.0), (0.0, 0.70710678, 0.70710678), (0.0, 0.0, 1.0))
+
+
+def philips_dwi(dest: Path, slices: Sequence[Path] = CT5N, *, directions: Sequence[tuple[float, float, float]]
+                = DIRECTIONS, bvalue: float = 1000.0, trace: bool = True, name: str = "dwi") -> list[Path]:
+    """A Philips DWI series, one file a slice: a b=0 volume, one volume per gradient direction and, with `trace`,
+    the scanner's isotropic trace image last: b > 0 with gradient (0, 0, 0), ImageType ORIGINAL/PRIMARY as Philips
+    writes it. b-values and gradients are in the public tags and in Philips' private ones (2001,1003; 2005,10B0-2)."""
+    series = generate_uid(entropy_srcs=["philips_dwi", name, str(list(directions)), str(trace)])
+    volumes: list[tuple[float, tuple[float, float, float]]] = [(0.0, (0.0, 0.0, 0.0))]
+    volumes += [(bvalue, d) for d in directions]
+    if trace:
+        volumes.append((bvalue, (0.0, 0.0, 0.0)))
+    out = []
+    k = 0
+    for t, (b, g) in enumerate(volumes):
+        for s, src in enumerate(slices):
+            ds = read(src)
+            ds.SOPInstanceUID = generate_uid(entropy_srcs=[series, str(k)])
+            ds.file_meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID
+            ds.InstanceNumber = k + 1
+            ds.Modality, ds.Manufacturer = "MR", "Philips Medical Systems"
+            ds.ImageType = ["ORIGINAL", "PRIMARY", "DIFFUSION", "NONE"]
+            ds.SeriesInstanceUID = series
+            ds.SeriesDescription = "DWI"
+            ds.AcquisitionNumber = 1
+            ds.TemporalPositionIdentifier = t + 1
+            ds.PixelRepresentation = 0
+            ds.PixelData = np.clip(np.roll(ds.pixel_array.astype(np.int32), 3 * t, axis=1) + 1024, 0, 4095
+                                   ).astype(np.uint16).tobytes()
+            ds.add_new(0x00189087, "FD", b)  # DiffusionBValue
+            ds.add_new(0x00189089, "FD", list(g))  # DiffusionGradientOrientation
+            ds.private_block(0x2001, _PHILIPS_IMAGING, create=True).add_new(0x03, "FL", b)
+            ds.private_block(0x2001, _PHILIPS_IMAGING).add_new(0x04, "CS", "I" if b and not any(g) else
+                                                                ("O" if any(g) else ""))
+            block = ds.private_block(0x2005, _PHILIPS, create=True)
+            for e, v in zip((0xB0, 0xB1, 0xB2), g):
+                block.add_new(e, "FL", v)
+            out.append(write(ds, dest / f"{name}_{t + 1:02d}_{s + 1}.dcm"))
+            k += 1
+    return out
+
+
+def two_type_enhanced(dest: Path, *, frames: int = 5, name: str = "fieldmap.dcm") -> Path:
+    """A Philips enhanced field-map file as the issue describes: `frames` magnitude frames (TE 1.52 ms) then
+    `frames` field-map frames at the same positions (FrameType ... B0 MAP, REAL, TE 0, their own rescale), built
+    from nibabel's real enhanced MPRAGE headers and real MR pixels. dcm2niix writes the two as `` and `_real`."""
+    ds = _mprage()
+    keep = list(range(88 - frames // 2, 88 - frames // 2 + frames))
+    magnitude = _mr_frames(frames)
+    field = np.flip(magnitude, axis=2)  # other real content in the field-map frames
+    out = _keep_frames(ds, keep + keep, np.concatenate([magnitude, field]))
+    # A third dimension, the image type, as Philips indexes its field-map files.
+    dimension = Dataset()
+    dimension.DimensionIndexPointer = 0x00089208  # ComplexImageComponent
+    dimension.FunctionalGroupPointer = 0x00189226  # in the MR Image Frame Type Sequence
+    dimension.DimensionOrganizationUID = out.DimensionIndexSequence[0].get("DimensionOrganizationUID", "")
+    out.DimensionIndexSequence = DicomSequence([*copy.deepcopy(list(out.DimensionIndexSequence)), dimension])
+    for k, item in enumerate(out.PerFrameFunctionalGroupsSequence):
+        fieldmap = k >= frames
+        item.MREchoSequence[0].EffectiveEchoTime = 0.0 if fieldmap else 1.52
+        frame_type = item.MRImageFrameTypeSequence[0]
+        frame_type.FrameType = ["ORIGINAL", "PRIMARY", "B0 MAP" if fieldmap else "M_FFE", "NONE"]
+        # Philips stores a B0 map as REAL frames; its private per-frame item holds the echo number.
+        frame_type.ComplexImageComponent = "REAL" if fieldmap else "MAGNITUDE"
+        private = item[0x2005140F].value[0]
+        private.EchoNumbers = 2 if fieldmap else 1
+        private.ImageType = ["ORIGINAL", "PRIMARY", "B0" if fieldmap else "M_FFE", "B0" if fieldmap else "M"]
+        content = item.FrameContentSequence[0]
+        content.InStackPositionNumber = k % frames + 1
+        content.DimensionIndexValues = [1, k % frames + 1, 2 if fieldmap else 1]
+        if fieldmap:  # the field map in Hz: its own rescale, centred on 0
+            _frame_scale(item, rs=0.25, ri=-500.0, ss=4.0)
     return write(out, dest / name)

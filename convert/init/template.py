@@ -63,6 +63,7 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("dicom", "orientation_tolerance"): "direction cosines may drift this much (dicom2nifti)",
     ("dicom", "gantry_tilt"): "reject (dicom2nifti) | shear: keep tilted CT with an exact, sheared affine",
     ("dicom", "philips_scaling"): "float (precise, as dcm2niix) | display (public rescale, dcm2niix -p n)",
+    ("dicom", "derived"): "separate: trace/ADC volumes become item <id>~trace (as dcm2niix's _ADC) | drop",
     ("masks", "classes"): "the classes a mask may hold; [] for any integer",
     ("masks", "policy"): "reject | warn: non-integer values or unexpected classes",
     ("masks", "tolerance"): "mm: spacing and affine entries of a role vs the image",

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from labzarr.readers import Reason
 
-from ..ids import normalize_id
+from ..ids import base_id, normalize_id
 from ..manifest import Row
 from ..spec import ItemsSpec, SplitsSpec
 
@@ -108,9 +108,10 @@ def _hash(seed: int, key: str) -> bytes:
 
 
 def _group_key(row: Row, spec: SplitsSpec, items: ItemsSpec, pattern: re.Pattern[str]) -> tuple[str, str | None]:
-    """The row's group and, where it has none of its own, the warning that says so."""
+    """The row's group and, where it has none of its own, the warning that says so. A part kept apart
+    (`case1~trace`) goes with its item."""
     if spec.group_from == "id":
-        return row.item_id, None
+        return base_id(row.item_id), None
     if spec.group_from == "label":
         value = dict(row.labels).get(spec.group, "").strip()
         if value:

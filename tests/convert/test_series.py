@@ -31,8 +31,14 @@ def files(paths: list[Path], folder: str, item_id: str | None = "case1") -> list
 def group(found: list[tuple[Candidate, Probe]], rules: SeriesRules = SeriesRules()):
     items, rows = group_series(found, rules, id_pattern="(?P<id>case_?\\d+)")
     members = [m for i in items for m in i.members] + [m for r in rows for m in (r.members or (r.source,))]
-    assert sorted(members) == sorted(c.rel for c, _ in found), "every file in exactly one item or row"
+    # Every file in exactly one item or row; a multi-frame file split frame by frame is in each of its parts.
+    assert sorted(set(members)) == sorted(c.rel for c, _ in found)
+    assert all(members.count(m) == 1 or _frames_of(found, m) > 1 for m in members)
     return items, rows
+
+
+def _frames_of(found: list[tuple[Candidate, Probe]], rel: str) -> int:
+    return next(len(p.dicom.frames) for c, p in found if c.rel == rel and p.dicom is not None)
 
 
 def test_two_series_in_one_folder_are_two_items(tmp_path: Path) -> None:
@@ -95,15 +101,19 @@ def test_split_parts_name_their_series() -> None:
     assert series_of("case_1/x.dcm") == ""
 
 
-def test_a_file_holding_two_planes_cannot_be_split() -> None:
+def test_a_file_holding_two_planes_is_split_frame_by_frame() -> None:
+    """The split is by frame: a file whose frames lie in two planes is a member of both parts."""
     found = files(CT5N, "case_1/ct")
     c, p = found[0]
     f0 = p.dicom.frames[0]
     sagittal = replace(f0, index=1, orientation=(0.0, 1.0, 0.0, 0.0, 0.0, -1.0))
     found[0] = (c, replace(p, dicom=replace(p.dicom, frames=(f0, sagittal))))
-    _, (row,) = group(found)
-    assert (row.reason, row.n_files) == (Reason.MIXED_SERIES, 5)
-    assert "holds frames of 2 image planes" in row.detail
+    (item,), (row,) = group(found)
+    assert (item.source, len(item.members), item.stack.n_slices) == ("case_1/ct/ (series 5, plane 1 of 2)", 5, 5)
+    assert [f.frame for f in item.stack.frames if f.source == c.rel] == [0]
+    assert (row.source, row.reason, row.members) == ("case_1/ct/ (series 5, plane 2 of 2)", Reason.SERIES_TOO_SHORT,
+                                                     (c.rel,))
+    assert row.sha256 not in (item.sha256, p.sha256), "the parts of one file do not share a content hash"
 
 
 def test_series_without_item_id_is_one_rejected_row() -> None:
@@ -138,3 +148,34 @@ def test_series_hash_is_content_not_names_or_order() -> None:
 def test_missing_interior_slice_rejects_the_series_with_every_member(drop: int) -> None:
     _, (row,) = group(files([p for k, p in enumerate(CT5N) if k != drop], "case_1/ct"), SeriesRules(min_slices=3))
     assert (row.reason, row.n_files) == (Reason.SERIES_MISSING_SLICES, 4)
+
+
+def _typed(found: list[tuple[Candidate, Probe]], image_type: tuple[str, ...], **frame: object
+           ) -> list[tuple[Candidate, Probe]]:
+    return [(c, replace(p, dicom=replace(p.dicom, frames=tuple(replace(f, image_type=image_type, **frame)
+                                                                for f in p.dicom.frames))))
+            for c, p in found]
+
+
+@pytest.mark.parametrize("image_type, item_id", [
+    pytest.param(("DERIVED", "PRIMARY", "DIFFUSION", "ADC"), "case1~adc", id="siemens-adc-series"),
+    pytest.param(("DERIVED", "PRIMARY", "DIFFUSION", "TRACEW"), "case1~trace", id="siemens-trace-series"),
+    pytest.param(("DERIVED", "SECONDARY", "AXIAL"), "case1", id="ct-reconstruction-is-the-series"),
+])
+def test_a_whole_derived_series_is_named_for_what_it_is(image_type: tuple[str, ...], item_id: str) -> None:
+    (item,), _ = group(_typed(files(CT5N, "case_1/ct"), image_type))
+    assert item.item_id == item_id
+    _, rows = group(_typed(files(CT5N, "case_1/ct"), image_type), SeriesRules(derived="drop"))
+    if item_id != "case1":
+        (row,) = rows
+        assert (row.status, row.n_files) == ("ignored", 5) and 'left out ([dicom] derived = "drop")' in row.detail
+
+
+def test_a_b0_and_trace_pair_is_kept_whole(tmp_path: Path) -> None:
+    """dcm2niix disables the trace removal when fewer than two other volumes would remain."""
+    found = files(four_d(tmp_path / "pair", volumes=2), "case_1/dwi")
+    philips = [(c, replace(p, dicom=replace(p.dicom, manufacturer="Philips", frames=tuple(
+        replace(f, bvalue=0.0 if "vol1" in c.rel else 1000.0, gradient=(0.0, 0.0, 0.0)) for f in p.dicom.frames))))
+        for c, p in found]
+    (item,), _ = group(philips)
+    assert (item.item_id, item.stack.n_volumes) == ("case1", 2)
