@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from labzarr.readers import Reason
 from labzarr.store.folder import atomic_write  # re-exported: the manifest, summary and report are written whole
@@ -79,6 +79,9 @@ class Row:
     split_group: str = ""
     split: str = ""
     fold: int | None = None
+    # A DICOM item's acquisition metadata (readers/_dicom_meta.py), sorted (name, value) pairs; the columns
+    # `meta.<name>` that `[manifest] metadata` names.
+    metadata: tuple[tuple[str, Any], ...] = ()
 
     def rejected(self, reason: Reason, detail: str) -> Row:
         """The same row, turned into a rejection (its array, if any, is no longer part of the store)."""
@@ -123,8 +126,15 @@ def _split_cells(row: Row, columns: Sequence[str]) -> list[str]:
     return [cells[c] for c in columns]
 
 
+def _meta_cell(value: object) -> str:
+    """A metadata value in one cell: numbers as written, lists space-separated, a list of vectors `;`-separated."""
+    if isinstance(value, list | tuple):
+        return ("; " if any(isinstance(v, list | tuple) for v in value) else " ").join(_meta_cell(v) for v in value)
+    return _fmt_float(value) if isinstance(value, float) else str(value)
+
+
 def _cells(index: int, row: Row, label_names: Sequence[str], role_names: Sequence[str] = (),
-           splits: Sequence[str] = ()) -> list[str]:
+           splits: Sequence[str] = (), metadata: Sequence[str] = ()) -> list[str]:
     labels = dict(row.labels)
     return [
         str(index), row.item_id, row.status, row.reason.value if row.reason else "", row.detail, row.kind,
@@ -132,23 +142,25 @@ def _cells(index: int, row: Row, label_names: Sequence[str], role_names: Sequenc
         "x".join(map(_fmt_float, row.spacing)), row.orientation, row.array,
         "" if row.slot is None else str(row.slot), "; ".join(row.warnings), *_role_cells(row, role_names),
         *_split_cells(row, splits), *(labels.get(name, "") for name in label_names), row.label_source,
+        *(_meta_cell(dict(row.metadata)[n]) if n in dict(row.metadata) else "" for n in metadata),
     ]
 
 
 def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str], role_names: Sequence[str] = (),
-                   splits: Sequence[str] = ()) -> bytes:
+                   splits: Sequence[str] = (), metadata: Sequence[str] = ()) -> bytes:
     """The CSV for `rows` (already in manifest order); `index` is the row's position.
 
     With `role_names` (a delivery of samples), each role's source and sha256 and the mask's
     class voxel counts (`classes`, "value:voxels" pairs) follow the base columns; then the
-    `splits` columns (`split_columns`), the labels and `label_source`.
+    `splits` columns (`split_columns`), the labels and `label_source`; last, `meta.<name>` for each
+    `metadata` name (`[manifest] metadata`).
     """
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([*BASE_COLUMNS, *role_columns(role_names), *splits, *(f"label.{n}" for n in label_names),
-                "label_source"])
+                "label_source", *(f"meta.{n}" for n in metadata)])
     for i, row in enumerate(rows):
-        w.writerow(_cells(i, row, label_names, role_names, splits))
+        w.writerow(_cells(i, row, label_names, role_names, splits, metadata))
     return buf.getvalue().encode("utf-8")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal, TypeVar, cast
 
 from labzarr.readers import ColumnRef, Limits, SeriesRules, WorkbookLimits, load_reader
+from labzarr.readers.dicom import ALLOWED, is_known_keyword
 from labzarr.store import Folder, Location, UrlStore, is_url
 
 from .errors import UsageError
@@ -170,13 +171,24 @@ class DicomSpec:
     gantry_tilt: Literal["shear", "reject"] = SeriesRules().gantry_tilt
     philips_scaling: Literal["float", "display"] = SeriesRules().philips_scaling
     derived: Literal["separate", "drop"] = SeriesRules().derived
+    # DICOM keywords read into an item's metadata besides the allow-list (readers/_dicom_meta.py): opt-in, as any
+    # of them may hold what identifies a patient.
+    metadata: tuple[str, ...] = ()
 
     def rules(self) -> SeriesRules:
         """The tolerances the DICOM series layout checks."""
         return SeriesRules(min_slices=self.min_slices, spacing_tolerance_mm=self.spacing_tolerance_mm,
                            spacing_tolerance_rel=self.spacing_tolerance_rel,
                            orientation_tolerance=self.orientation_tolerance, gantry_tilt=self.gantry_tilt,
-                           philips_scaling=self.philips_scaling, derived=self.derived)
+                           philips_scaling=self.philips_scaling, derived=self.derived, metadata=self.metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestSpec:
+    """What the manifest shows besides its fixed columns: `metadata` names an item's acquisition metadata to list,
+    each as a column `meta.<name>` (the store and the index hold all of it)."""
+
+    metadata: tuple[str, ...] = ()
 
 
 SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")  # `[splits]` fraction keys, in the order splits are listed
@@ -224,6 +236,7 @@ class Spec:
     masks: MasksSpec = MasksSpec()
     run: RunSpec = field(default_factory=RunSpec)
     splits: SplitsSpec | None = None
+    manifest: ManifestSpec = ManifestSpec()
 
     @property
     def manifest_dir(self) -> Path:
@@ -322,7 +335,7 @@ def load_spec(path: Path, *, root: Path | None = None) -> Spec:
         raise UsageError(f"{where}: not valid TOML: {exc}",
                          "fix the syntax; docs/spec.md has a complete example") from exc
 
-    sections = {"delivery", "dicom", "items", "labels", "masks", "run", "splits", "store", "validate"}
+    sections = {"delivery", "dicom", "items", "labels", "manifest", "masks", "run", "splits", "store", "validate"}
     for name, value in doc.items():
         if name not in sections:
             raise UsageError(f"{where}: unknown section [{name}]", _did_you_mean(name, sections, "allowed sections"))
@@ -346,7 +359,8 @@ def load_spec(path: Path, *, root: Path | None = None) -> Spec:
         store=_store(store_table),
         validate=_validate(_Table(where, "validate", doc.get("validate", {}))),
         labels=labels,
-        dicom=_dicom(_Table(where, "dicom", doc.get("dicom", {}))),
+        dicom=(dicom := _dicom(_Table(where, "dicom", doc.get("dicom", {})))),
+        manifest=_manifest(_Table(where, "manifest", doc.get("manifest", {})), dicom),
         masks=_masks(_Table(where, "masks", doc.get("masks", {}))),
         run=_run(_Table(where, "run", doc.get("run", {}))),
         splits=splits,
@@ -580,11 +594,30 @@ def _dicom(t: _Table) -> DicomSpec:
     derived = t.take("derived", str, d.derived, what='"separate" or "drop"')
     t.check("derived", derived, lambda v: v in ("separate", "drop"), 'allowed: "separate" | "drop"',
             'use "separate" (default: trace/ADC volumes become their own item, <id>~trace) or "drop"')
+    extra = t.take("metadata", list, [], what='a list of DICOM keywords, e.g. ["BodyPartExamined"]')
+    unknown = [n for n in extra if not (isinstance(n, str) and is_known_keyword(n))]
+    t.check("metadata", extra, lambda _: not unknown, f"{unknown[0]!r} is not a DICOM keyword" if unknown else "",
+            'name tags by their DICOM keyword, e.g. metadata = ["BodyPartExamined"] (pydicom\'s dictionary)')
     t.done()
     return DicomSpec(min_slices=min_slices, spacing_tolerance_mm=mm, spacing_tolerance_rel=rel,
                      orientation_tolerance=orient, gantry_tilt=cast(Literal["shear", "reject"], tilt),
                      philips_scaling=cast(Literal["float", "display"], philips),
-                     derived=cast(Literal["separate", "drop"], derived))
+                     derived=cast(Literal["separate", "drop"], derived),
+                     metadata=tuple(str(n) for n in extra if str(n) not in ALLOWED))
+
+
+_SCALING_KEYS = ("PhilipsRescaleIntercept", "PhilipsRescaleSlope", "PhilipsScaleSlope",
+                 "UsePhilipsFloatNotDisplayScaling")
+
+
+def _manifest(t: _Table, dicom: DicomSpec) -> ManifestSpec:
+    names = t.take("metadata", list, [], what='a list of metadata names, e.g. ["Modality", "EchoTime"]')
+    known = sorted(ALLOWED | set(_SCALING_KEYS) | set(dicom.metadata))
+    unknown = [n for n in names if not (isinstance(n, str) and n in known)]
+    t.check("metadata", names, lambda _: not unknown, f"{unknown[0]!r} is not an item metadata name" if unknown else "",
+            f"use names from {', '.join(known)}; other DICOM tags need [dicom] metadata = [...] first")
+    t.done()
+    return ManifestSpec(metadata=tuple(dict.fromkeys(str(n) for n in names)))
 
 
 def _labels(t: _Table, raw: Path) -> LabelsSpec:

@@ -111,6 +111,7 @@ class DicomHeader:
     pixel_sha256: str = ""  # hash of the encoded Pixel Data bytes: equal hashes, equal pixels
     defect: Defect | None = None
     gzipped: bool = False
+    enhanced: bool = False  # frames from per-frame functional groups; their `echo` is an echo time (ms)
 
     @property
     def has_pixels(self) -> bool:
@@ -246,7 +247,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         spacing_2d=(spacing_2d[0], spacing_2d[1]) if spacing_2d else None,
         thickness=_float(ds.get("SliceThickness")),
         palette_bits=_int(_list(ds.get("RedPaletteColorLookupTableDescriptor"))[2:3] or None) or 0,
-        pixel_sha256=digest, defect=defect,
+        pixel_sha256=digest, defect=defect, enhanced=ds.get("PerFrameFunctionalGroupsSequence") is not None,
     )
 
 

@@ -52,6 +52,8 @@ class SeriesRules:
     # Trace, ADC and other derived volumes of a series (convert/plan/series.py recognises them, as dcm2niix):
     # "separate" makes them their own item, "drop" leaves them out; a warning says which either way.
     derived: Literal["separate", "drop"] = "separate"
+    # DICOM keywords read into an item's metadata besides the allow-list (readers/_dicom_meta.py): opt-in.
+    metadata: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,14 @@ class SeriesStack:
     # What the stored values mean, for the array's attributes, under dcm2niix's sidecar names
     # (`UsePhilipsFloatNotDisplayScaling`, `PhilipsRescaleSlope`, ...): sorted (key, value) pairs.
     metadata: Metadata = ()
+    # What the acquisition metadata is read from (readers/_dicom_meta.py, when decoding): the item's image
+    # type and echo time (ms; an enhanced part's own), per volume its b-value and gradient (LPS), and the
+    # user's opt-in keywords.
+    image_type: tuple[str, ...] = ()
+    echo_time_ms: float | None = None
+    bvalues: tuple[float | None, ...] = ()
+    gradients: tuple[tuple[float, float, float] | None, ...] = ()
+    extra_metadata: tuple[str, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -124,7 +134,10 @@ def layout_series(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
         raise Rejected(Reason.MIXED_SERIES, f"{len(flat)} of {len(members)} members have no patient position/"
                                             f"orientation (e.g. {flat[0]}); cannot stack them with the others")
     stack = _flat(members) if not all(spatial) else _volume(members, rules)
-    return replace(stack, warnings=copies + stack.warnings, metadata=scaling)
+    ref = min(members, key=lambda m: m.source)
+    first = ref.header.frames[0]
+    return replace(stack, warnings=copies + stack.warnings, metadata=scaling, image_type=first.image_type,
+                   echo_time_ms=first.echo if ref.header.enhanced else None, extra_metadata=rules.metadata)
 
 
 def _apply_scaling(members: Sequence[Member], rules: SeriesRules) -> tuple[list[Member], Metadata]:
@@ -273,9 +286,11 @@ def _volume(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     h = first.header
     spacing = (col_mm, row_mm, float(np.linalg.norm(step)) if n > 1 else step_mm or 1.0)
     rows, columns, samples = _image_shape(h)
+    firsts = [positions[0][c].frame for c in range(n_volumes)]  # each volume's first slice: its diffusion
     return SeriesStack("volume", frames, n, n_volumes, rows, columns, samples, h.photometric,
                        output_dtype(h, all_frames), affine=_tuple(affine), spacing=spacing, mosaic=h.mosaic,
-                       warnings=tuple(warnings) + _photometric_warnings(h))
+                       warnings=tuple(warnings) + _photometric_warnings(h),
+                       bvalues=tuple(f.bvalue for f in firsts), gradients=tuple(f.gradient for f in firsts))
 
 
 def _check_orientation(members: Sequence[Member], ref: Sequence[float], rules: SeriesRules) -> None:

@@ -28,8 +28,9 @@ from pydicom.pixels.utils import pixel_array
 
 from ._dicom_header import open_dicom, transfer_syntax
 from ._dicom_layout import SeriesStack, StackFrame
+from ._dicom_meta import acquisition_metadata, diffusion_metadata
 from .reasons import Reason, Rejected
-from .records import Limits, Slab, Volume, VolumeHeader
+from .records import Limits, Metadata, Slab, Volume, VolumeHeader
 from .slabs import MemorySource, VolumeSource, assemble
 
 __all__ = ["DicomSource", "open_series", "read_series"]
@@ -51,7 +52,23 @@ def open_series(stack: SeriesStack, limits: Limits) -> VolumeSource:
     image = _Frames(stack).get(stack.frames[0])
     data = np.ascontiguousarray(np.moveaxis(image.reshape(stack.rows, stack.columns, stack.samples), 2, 0))
     return MemorySource(Volume(kind=KIND, data=data, spacing=stack.spacing, affine=stack.affine, orientation="",
-                               warnings=stack.warnings, metadata=stack.metadata))
+                               warnings=stack.warnings, metadata=_metadata(stack)))
+
+
+def _metadata(stack: SeriesStack, *, phase_axes: tuple[str, str] | None = None,
+              rotation: npt.NDArray[np.float64] | None = None) -> Metadata:
+    """The item's metadata: its scaling convention, the allow-list read from its first image's file, and per
+    volume its b-value and b-vector in the stored axes (readers/_dicom_meta.py)."""
+    first = stack.frames[0]
+    try:
+        read = acquisition_metadata(Path(first.path), gzipped=first.gzipped, frame=first.frame,
+                                    image_type=stack.image_type, echo_time_ms=stack.echo_time_ms,
+                                    extra=stack.extra_metadata, phase_axes=phase_axes)
+    except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise Rejected(Reason.BAD_HEADER, f"member {first.source}: header cannot be read again for its "
+                                          f"metadata: {type(exc).__name__}: {exc}") from exc
+    diffusion = diffusion_metadata(stack.bvalues, stack.gradients, rotation) if rotation is not None else ()
+    return tuple(sorted({**dict(read), **dict(diffusion), **dict(stack.metadata)}.items()))
 
 
 def read_series(stack: SeriesStack, limits: Limits) -> Volume:
@@ -75,13 +92,17 @@ class DicomSource:
         for axis, (target, _) in enumerate(self._ornt):
             canon[int(target)] = spatial[axis]
         dtype = np.dtype(stack.dtype)
+        spacing = np.sqrt((canon_affine[:3, :3] ** 2).sum(axis=0))
+        axes = "ijk"
+        metadata = _metadata(stack, phase_axes=(axes[int(self._ornt[0, 0])], axes[int(self._ornt[1, 0])]),
+                             rotation=canon_affine[:3, :3] / spacing)
         self._header = VolumeHeader(
             kind=KIND, shape=(stack.n_volumes * stack.samples, *canon), dtype=dtype,
-            spacing=tuple(float(v) for v in np.sqrt((canon_affine[:3, :3] ** 2).sum(axis=0))),
+            spacing=tuple(float(v) for v in spacing),
             affine=tuple(tuple(float(v) for v in row) for row in canon_affine),
             orientation="".join(c or "?" for c in aff2axcodes(affine)),
             stream_axis=int(self._ornt[2, 0]) + 1, voxel_bytes=dtype.itemsize, warnings=stack.warnings,
-            metadata=stack.metadata,
+            metadata=metadata,
         )
 
     @property

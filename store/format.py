@@ -64,6 +64,9 @@ class IndexItem:
     split: str = ""
     fold: int | None = None
     group: str = ""
+    # A DICOM item's acquisition metadata (echo and repetition times, b-values, ...): an allow-list of the
+    # BIDS sidecar's names, PHI-free; empty for other kinds, and then not written.
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def spatial_axes(self) -> int:
@@ -104,6 +107,8 @@ class IndexItem:
             out["fold"] = self.fold
         if self.group:
             out["group"] = self.group
+        if self.metadata:
+            out["metadata"] = {k: _jsonable(v) for k, v in sorted(self.metadata.items())}
         return out
 
     @classmethod
@@ -120,6 +125,7 @@ class IndexItem:
                             for v, c in d.get("classes", {}).items()},
                    locations=None if d.get("locations") is None else str(d["locations"]),
                    split=str(d.get("split", "")), fold=None if d.get("fold") is None else int(d["fold"]),
+                   metadata={str(k): v for k, v in d.get("metadata", {}).items()},
                    group=str(d.get("group", "")))
 
 
@@ -212,6 +218,10 @@ class VolumeAttrs:
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(f"{where}: array attributes do not follow labzarr's format "
                               f"({type(exc).__name__}: {exc})") from exc
+
+
+def _jsonable(value: Any) -> Any:
+    return [_jsonable(v) for v in value] if isinstance(value, list | tuple) else value
 
 
 def _opt_str(value: object) -> str | None:

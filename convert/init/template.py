@@ -20,6 +20,7 @@ from ..spec import (
     DicomSpec,
     ItemsSpec,
     LabelsSpec,
+    ManifestSpec,
     MasksSpec,
     RunSpec,
     SplitsSpec,
@@ -64,6 +65,8 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("dicom", "gantry_tilt"): "reject (dicom2nifti) | shear: keep tilted CT with an exact, sheared affine",
     ("dicom", "philips_scaling"): "float (precise, as dcm2niix) | display (public rescale, dcm2niix -p n)",
     ("dicom", "derived"): "separate: trace/ADC volumes become item <id>~trace (as dcm2niix's _ADC) | drop",
+    ("dicom", "metadata"): "opt-in DICOM keywords besides the PHI-free allow-list, e.g. [\"BodyPartExamined\"]",
+    ("manifest", "metadata"): "metadata shown as columns meta.<name>, e.g. [\"Modality\", \"EchoTime\"]",
     ("masks", "classes"): "the classes a mask may hold; [] for any integer",
     ("masks", "policy"): "reject | warn: non-integer values or unexpected classes",
     ("masks", "tolerance"): "mm: spacing and affine entries of a role vs the image",
@@ -171,6 +174,8 @@ def render(*, name: str, raw: str, store: str, id_pattern: str, id_normalize: Se
     lines += [*_section("store", store_keys, header="the defaults `make bench` measured fastest for patch reads"), ""]
     lines += [*_section("validate", _defaults(ValidateSpec())), ""]
     lines += [*_section("dicom", _defaults(DicomSpec()), header="how strict DICOM series assembly is"), ""]
+    lines += [*_section("manifest", _defaults(ManifestSpec()), header="what the manifest lists besides its columns"),
+              ""]
     mask_keys = [Key(k.name, [] if k.name == "classes" and k.value is None else k.value) for k in _defaults(masks)]
     lines += [*_section("masks", mask_keys, active=False, header="only with a mask role in [items] roles"), ""]
     split_keys = [Key("train", 0.8), Key("val", 0.1), Key("test", 0.1),

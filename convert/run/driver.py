@@ -357,7 +357,8 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     write_outcomes(store, [r for r in decoded if r.source not in planar and not r.group], fingerprint)
     _write_array_labels(client, store, rows)
     manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles],
-                              split_columns(bool(spec.splits.folds)) if spec.splits is not None else ())
+                              split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
+                              spec.manifest.metadata)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
                                   tool_version=tool_version(), items=index_items(rows)))

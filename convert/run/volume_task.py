@@ -78,7 +78,8 @@ def _convert(task: VolumeTask, settings: TaskSettings, store: Location) -> Row:
 def ok_row(base: Row, task: VolumeTask, h: VolumeHeader, finite_warnings: tuple[str, ...]) -> Row:
     """The row of a volume written whole: its geometry and every warning, in the order a reader gave them."""
     return replace(base, kind=h.kind, shape=tuple(h.shape), dtype=str(h.dtype), spacing=h.spacing,
-                   orientation=h.orientation, array=task.array, warnings=task.warnings + h.warnings + finite_warnings)
+                   orientation=h.orientation, array=task.array, metadata=h.metadata,
+                   warnings=task.warnings + h.warnings + finite_warnings)
 
 
 def volume_layout(h: VolumeHeader, settings: TaskSettings) -> tuple[tuple[int, ...], tuple[int, ...] | None]:

@@ -245,7 +245,8 @@ def index_items(rows: Sequence[Row]) -> tuple[IndexItem, ...]:
                   classes=({c.value: ClassInfo(voxels=c.voxels, start=c.start, stop=c.stop) for c in r.classes}
                            if r.roles else {}),
                   locations=f"{r.group}/locations" if r.roles and r.classes else None,
-                  split=r.split, fold=r.fold, group=r.split_group)
+                  split=r.split, fold=r.fold, group=r.split_group,
+                  metadata=dict(r.metadata))
         for r in rows if r.status == "ok"
     )
 

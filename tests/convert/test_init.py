@@ -18,6 +18,7 @@ from labzarr.convert.spec import (
     DicomSpec,
     ItemsSpec,
     LabelsSpec,
+    ManifestSpec,
     MasksSpec,
     RunSpec,
     SplitsSpec,
@@ -157,6 +158,7 @@ def test_the_template_writes_every_key_the_spec_module_knows() -> None:
         "labels.columns": set(),
         "store": names(StoreSpec) | {"storage_options"},
         "validate": names(ValidateSpec), "dicom": names(DicomSpec), "masks": names(MasksSpec), "run": names(RunSpec),
+        "manifest": names(ManifestSpec),
         "splits": names(SplitsSpec) - {"fractions", "group_from"} | {"train", "val", "test"},
     }
 

@@ -1,0 +1,168 @@
+"""Acquisition metadata of a DICOM item: an allow-list modelled on dcm2niix's BIDS sidecar, nothing else.
+
+Invariant: only the tags named here (or named by the user, opt-in, in
+`[dicom] metadata`) are ever read into a record; no other value of a DICOM
+file reaches the store, the manifest or a report. So patient names, IDs,
+birth dates, study and acquisition dates, institutions and people's names
+stay in the raw files whatever a scanner puts in them, private tags and
+sequences included.
+
+Names and units are the BIDS sidecar's, as dcm2niix writes them: times in
+seconds (DICOM's are milliseconds), angles in degrees, lengths in mm.
+`PhaseEncodingAxis` and the b-vectors refer to the *stored* array's axes,
+canonical RAS (`i`, `j`, `k` = x, y, z): dcm2niix's `.bvec` refers to its
+own NIfTI's voxel axes instead, in FSL's convention.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pydicom
+from pydicom.datadict import tag_for_keyword
+from pydicom.dataset import Dataset
+
+from ._dicom_header import open_dicom
+from .records import Metadata, MetaValue
+
+__all__ = ["ALLOWED", "acquisition_metadata", "diffusion_metadata", "is_known_keyword"]
+
+# (BIDS name, DICOM keyword, the enhanced functional group holding it, scale to BIDS units)
+_TAGS: tuple[tuple[str, str, str, float], ...] = (
+    ("Modality", "Modality", "", 1.0),
+    ("Manufacturer", "Manufacturer", "", 1.0),
+    ("ManufacturersModelName", "ManufacturerModelName", "", 1.0),
+    ("MagneticFieldStrength", "MagneticFieldStrength", "", 1.0),
+    ("SeriesDescription", "SeriesDescription", "", 1.0),
+    ("ProtocolName", "ProtocolName", "", 1.0),
+    ("RepetitionTime", "RepetitionTime", "MRTimingAndRelatedParametersSequence", 1e-3),
+    ("InversionTime", "InversionTime", "", 1e-3),
+    ("FlipAngle", "FlipAngle", "MRTimingAndRelatedParametersSequence", 1.0),
+    ("SliceThickness", "SliceThickness", "PixelMeasuresSequence", 1.0),
+)
+# Every name the allow-list may write: the tags above and what is derived per item.
+ALLOWED: frozenset[str] = frozenset({n for n, _, _, _ in _TAGS} | {
+    "ImageType", "EchoTime", "PhaseEncodingAxis", "SliceTiming", "bvals", "bvecs"})
+
+
+def is_known_keyword(name: str) -> bool:
+    """True for a DICOM dictionary keyword (`BodyPartExamined`), what `[dicom] metadata` may name."""
+    return tag_for_keyword(name) is not None
+
+
+def acquisition_metadata(path: Path, *, gzipped: bool, frame: int, image_type: Sequence[str],
+                         echo_time_ms: float | None, extra: Sequence[str] = (),
+                         phase_axes: tuple[str, str] | None = None) -> Metadata:
+    """The allow-listed metadata of the item whose first image is `frame` of `path`, plus the `extra` keywords.
+
+    `image_type` and `echo_time_ms` are the item's own (an enhanced file's parts differ in them);
+    `phase_axes` names the stored axes a row and a column run along, for `PhaseEncodingAxis`.
+    """
+    with open_dicom(path, gzipped=gzipped) as fp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = pydicom.dcmread(fp, stop_before_pixels=True, force=True)
+    groups = _groups(ds, frame)
+    out: dict[str, MetaValue] = {}
+    for name, keyword, group, scale in _TAGS:
+        value = _value(ds, groups, keyword, group)
+        if value is not None:
+            out[name] = _scaled(value, scale)
+    if image_type:
+        out["ImageType"] = tuple(image_type)
+    echo = echo_time_ms if echo_time_ms is not None else _number(ds.get("EchoTime"))
+    if echo is not None:
+        out["EchoTime"] = _round(echo * 1e-3)
+    direction = _value(ds, groups, "InPlanePhaseEncodingDirection", "MRFOVGeometrySequence")
+    if phase_axes is not None and direction in ("ROW", "COL"):
+        out["PhaseEncodingAxis"] = phase_axes[0] if direction == "ROW" else phase_axes[1]
+    for keyword in extra:
+        value = _value(ds, groups, keyword, "")
+        if value is not None:
+            out[keyword] = value
+    return tuple(sorted(out.items()))
+
+
+def diffusion_metadata(bvalues: Sequence[float | None], gradients: Sequence[tuple[float, float, float] | None],
+                       rotation: npt.NDArray[np.float64]) -> Metadata:
+    """`bvals` and `bvecs` per volume, the gradients (LPS, as DICOM gives them) turned into the stored axes:
+    `rotation` maps the stored array's unit axes to RAS directions. Empty unless every volume has a b-value
+    and the series is a diffusion series (b varies, or some gradient is not zero)."""
+    if not bvalues or any(b is None for b in bvalues):
+        return ()
+    vecs = [(0.0, 0.0, 0.0) if g is None else g for g in gradients]
+    if len({b for b in bvalues}) < 2 and not any(any(v) for v in vecs):
+        return ()
+    ras = np.array(vecs, dtype=np.float64) * np.array([-1.0, -1.0, 1.0])  # LPS -> RAS
+    stored = ras @ rotation  # the components along each stored axis: rotation.T @ g, row-wise
+    return (("bvals", tuple(_round(float(b)) for b in bvalues if b is not None)),
+            ("bvecs", tuple(tuple(_round(float(v)) + 0.0 for v in row) for row in stored)))
+
+
+def _groups(ds: Dataset, frame: int) -> list[Dataset]:
+    """An enhanced file's functional groups for `frame`: its per-frame item, then the shared one."""
+    out = []
+    per_frame = ds.get("PerFrameFunctionalGroupsSequence")
+    if per_frame is not None and frame < len(per_frame):
+        out.append(per_frame[frame])
+    shared = ds.get("SharedFunctionalGroupsSequence")
+    if shared:
+        out.append(shared[0])
+    return out
+
+
+def _value(ds: Dataset, groups: Iterable[Dataset], keyword: str, group: str) -> MetaValue | None:
+    """`keyword`'s value at the top level, else inside `group` of the frame's functional groups."""
+    found = _plain(ds.get(keyword))
+    if found is None and group:
+        for g in groups:
+            seq = g.get(group)
+            if seq:
+                found = _plain(seq[0].get(keyword))
+                if found is not None:
+                    break
+    return found
+
+
+def _plain(value: Any) -> MetaValue | None:
+    """A DICOM value as JSON writes it: numbers, text, or a tuple of them; None for empty, binary or nested."""
+    if value is None or value == "":
+        return None
+    if type(value).__name__ == "MultiValue" or isinstance(value, list | tuple):
+        items = [_plain(v) for v in value]
+        flat = tuple(v for v in items if isinstance(v, int | float | str))
+        return flat or None
+    if isinstance(value, bytes | bytearray) or isinstance(value, Dataset) or type(value).__name__ == "Sequence":
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) or type(value).__name__ in ("DSfloat", "IS", "DSdecimal"):
+        f = float(value)
+        if not math.isfinite(f):
+            return None
+        return int(f) if type(value).__name__ == "IS" else _round(f)
+    text = str(value).strip()
+    return text or None
+
+
+def _number(value: Any) -> float | None:
+    plain = _plain(value)
+    return float(plain) if isinstance(plain, int | float) else None
+
+
+def _scaled(value: MetaValue, scale: float) -> MetaValue:
+    if scale == 1.0 or not isinstance(value, int | float):
+        return value
+    return _round(float(value) * scale)
+
+
+def _round(v: float) -> float:
+    """Ten significant digits: what the header said, without float noise from unit conversion."""
+    return float(f"{v:.10g}")
