@@ -55,12 +55,13 @@ def damage_of(report: VerifyReport) -> dict[str, Damage]:
     whole array (its metadata, a content hash with no chunk to blame) redoes all of it. A content hash that
     differs beside chunk files missing is their doing (zarr read fill values there), not a second problem.
     """
+    from .plan.build import item_array
     from .plan.records import Damage
 
     by_array: dict[str, list[tuple[str, tuple[int, ...] | None]]] = {}
     for p in report.problems:
-        if p.array:
-            by_array.setdefault(p.array, []).append((p.kind, p.at))
+        if p.array:  # a volume's downsampled level is its item's damage: the whole image group is redone
+            by_array.setdefault(item_array(p.array), []).append((p.kind, p.at))
     out: dict[str, Damage] = {}
     for array, found in sorted(by_array.items()):
         located = [at for _, at in found if at is not None]

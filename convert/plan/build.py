@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from labzarr.readers import DicomReader, Plane, Reason, Rejected, SeriesStack, check_plane
+from labzarr.store.ngff import LEVEL0
 
 from ..discover import Candidate
 from ..manifest import Row
@@ -38,6 +39,20 @@ IMAGE_SUFFIXES: tuple[str, ...] = (
     ".tif", ".tiff", ".mgz", ".mnc", ".nrrd", ".gz",
 )
 VOLUMES = "volumes"
+
+
+def item_unit(path: str) -> str:
+    """What is staged, installed and removed as one for the item at `path`: `volumes/<item>` for any path below
+    it (its level-0 array, a role, a level), else `path` itself (a stack)."""
+    group, _, rest = path.partition("/")
+    return f"{group}/{rest.partition('/')[0]}" if group == VOLUMES and rest else path
+
+
+def item_array(path: str) -> str:
+    """The array an item's damage is keyed by (what a task names): a volume's level 0 for any path in its group,
+    a stack itself."""
+    unit = item_unit(path)
+    return f"{unit}/{LEVEL0}" if unit.startswith(f"{VOLUMES}/") else unit
 # The names each kind is expected under; another image suffix on it earns a warning (a PNG named .jpg).
 _KIND_SUFFIXES: dict[str, tuple[str, ...]] = {
     "nifti": (".nii", ".nii.gz", ".gz", ".hdr", ".img"), "dicom": (".dcm", ".dicom", ".ima"),
@@ -183,7 +198,8 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     tasks: list[VolumeTask] = []
     unchanged: list[Row] = []
     repaired: list[Repair] = []
-    for task in (replace(t, array=f"{VOLUMES}/{name}") for t, name in zip(todo, names)):
+    # A volume is an NGFF image group; its array (what the row and the index name) is the group's level 0.
+    for task in (replace(t, array=f"{VOLUMES}/{name}/{LEVEL0}") for t, name in zip(todo, names)):
         earlier = done.volumes.get(task.source)
         same = earlier is not None and _same(earlier, task, fingerprint)
         hurt = done.damaged.get(task.array)

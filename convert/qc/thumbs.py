@@ -19,20 +19,13 @@ import numpy as np
 from PIL import Image
 
 from labzarr.store import ArrayReader
+from labzarr.store.ngff import class_color  # one colour per class, on the QC page and in the label images
 
 __all__ = ["VIEW_NAMES", "class_color", "image_thumbnail", "thumbnail", "volume_planes", "volume_thumbnail", "window"]
 
 VIEW_NAMES = ("axial", "coronal", "sagittal")
 _GAP = 4  # px between the three views
 _ALPHA = 0.45  # mask opacity: the anatomy stays visible under the classes
-# matplotlib's "tab10": ten colours told apart by most colour-blind readers too.
-_PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
-            (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207))
-
-
-def class_color(k: int) -> tuple[int, int, int]:
-    """The overlay colour of mask class `k` (k >= 1; class 0 is background and not drawn)."""
-    return _PALETTE[(k - 1) % len(_PALETTE)]
 
 
 def window(planes: Sequence[np.ndarray], *, percentiles: tuple[float, float] = (0.5, 99.5)) -> list[np.ndarray]:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from labzarr.readers import Limits
 from labzarr.store import Folder, Location, as_location
+from labzarr.store.ngff import Pyramid
 
 from ..plan.chunks import SLAB_BYTES
 from ..spec import MasksSpec, StoreSpec
@@ -39,6 +40,10 @@ class TaskSettings:
     def location(self) -> Location:
         """The store: a folder, or a URL store with its storage options."""
         return as_location(self.store, self.store_options)
+
+    def pyramid(self, *, labels: bool = False) -> Pyramid:
+        """The levels every image is given below level 0 (`[store] pyramid`); a label image's by mode."""
+        return Pyramid(levels=self.store_spec.pyramid, method="mode" if labels else "mean")
 
     def reports(self) -> Path:
         """Where workers write fault reports: a local folder (faulthandler needs a file descriptor)."""

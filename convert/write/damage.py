@@ -22,8 +22,9 @@ from typing import Any
 
 from labzarr.store import COMPLETE, INDEX_KEY, Location, StoreIndex, UrlStore
 from labzarr.store.content import stored_files
+from labzarr.store.ngff import LEVEL0
 
-from ..plan.build import VOLUMES
+from ..plan.build import VOLUMES, item_array, item_unit
 from ..plan.records import Damage, from_record
 from ..plan.stacks import STACKS
 
@@ -38,8 +39,8 @@ ARRAY_MISSING = "array missing"  # in the store's index, nothing of it in the st
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    """Which files the top arrays of a store (`volumes/<name>`, `stacks/<name>`) hold, found the cheapest way the
-    store's kind allows.
+    """Which files the items of a store (image groups `volumes/<name>`, stacks `stacks/<name>`) hold, found the
+    cheapest way the store's kind allows.
 
     A URL store is listed once per group: a request per thousand keys, where asking per object would cost a
     request each. A folder is asked per expected file instead: zarr nests each chunk file three or four folders
@@ -47,7 +48,7 @@ class Listing:
     files each: 7 s to walk, 2 s to stat).
     """
 
-    tops: frozenset[str]  # the top arrays (or sample groups) with anything in them
+    tops: frozenset[str]  # the image groups and stacks with anything in them
     listed: Mapping[str, frozenset[str]] | None  # a URL store's keys by top, relative to it; None for a folder
     folder: str = ""  # a folder store's path, asked per file
 
@@ -72,18 +73,23 @@ class Listing:
                 continue
         return cls(tops=frozenset(tops), listed=None, folder=folder)
 
-    def present(self, top: str, keys: Iterable[str]) -> set[str]:
-        """Those of `keys` (relative to array `top`) that exist."""
+    def present(self, array: str, keys: Iterable[str]) -> set[str]:
+        """Those of `keys` (relative to `array`, a stack or any array of an image group) that exist."""
         if self.listed is not None:
-            return set(keys) & self.listed.get(top, frozenset())
-        base = os.path.join(self.folder, top)
+            top = item_unit(array)
+            prefix = array.removeprefix(top).strip("/")
+            listed = self.listed.get(top, frozenset())
+            return {k for k in keys if (f"{prefix}/{k}" if prefix else k) in listed}
+        base = os.path.join(self.folder, array)
         return {k for k in keys if os.path.isfile(os.path.join(base, k))}
 
-    def has_chunks(self, top: str) -> bool:
-        """True when `top` holds chunk files of its own (`c/...`), as an array does and a sample group does not."""
+    def has_chunks(self, array: str) -> bool:
+        """True when `array` holds chunk files of its own (`c/...`)."""
         if self.listed is not None:
-            return any(k.startswith("c/") for k in self.listed.get(top, ()))
-        return os.path.isdir(os.path.join(self.folder, top, "c"))
+            top = item_unit(array)
+            prefix = array.removeprefix(top).strip("/")
+            return any(k.startswith(f"{prefix}/c/" if prefix else "c/") for k in self.listed.get(top, ()))
+        return os.path.isdir(os.path.join(self.folder, array, "c"))
 
 
 def find_damage(store: Location, nodes: Sequence[tuple[str, Mapping[str, Any]]], listing: Listing) -> dict[str, Damage]:
@@ -91,19 +97,25 @@ def find_damage(store: Location, nodes: Sequence[tuple[str, Mapping[str, Any]]],
     them) and `listing`: lost chunk files, attributes lost or unreadable, arrays the index names that are gone."""
     found: dict[str, Damage] = {}
     sources = _index_sources(store)
-    nodes_at = {path for path, _ in nodes if _is_top(path)}
+    nodes_at = {item_unit(path) for path, _ in nodes if _is_top(path)}
     for path, meta in nodes:
-        if _is_top(path):  # a sample's role arrays lie deeper: samples are decoded on every run
+        # A sample's arrays (their attrs name a role) are left alone: samples are decoded on every run.
+        if _is_top(path) and not _in_sample(meta):
             why = _node_damage(path, meta, listing)
             if why is not None:
                 found[path] = why
-    for path in sorted(listing.tops - nodes_at):
-        # Chunk files right below it (a sample group holds only its role arrays' folders), but no array node.
+        elif _is_level(path, meta):  # a downsampled level lost is the volume's damage: its group is redone
+            why = _node_damage(path, meta, listing, record=False)
+            if why is not None:
+                found.setdefault(item_array(path), why)
+    for top in sorted(listing.tops - nodes_at):
+        # Chunk files of the item's own array, but no array node for them (its zarr.json, or its group's, lost).
+        path = item_array(top)
         if listing.has_chunks(path):
             found[path] = Damage(ATTRS_UNREADABLE if listing.present(path, ["zarr.json"]) else ATTRS_MISSING,
                                  source=sources.get(path, ""))
     for path, source in sources.items():
-        if path not in listing.tops:
+        if item_unit(path) not in listing.tops:
             found[path] = Damage(ARRAY_MISSING, source=source)
     return found
 
@@ -116,14 +128,14 @@ def absent_files(path: str, meta: Mapping[str, Any], listing: Listing) -> list[t
     return [(key, coords) for key, coords in expected if key not in present]
 
 
-def _node_damage(path: str, meta: Mapping[str, Any], listing: Listing) -> Damage | None:
+def _node_damage(path: str, meta: Mapping[str, Any], listing: Listing, *, record: bool = True) -> Damage | None:
     attrs = meta.get("attributes")
     if not isinstance(attrs, dict):
         return Damage(ATTRS_UNREADABLE)
     if COMPLETE not in attrs:
         return None
     try:
-        if path.startswith(f"{VOLUMES}/"):
+        if record and path.startswith(f"{VOLUMES}/"):
             from_record(attrs["row"])
             str(attrs["settings"])
         absent = absent_files(path, meta, listing)
@@ -140,9 +152,25 @@ def _node_damage(path: str, meta: Mapping[str, Any], listing: Listing) -> Damage
 
 
 def _is_top(path: str) -> bool:
-    """A volume or stack array (`volumes/case1`), not an array inside a sample group."""
+    """An item's own array: a volume's level 0 (`volumes/case1/0`; a sample's image lies there too) or a stack."""
     group, _, name = path.partition("/")
-    return group in (VOLUMES, STACKS) and bool(name) and "/" not in name
+    if group == STACKS:
+        return bool(name) and "/" not in name
+    parts = name.split("/")
+    return group == VOLUMES and len(parts) == 2 and bool(parts[0]) and parts[1] == LEVEL0
+
+
+def _in_sample(meta: Mapping[str, Any]) -> bool:
+    attrs = meta.get("attributes")
+    return isinstance(attrs, dict) and "role" in attrs
+
+
+def _is_level(path: str, meta: Mapping[str, Any]) -> bool:
+    """A downsampled level of a volume (`volumes/case1/2`), not of a sample's role."""
+    group, _, name = path.partition("/")
+    parts = name.split("/")
+    return (group == VOLUMES and len(parts) == 2 and parts[1].isdigit() and parts[1] != LEVEL0
+            and not _in_sample(meta))
 
 
 def _index_sources(store: Location) -> dict[str, str]:
@@ -154,6 +182,6 @@ def _index_sources(store: Location) -> dict[str, str]:
         return {}  # no index yet (a first run), or one a run did not finish: it is written again at the end
     out: dict[str, str] = {}
     for item in index.items:
-        if _is_top(item.array):
+        if _is_top(item.array) and not item.roles:
             out[item.array] = item.source if item.slot is None else ""
     return out

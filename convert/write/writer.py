@@ -40,9 +40,11 @@ import zarr
 from labzarr.readers import Slab, VolumeHeader
 from labzarr.store import Location
 from labzarr.store.content import ChunkDigests, block_digests, combine_digests
+from labzarr.store.ngff import Pyramid
 
 from ._shard import ShardCodec
 from .arrays import StoreWriteError, begin_array, discard, install
+from .image import begin_image, install_image
 
 __all__ = ["AXES", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "create_volume_array", "open_volume_array",
            "seal_volume"]
@@ -100,13 +102,18 @@ def open_volume_array(folder: Location) -> zarr.Array[Any]:
 
 
 def seal_volume(store: Location, name: str, folder: Location, array: zarr.Array[Any], digests: ChunkDigests, *,
-                attrs: Mapping[str, Any] | None, complete: str, run_id: str) -> str:
+                attrs: Mapping[str, Any] | None, complete: str, run_id: str, pyramid: Pyramid | None = None) -> str:
     """Record `content_sha256` (from every chunk's digest) and `attrs`, then `complete`, and move the staged
-    array at `folder` to `name`; returns the content hash. Raises `StoreWriteError`, `Superseded`."""
+    array at `folder` to `name`; returns the content hash. With `pyramid`, `name` is the level-0 array of an
+    image group `begin_image` staged: its levels and `ome` attributes are written first and the whole group is
+    moved. Raises `StoreWriteError`, `Superseded`."""
     content = combine_digests(array.shape, array.dtype, array.chunks, digests)
     with store_io(store, f"cannot write {name}"):
         array.update_attributes({**(attrs or {}), "content_sha256": content})
-        install(store, name, folder, array, complete=complete, run_id=run_id)
+        if pyramid is None:
+            install(store, name, folder, array, complete=complete, run_id=run_id)
+        else:
+            install_image(store, name, folder, array, complete=complete, run_id=run_id, pyramid=pyramid)
     return content
 
 
@@ -182,16 +189,21 @@ class _SlabWriter:
 
 
 class VolumeWriter(_SlabWriter):
-    """One array written from slabs and installed by this writer: `finish` records the content hash and `complete`."""
+    """One array written from slabs and installed by this writer: `finish` records the content hash and `complete`.
+
+    With `pyramid`, `name` is the level-0 array of an image group (`volumes/<item>/0`), and the whole group is
+    staged, given its levels and `ome` attributes, and installed (`image.py`); without, the array alone.
+    """
 
     def __init__(self, store: Location, name: str, header: VolumeHeader, *, chunks: Sequence[int],
                  codecs: Sequence[Any], attrs: Mapping[str, Any], run_id: str = "",
-                 shards: Sequence[int] | None = None) -> None:
+                 shards: Sequence[int] | None = None, pyramid: Pyramid | None = None) -> None:
         with store_io(store, f"cannot create {name}"):
-            folder = begin_array(store, name)
+            folder = begin_array(store, name) if pyramid is None else begin_image(store, name)
             array = create_volume_array(folder, header, chunks=chunks, shards=shards, codecs=codecs, attrs=attrs)
         super().__init__(store, name, header, array, folder)
-        self.run_id = run_id
+        self.run_id, self.pyramid = run_id, pyramid
+        self._staged = folder if pyramid is None else folder.parent  # what `close` removes unless installed
         self._installed = False
 
     def finish(self, *, attrs: Mapping[str, Any] | None = None, complete: str) -> str:
@@ -199,7 +211,7 @@ class VolumeWriter(_SlabWriter):
         self._collect()
         self._pool.shutdown()
         content = seal_volume(self.store, self.name, self.folder, self.array, self._digests, attrs=attrs,
-                              complete=complete, run_id=self.run_id)
+                              complete=complete, run_id=self.run_id, pyramid=self.pyramid)
         self._installed = True
         return content
 
@@ -207,7 +219,7 @@ class VolumeWriter(_SlabWriter):
         """Stop the writing threads and, unless `finish` installed the array, remove the staged folder."""
         self._pool.shutdown(cancel_futures=True)
         if not self._installed:
-            discard(self.folder)
+            discard(self._staged)
 
 
 class PartWriter(_SlabWriter):

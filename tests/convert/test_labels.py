@@ -234,7 +234,7 @@ def test_delivery_labels_in_manifest_summary_store_and_attrs(tmp_path: Path, cli
     # Items rejected only for their labels keep their arrays outside the index (issue 8: a corrected
     # workbook makes them ok on the next run without decoding them again).
     label_rejected = sorted(r["item_id"] for r in rows.values() if r["reason"] in ("no_label", "label_conflict"))
-    assert sorted(root["volumes"].array_keys()) == sorted(["case1", "case2", "case3", "case4", "case5", "case8",
+    assert sorted(root["volumes"].group_keys()) == sorted(["case1", "case2", "case3", "case4", "case5", "case8",
                                                            *label_rejected])
     for item in view.items:
         assert view.array(item).attrs["labels"] == dict(item.labels)

@@ -99,7 +99,7 @@ def test_segmentation_samples_to_s3_equal_the_local_folder(converted_seg, s3: S3
     result = convert_delivery(spec, workers=2)
     assert result.manifest.read_bytes() == local_result.manifest.read_bytes()
     assert_same_store(local.store, url)
-    assert any(name.endswith("/mask") for name in _arrays(_url_root(url)))
+    assert any(name.endswith("/labels/mask/0") for name in _arrays(_url_root(url)))
     assert verify_store(UrlStore(url)).ok
 
 

@@ -70,11 +70,11 @@ def test_convert_repairs_lost_chunk_files_and_attributes_and_verify_repair_the_r
     clean = convert_delivery(d.spec, scheduler=scheduler)
     want = snapshot(d.spec, as_location(d.store))
     assert clean.converted == N_DECODED and not clean.repaired
-    flip(chunk_files(d.store, "volumes/case2")[0])  # inside a chunk: only a full read can see it
-    chunk_files(d.store, "volumes/case1")[-1].unlink()
-    meta = d.store / "volumes" / "case4" / "zarr.json"
+    flip(chunk_files(d.store, "volumes/case2/0")[0])  # inside a chunk: only a full read can see it
+    chunk_files(d.store, "volumes/case1/0")[-1].unlink()
+    meta = d.store / "volumes" / "case4" / "0" / "zarr.json"
     meta.write_bytes(meta.read_bytes()[:60])  # torn: no longer JSON
-    (d.store / "volumes" / "case5" / "zarr.json").unlink()
+    (d.store / "volumes" / "case5" / "0" / "zarr.json").unlink()
 
     again = convert_delivery(d.spec, scheduler=scheduler)
     assert repaired(again) == [("case1", "chunk files missing"), ("case4", "attributes unreadable"),
@@ -82,16 +82,16 @@ def test_convert_repairs_lost_chunk_files_and_attributes_and_verify_repair_the_r
     assert (again.converted, again.unchanged) == (3, N_DECODED - 3)  # the intact items are reused
     log = json.loads((d.store / STATE / "last-run.json").read_bytes())
     assert [(r["array"], r["why"]) for r in log["repaired"]] == [
-        ("volumes/case1", "chunk files missing"), ("volumes/case4", "attributes unreadable"),
-        ("volumes/case5", "attributes missing")]
-    assert verify_store(d.store).damaged() == ["volumes/case2"]  # the cheap check reads no chunk
+        ("volumes/case1/0", "chunk files missing"), ("volumes/case4/0", "attributes unreadable"),
+        ("volumes/case5/0", "attributes missing")]
+    assert verify_store(d.store).damaged() == ["volumes/case2/0"]  # the cheap check reads no chunk
     assert snapshot(d.spec, as_location(d.store)).manifest == want.manifest
 
     assert main(["verify", "--repair", str(d.spec), "--scheduler", scheduler]) == 0
     out = capsys.readouterr().out
     line = f"\n\nrepair: 1 repaired (chunk unreadable: case2); 1 converted, {N_DECODED - 1} unchanged\n\n"
     before, after = out.split(line)  # the verdict before, what was converted again, the verdict after
-    assert "DAMAGED: 1 item(s)" in before and "volumes/case2" in before
+    assert "DAMAGED: 1 item(s)" in before and "volumes/case2/0" in before
     assert after.rstrip().endswith("ok: every chunk present and intact, every content hash matches")
     assert snapshot(d.spec, as_location(d.store)) == want
 
@@ -105,8 +105,8 @@ def test_convert_verify_repairs_in_one_run(tmp_path: Path, scheduler: str, capsy
     out = capsys.readouterr().out
     assert "before converting" not in out and "\nverify: " in out and out.rstrip().endswith("content hash matches")
     want = snapshot(d.spec, as_location(d.store))
-    flip(chunk_files(d.store, "volumes/case3")[0])
-    chunk_files(d.store, "volumes/case6")[0].unlink()
+    flip(chunk_files(d.store, "volumes/case3/0")[0])
+    chunk_files(d.store, "volumes/case6/0")[0].unlink()
 
     assert main(["convert", str(d.spec), "--verify", "--scheduler", scheduler]) == 0
     out = capsys.readouterr().out
@@ -195,8 +195,8 @@ def test_convert_repairs_a_url_store(s3: object, tmp_path: Path) -> None:
     convert_delivery(spec, workers=1)
     want = snapshot(spec, UrlStore(url))
     fs = fsspec.filesystem("s3", skip_instance_cache=True, use_listings_cache=False)
-    fs.rm_file(sorted(fs.find("labzarr/repair.zarr/volumes/case1/c"))[0])
-    fs.pipe_file("labzarr/repair.zarr/volumes/case4/zarr.json", b'{"zarr_format": 3, "node_ty')
+    fs.rm_file(sorted(fs.find("labzarr/repair.zarr/volumes/case1/0/c"))[0])
+    fs.pipe_file("labzarr/repair.zarr/volumes/case4/0/zarr.json", b'{"zarr_format": 3, "node_ty')
     again = convert_delivery(spec, workers=1)
     assert repaired(again) == [("case1", "chunk files missing"), ("case4", "attributes unreadable")]
     assert (again.converted, again.unchanged) == (2, N_DECODED - 2)
@@ -224,9 +224,9 @@ def _one_volume(tmp_path: Path, *, damage: Damage | None, recorded: bool = True,
     spec = load_spec(d.spec, root=tmp_path)
     rel = "case_001.nii"
     probe = Probe(rel=rel, size=10, sha256=sha, kind="nifti", text=False, gzipped=False, gzip_error=None, magic=b"")
-    row = Row(item_id="case1", status="ok", source=rel, kind="nifti", sha256="a" * 64, array="volumes/case1")
+    row = Row(item_id="case1", status="ok", source=rel, kind="nifti", sha256="a" * 64, array="volumes/case1/0")
     done = Recorded(volumes={rel: Outcome(fingerprint="s1", row=row)} if recorded else {},
-                    damaged={"volumes/case1": damage} if damage else {})
+                    damaged={"volumes/case1/0": damage} if damage else {})
     return plan(spec, [Candidate(FileEntry(rel, Path("/raw") / rel, 10), "case1")], {rel: probe}, done,
                 fingerprint="s1")
 
@@ -254,13 +254,14 @@ def test_verify_findings_become_damage() -> None:
                             leftovers=0)
 
     found = damage_of(report(
-        Problem("volumes/case1", "case1", "x", "chunk unreadable", (0, 32, 0, 0)),
+        Problem("volumes/case1/0", "case1", "x", "chunk unreadable", (0, 32, 0, 0)),
+        Problem("volumes/case1/2", "case1", "x", "chunk files missing", (0, 8, 0, 0)),  # a level: the item's
         Problem(STACK, "", "x", "chunk files missing", (1024, 0, 0, 0)),
         Problem(STACK, "", "x", "content hash differs"),  # the missing file's doing: not the whole stack
         Problem("stacks/1x8x8_uint8", "", "x", "chunk unreadable", (3, 0, 0, 0)),
         Problem("stacks/1x8x8_uint8", "", "x", "metadata unreadable"),
     ))
-    assert found == {"volumes/case1": Damage("chunk unreadable"),
+    assert found == {"volumes/case1/0": Damage("chunk unreadable, chunk files missing"),
                      STACK: Damage("chunk files missing", slots=frozenset({1024})),
                      "stacks/1x8x8_uint8": Damage("chunk unreadable, metadata unreadable")}
     assert damage_of(report()) == {}

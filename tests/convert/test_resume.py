@@ -103,14 +103,14 @@ def test_settings_change_converts_again(tmp_path: Path, dask_client) -> None:
 def test_unfinished_or_tampered_arrays_are_redone_and_leftovers_swept(tmp_path: Path, dask_client) -> None:
     d = make_delivery(tmp_path)
     first = run(d, dask_client)
-    meta_path = d.store / "volumes" / "case2" / "zarr.json"
+    meta_path = d.store / "volumes" / "case2" / "0" / "zarr.json"
     meta = json.loads(meta_path.read_bytes())
     del meta["attributes"]["complete"]  # as if the run died before sealing it
     meta_path.write_text(json.dumps(meta))
     staged = d.store / ".labzarr" / "staging" / "volumes~case9.deadbeef"
     staged.mkdir(parents=True)
     (staged / "zarr.json").write_text("{}")
-    (d.store / "volumes" / "case5" / "c" / "0" / "0" / "0" / "0.0123.partial").write_bytes(b"half a chunk")
+    (d.store / "volumes" / "case5" / "0" / "c" / "0" / "0" / "0" / "0.0123.partial").write_bytes(b"half a chunk")
     again = run(d, dask_client)
     assert again.converted == 1 and again.unchanged == N_DECODED - 1
     assert again.manifest.read_bytes() == first.manifest.read_bytes()
@@ -190,7 +190,7 @@ def test_plan_reuses_an_outcome_only_when_nothing_changed(tmp_path: Path, change
                                                           reused: bool) -> None:
     spec = _spec(tmp_path)
     candidates, probes = _inputs("case_001.nii", "a" * 64)
-    fields = {"sha256": "a" * 64, "array": "volumes/case1", "item_id": "case1", **change}
+    fields = {"sha256": "a" * 64, "array": "volumes/case1/0", "item_id": "case1", **change}
     settings = change.get("settings", "s1")
     fields.pop("settings", None)
     row = Row(status="ok", source="case_001.nii", kind="nifti", shape=(1, 2, 3, 4), dtype="int16", **fields)

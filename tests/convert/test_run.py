@@ -121,7 +121,7 @@ def test_store_codecs_and_root_attrs(converted_demo) -> None:
     label_rejected = [r["item_id"] for r in read_manifest(result.manifest)
                       if r["reason"] in ("no_label", "label_conflict")]
     assert label_rejected
-    assert sorted(n for n, _ in root["volumes"].arrays()) == sorted(
+    assert sorted(n for n, _ in root["volumes"].groups()) == sorted(
         [i.array.split("/")[1] for i in view.items] + label_rejected)
 
 

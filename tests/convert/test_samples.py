@@ -93,7 +93,7 @@ def test_mask_stored_beside_image_in_canonical_order(converted_seg) -> None:
     want_mask = canonical(save(d.raw.parent / "ref_seg.nii.gz", classes_of(data), affine))
     for item in items.values():
         group = item.array.rsplit("/", 1)[0]
-        assert item.roles == {"image": f"{group}/image", "mask": f"{group}/mask"}
+        assert item.roles == {"image": f"{group}/0", "mask": f"{group}/labels/mask/0"}  # an NGFF image and its labels
         image, mask = view.array(item.roles["image"]), view.array(item.roles["mask"])
         assert mask.dtype == np.uint8 and image.shape == mask.shape and image.chunks == mask.chunks
         # the float mask (case006) and the mask stored flipped along x (case002) give the same canonical voxels

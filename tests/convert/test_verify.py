@@ -32,14 +32,14 @@ def chunk_files(store: Path) -> list[Path]:
 
 def inner_chunks(store: Path) -> int:
     """Chunks of every volume array (several per shard file)."""
-    arrays = [zarr.open_array(meta.parent, mode="r") for meta in (store / "volumes").glob("*/zarr.json")]
+    arrays = [zarr.open_array(meta.parent, mode="r") for meta in (store / "volumes").glob("*/0/zarr.json")]
     return sum(int(np.prod([-(-n // c) for n, c in zip(a.shape, a.chunks)])) for a in arrays)
 
 
 def test_intact_store_passes(store: Path) -> None:
     report = verify_store(store)
     assert report.ok, report.describe()
-    assert report.arrays == len(list((store / "volumes").glob("*/zarr.json")))
+    assert report.arrays == len(list((store / "volumes").glob("*/0/zarr.json")))  # level 0 of each image
     assert report.chunks == inner_chunks(store) > len(chunk_files(store))  # volumes are sharded
 
 
@@ -55,7 +55,7 @@ def test_every_flipped_byte_is_caught(store: Path) -> None:
         original = path.read_bytes()
         path.write_bytes(bytes(blob))
         report = verify_store(store)
-        array = path.relative_to(store).parts[0] + "/" + path.relative_to(store).parts[1]
+        array = "/".join(path.relative_to(store).parts[:3])  # volumes/<item>/0
         assert report.damaged() == [array], f"{path} byte {pos}: {report.describe()}"
         # a shard that fails to read whole is read again chunk by chunk: each problem names one inner chunk
         chunks = zarr.open_array(store / array, mode="r").chunks
@@ -75,7 +75,7 @@ def test_every_missing_chunk_file_is_caught(store: Path) -> None:
         original = path.read_bytes()
         path.unlink()
         report = verify_store(store)
-        array = "/".join(path.relative_to(store).parts[:2])
+        array = "/".join(path.relative_to(store).parts[:3])
         assert report.damaged() == [array], report.describe()
         assert any("missing" in p.what for p in report.problems)
         path.write_bytes(original)
@@ -90,7 +90,7 @@ def test_all_fill_chunks_are_written_and_a_missing_one_is_caught(tmp_path: Path,
     (raw / "case_001.nii").write_bytes(bytes(nib.Nifti1Image(data, np.eye(4)).to_bytes()))
     spec = write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr", labels=False)
     execute(load_spec(spec, root=tmp_path), dask_client)
-    store, name = tmp_path / "s.zarr", "volumes/case1"
+    store, name = tmp_path / "s.zarr", "volumes/case1/0"
     assert verify_store(store).ok
     zero_chunk = store / name / "c" / "0" / "0" / "0" / "0"
     assert zero_chunk.is_file()  # written although all fill value
@@ -102,12 +102,12 @@ def test_all_fill_chunks_are_written_and_a_missing_one_is_caught(tmp_path: Path,
 
 def test_index_entry_without_array_and_unsealed_array(store: Path) -> None:
     shutil.rmtree(store / "volumes" / "case2")
-    meta_path = store / "volumes" / "case3" / "zarr.json"
+    meta_path = store / "volumes" / "case3" / "0" / "zarr.json"
     meta = json.loads(meta_path.read_bytes())
     del meta["attributes"]["complete"]
     meta_path.write_text(json.dumps(meta))
     report = verify_store(store)
-    assert report.damaged() == ["volumes/case2", "volumes/case3"]
+    assert report.damaged() == ["volumes/case2/0", "volumes/case3/0"]
     assert "never finished" in report.describe()
 
 
@@ -120,7 +120,7 @@ def test_cli_exit_codes_and_table(store: Path, tmp_path: Path, capsys: pytest.Ca
     victim.write_bytes(bytes(blob))
     assert main(["verify", str(store)]) == 1
     out = capsys.readouterr().out
-    assert "DAMAGED: 1 item(s)" in out and "/".join(victim.relative_to(store).parts[:2]) in out
+    assert "DAMAGED: 1 item(s)" in out and "/".join(victim.relative_to(store).parts[:3]) in out
     assert main(["verify", str(tmp_path / "nope.zarr")]) == 2
     assert "hint:" in capsys.readouterr().err
 
