@@ -26,7 +26,11 @@ each, one per worker) converted by 2 workers in the default layout and with
 `chunks = [64, 64, 64]` (whose default shards are 512x512x256): each worker's
 peak above its baseline, against the 256 MB bound of tests/convert/test_memory.py.
 
-A third group, the writer's C-order copy: a reoriented slab (x fastest in memory) made C-contiguous by
+A third group, statistics off and on: the four 512x512x300 volumes converted by 2 workers in the default
+layout with `[store] statistics = false` (the baseline) and `true`, alternated, best of three each; and the
+accumulator alone on one reoriented slab.
+
+A fourth group, the writer's C-order copy: a reoriented slab (x fastest in memory) made C-contiguous by
 numpy in one pass, against labzarr's copy tile by tile.
 """
 
@@ -51,10 +55,12 @@ from distributed import Client, LocalCluster
 from isal import isal_zlib
 
 from labzarr.convert.demo import write_spec
+from labzarr.convert.intensity import Accumulator
 from labzarr.convert.run.driver import execute, local_cluster_config
 from labzarr.convert.spec import StoreSpec, load_spec
 from labzarr.convert.write.arrays import codecs
 from labzarr.convert.write.writer import c_order_copy
+from labzarr.readers import Slab
 
 NAME = "conversion: uncompressed MB/s, 4 x 512x512x300 int16 .nii.gz (629 MB), 64^3 blosc-zstd-5 + crc32c"
 SPEC = StoreSpec(chunks=(64, 64, 64), compressor="blosc-zstd", level=5, checksum=True)
@@ -283,9 +289,34 @@ def run(workdir: Path) -> list[Result]:
     out.append(Result("2.1 GB volume: straightforward peak RSS above baseline", sf_peak / MB, "MB",
                       higher_is_better=False))
     out += _peak_rows(_peak_inputs(workdir), root)
+    out += _statistics_rows(small[0].parent, root, total)
     out += _copy_rows()
     shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def _statistics_rows(raw: Path, root: Path, total: float) -> list[Result]:
+    """The statistics group: the same conversion with `[store] statistics` off and on, alternated, best of 3 each
+    (the machine's noise is larger than the difference); then the accumulator alone on one slab."""
+    group = "statistics off vs on: 4 x 512x512x300 int16 .nii.gz, 2 workers, default layout (target within 5 %)"
+    walls: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(3):
+        for on in (False, True):
+            walls[on].append(_labzarr(raw, root, 2, f"[store]\nstatistics = {'true' if on else 'false'}\n").wall)
+    off, on = total / min(walls[False]), total / min(walls[True])
+    slab = np.asfortranarray(_ct_planes((512, 512, 64), 0, 0, 64))[np.newaxis]
+
+    def accumulate() -> None:
+        acc = Accumulator(slab.dtype)
+        acc.update(Slab(region=tuple(slice(0, n) for n in slab.shape), data=slab))
+        acc.result(1)
+
+    alone, _ = median_p90(time_calls(accumulate, 5))
+    return [Result("labzarr, statistics = false", off, "MB/s", baseline=True, group=group),
+            Result("labzarr, statistics = true (default)", on, "MB/s", group=group,
+                   note=f"{(off - on) / off:+.1%} slower" if on < off else f"{(on - off) / off:.1%} faster (noise)"),
+            Result("statistics alone: one reoriented 512x512x64 int16 slab, 1 thread", slab.nbytes / MB / alone,
+                   "MB/s", group=group, note="convert/intensity.py Accumulator")]
 
 
 def _copy_rows() -> list[Result]:

@@ -215,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
                               "  item_id          array                        shape              dtype    ...")
     i.add_argument("store", metavar="STORE|SPEC",
                    help="a store folder or .zip, its URL (s3://bucket/x.zarr), or a delivery.toml naming it")
+    i.add_argument("--stats", action="store_true",
+                   help="also print the delivery's statistics: intensity percentiles, mean and std per channel, kind "
+                        "and mask class; shape, spacing and orientation; class frequencies")
+    i.add_argument("--split", default=None, metavar="NAME",
+                   help="with --stats: only the items of split NAME (train, val or test), as training sees them")
+    i.add_argument("--ignore", type=int, action="append", default=[], metavar="CLASS",
+                   help="with --stats: a mask class left out of the foreground (an ignore label); repeatable")
     i.set_defaults(run=_inspect)
 
     n = sub.add_parser("init", help="write a first spec for a delivery, measured on its files", formatter_class=raw,
@@ -378,7 +385,22 @@ def _inspect(args: argparse.Namespace) -> int:
         view = open_store(_store_of(args.store))
     except (FileNotFoundError, ValueError, ConnectionError) as exc:
         raise UsageError(str(exc), "pass the store path from the spec's [delivery] store") from exc
+    if (args.split is not None or args.ignore) and not args.stats:
+        raise UsageError("--split and --ignore go with --stats", "add --stats, or drop them")
     print(describe_store(view))
+    if args.stats:
+        from .qc.fingerprint import describe_stats
+
+        items = view.items
+        if args.split is not None:
+            have = sorted({i.split for i in items if i.split})
+            if args.split not in have:
+                raise UsageError(f"--split {args.split}: the store's splits are {', '.join(have) or 'none'}",
+                                 "pick one of those" if have else "add [splits] to the spec and convert again")
+            items = [i for i in items if i.split == args.split]
+        title = "statistics" if args.split is None else f"statistics of split {args.split}"
+        print()
+        print(describe_stats(view.stats(items), title=title, ignore=args.ignore))
     return 0
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from labzarr.readers import Reason
 from labzarr.store.folder import atomic_write  # re-exported: the manifest, summary and report are written whole
+from labzarr.store.stats import ItemStats
 
 __all__ = ["BASE_COLUMNS", "ClassCount", "RoleSource", "Row", "Status", "atomic_write", "manifest_bytes",
            "read_manifest", "role_columns", "sort_rows", "split_columns", "summary_json"]
@@ -82,11 +83,13 @@ class Row:
     # A DICOM item's acquisition metadata (readers/_dicom_meta.py), sorted (name, value) pairs; the columns
     # `meta.<name>` that `[manifest] metadata` names.
     metadata: tuple[tuple[str, Any], ...] = ()
+    # An ok item's intensity statistics (convert/intensity.py; of the image role for a sample); not a column.
+    stats: ItemStats | None = None
 
     def rejected(self, reason: Reason, detail: str) -> Row:
         """The same row, turned into a rejection (its array, if any, is no longer part of the store)."""
         return replace(self, status="rejected", reason=reason, detail=detail, array="", slot=None, classes=(),
-                       roles=tuple(replace(r, array="", dtype="") for r in self.roles))
+                       stats=None, roles=tuple(replace(r, array="", dtype="") for r in self.roles))
 
 
 def sort_rows(rows: Sequence[Row]) -> list[Row]:

@@ -123,6 +123,10 @@ class StoreSpec:
     compressor: Compressor = "blosc-lz4"
     level: int = 5
     checksum: bool = True
+    # Per-item intensity statistics, taken from the slabs as they are written (convert/intensity.py).
+    statistics: bool = True
+    # Downsampled levels below each image's full resolution, for viewers (OME-Zarr multiscales; store/ngff.py).
+    pyramid: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,10 +501,18 @@ def _store(t: _Table) -> StoreSpec:
     t.check("level", level, lambda v: lo <= v <= hi, f"{compressor} levels are {lo}..{hi}",
             f"pick one in range or drop the key (default {default_level})")
     checksum = t.take("checksum", bool, StoreSpec().checksum, what="true or false")
+    statistics = t.take("statistics", bool, StoreSpec().statistics, what="true or false")
+    pyramid = t.take("pyramid", int, StoreSpec().pyramid, what="an integer, the number of downsampled levels")
+    t.check("pyramid", pyramid, lambda n: 0 <= n <= _MAX_PYRAMID, f"0..{_MAX_PYRAMID} levels below full resolution",
+            "e.g. pyramid = 3 (1/2, 1/4 and 1/8 of every axis), or drop the key for none (default 0)")
     shards = _shards(t, chunks)
     t.done()
     return StoreSpec(chunks=(chunks[0], chunks[1], chunks[2]), shards=shards, compressor=cast(Compressor, compressor),
-                     level=level, checksum=checksum)
+                     level=level, checksum=checksum, statistics=statistics, pyramid=pyramid)
+
+
+# Each level halves every axis: 8 levels take a 65536-voxel axis to 256, past which a viewer needs no coarser one.
+_MAX_PYRAMID = 8
 
 
 _CHUNKS_PER_SHARD = (8, 8, 4)  # the default shard: 256 chunks, 16 MiB of int16 at 32³ chunks

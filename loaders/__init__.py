@@ -1,23 +1,28 @@
 """The training side: reads only the store (through labzarr.store) and torch, never readers/ or convert/."""
 
-from labzarr.store import ClassInfo, IndexItem, StoreView, class_names, open_store
+from labzarr.store import ChannelStats, ClassInfo, DatasetStats, IndexItem, StoreView, class_names, open_store
 
 from ._regions import Region
 from .collate import Collate, MixedBatchError, collate
 from .dataset import Mode, PatchDataset
+from .normalize import Normalize, Scheme
 from .options import Backend, ReadOptions
 from .samplers import ShardBy, ShuffleSampler, StratifiedSampler
 
 __all__ = [
     "Backend",
+    "ChannelStats",
     "ClassInfo",
     "Collate",
+    "DatasetStats",
     "IndexItem",
     "MixedBatchError",
     "Mode",
+    "Normalize",
     "PatchDataset",
     "ReadOptions",
     "Region",
+    "Scheme",
     "ShardBy",
     "ShuffleSampler",
     "StoreView",

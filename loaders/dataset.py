@@ -23,7 +23,15 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import Dataset
 
-from labzarr.store import IndexItem, class_names, read_index, store_location
+from labzarr.store import (
+    DatasetStats,
+    IndexItem,
+    class_names,
+    dataset_stats,
+    read_index,
+    read_statistics,
+    store_location,
+)
 
 from ._regions import Region, centered_origin, grid_axis, random_origin, region
 from .options import ReadOptions
@@ -347,6 +355,18 @@ class PatchDataset(Dataset[Sample]):
                 sample["label"] = self.targets[k]
             samples.append(self.transform(sample) if self.transform is not None else sample)
         return samples
+
+    def stats(self, *, split: str | None = None, fold: int | None = None,
+              holdout: bool | None = None) -> DatasetStats:
+        """The store's statistics over this dataset's items, or, given `split`/`fold`/`holdout`, over the store's
+        items those select (``val_ds.stats(split="train")``: normalise validation data with what training saw).
+        Read from the store's `statistics` group (one small read), merged exactly; see `labzarr.store.DatasetStats`
+        and `labzarr.loaders.Normalize`."""
+        items: Sequence[IndexItem] = self.items
+        if (split, fold, holdout) != (None, None, None):
+            items = Selection(split=split, fold=fold, holdout=holdout).apply(
+                self.store_items, where=f"PatchDataset({self.store}).stats")
+        return dataset_stats(items, read_statistics(self.store, self.read_options.storage_options))
 
     def stratified_sampler(self, label: str | None = None, *, replacement: bool = False,
                            num_samples: int | None = None, num_replicas: int | None = None, rank: int | None = None,

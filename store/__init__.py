@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .aggregate import ClassFrequency, DatasetStats, Geometry, IntensityStats, Spread, dataset_stats
     from .folder import Folder, atomic_write
     from .format import (
         COMPLETE,
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
         FORMAT_VERSION,
         INDEX_KEY,
         STATE,
+        STATISTICS,
+        STATS,
         ClassInfo,
         FormatError,
         IndexItem,
@@ -28,8 +31,9 @@ if TYPE_CHECKING:
     from .locate import Location, as_location, sorted_glob
     from .location import Transport, is_url, open_transport, store_location, zarr_store_for
     from .reader import ArrayReader, ChecksumError, StoreReader
+    from .stats import ChannelStats, Histogram, ItemStats
     from .url import UrlStore, url_errors
-    from .view import StoreView, open_store, read_index
+    from .view import StoreView, open_store, read_index, read_statistics
 
 __all__ = [
     "COMPLETE",
@@ -37,15 +41,25 @@ __all__ = [
     "FORMAT_VERSION",
     "INDEX_KEY",
     "STATE",
+    "STATISTICS",
+    "STATS",
     "ArrayReader",
+    "ChannelStats",
     "ChecksumError",
+    "ClassFrequency",
     "ClassInfo",
+    "DatasetStats",
     "Folder",
     "FormatError",
+    "Geometry",
+    "Histogram",
     "IndexItem",
+    "IntensityStats",
+    "ItemStats",
     "Location",
     "StoreIndex",
     "StoreReader",
+    "Spread",
     "StoreView",
     "Transport",
     "UrlStore",
@@ -53,10 +67,12 @@ __all__ = [
     "as_location",
     "atomic_write",
     "class_names",
+    "dataset_stats",
     "is_url",
     "open_store",
     "open_transport",
     "read_index",
+    "read_statistics",
     "sorted_glob",
     "store_location",
     "url_errors",
@@ -67,6 +83,17 @@ _WHERE = {
     "Folder": "folder",
     "atomic_write": "folder",
     "ArrayReader": "reader",
+    "ChannelStats": "stats",
+    "ClassFrequency": "aggregate",
+    "DatasetStats": "aggregate",
+    "Geometry": "aggregate",
+    "Histogram": "stats",
+    "IntensityStats": "aggregate",
+    "ItemStats": "stats",
+    "STATISTICS": "format",
+    "STATS": "format",
+    "Spread": "aggregate",
+    "dataset_stats": "aggregate",
     "COMPLETE": "format",
     "CONTENT_SHA256": "format",
     "ChecksumError": "reader",
@@ -89,6 +116,7 @@ _WHERE = {
     "open_store": "view",
     "open_transport": "location",
     "read_index": "view",
+    "read_statistics": "view",
     "sorted_glob": "locate",
     "store_location": "location",
     "url_errors": "url",

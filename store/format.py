@@ -14,16 +14,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX_KEY", "STATE", "ClassInfo", "FormatError",
-           "IndexItem", "StoreIndex", "VolumeAttrs", "class_names"]
+from .stats import ChannelStats, Histogram, ItemStats
 
-FORMAT_VERSION = 1
+__all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX_KEY", "STATE", "STATISTICS", "STATS", "ClassInfo",
+           "FormatError", "IndexItem", "StoreIndex", "VolumeAttrs", "class_names", "decode_stats", "encode_stats"]
+
+FORMAT_VERSION = 2  # 2: every volume an OME-Zarr image group, its array at level `0` (store/ngff.py)
 INDEX_KEY = "labzarr"  # the root attr holding the index
 # Array attrs written after the voxels, in this order: the content hash, then `complete` (the array is whole).
 CONTENT_SHA256 = "content_sha256"
 COMPLETE = "complete"
 # The bookkeeping folder at the store root (lock, staging, records): never data, skipped by every listing.
 STATE = ".labzarr"
+# The array attr (and index entry key) holding an item's intensity statistics (`stats.py`); absent in stores
+# converted before statistics existed or with `[store] statistics = false`, which read as None.
+STATS = "stats"
+# The root group whose attrs hold every ok item's full statistics record by `IndexItem.key` (`STATS`), written
+# with the index; the index itself keeps only their moments, so it stays small enough to read at every start.
+STATISTICS = "statistics"
 
 
 class FormatError(ValueError):
@@ -67,11 +75,18 @@ class IndexItem:
     # A DICOM item's acquisition metadata (echo and repetition times, b-values, ...): an allow-list of the
     # BIDS sidecar's names, PHI-free; empty for other kinds, and then not written.
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    orientation: str = ""  # the source's axis codes before reorientation ("LPS"); "" for a 2D image
+    stats: ItemStats | None = None  # intensity statistics (of the image role, for a sample)
 
     @property
     def spatial_axes(self) -> int:
         """2 for an image, 3 for a volume (the shape is channels first)."""
         return len(self.shape) - 1
+
+    @property
+    def key(self) -> str:
+        """The item's unique name in the store: its array path, with its slot for an image of a stack."""
+        return self.array if self.slot is None else f"{self.array}/{self.slot}"
 
     @property
     def split_group(self) -> str:
@@ -109,6 +124,10 @@ class IndexItem:
             out["group"] = self.group
         if self.metadata:
             out["metadata"] = {k: _jsonable(v) for k, v in sorted(self.metadata.items())}
+        if self.orientation:
+            out["orientation"] = self.orientation
+        if self.stats is not None:
+            out[STATS] = encode_stats(self.stats)
         return out
 
     @classmethod
@@ -126,7 +145,8 @@ class IndexItem:
                    locations=None if d.get("locations") is None else str(d["locations"]),
                    split=str(d.get("split", "")), fold=None if d.get("fold") is None else int(d["fold"]),
                    metadata={str(k): v for k, v in d.get("metadata", {}).items()},
-                   group=str(d.get("group", "")))
+                   group=str(d.get("group", "")), orientation=str(d.get("orientation", "")),
+                   stats=None if d.get(STATS) is None else decode_stats(d[STATS]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +204,7 @@ class VolumeAttrs:
     axes: tuple[str, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
     role: str | None = None
+    stats: ItemStats | None = None
     content_sha256: str | None = None
     complete: str | None = None
 
@@ -197,6 +218,8 @@ class VolumeAttrs:
         }
         if self.role is not None:
             out["role"] = self.role
+        if self.stats is not None:
+            out[STATS] = encode_stats(self.stats)
         if self.content_sha256 is not None:
             out[CONTENT_SHA256] = self.content_sha256
         if self.complete is not None:
@@ -214,10 +237,47 @@ class VolumeAttrs:
                        axes=tuple(str(a) for a in attrs["axes"]),
                        labels={str(k): str(v) for k, v in attrs.get("labels", {}).items()},
                        role=None if attrs.get("role") is None else str(attrs["role"]),
+                       stats=None if attrs.get(STATS) is None else decode_stats(attrs[STATS]),
                        content_sha256=_opt_str(attrs.get(CONTENT_SHA256)), complete=_opt_str(attrs.get(COMPLETE)))
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(f"{where}: array attributes do not follow labzarr's format "
                               f"({type(exc).__name__}: {exc})") from exc
+
+
+def encode_stats(stats: ItemStats) -> dict[str, Any]:
+    """An item's statistics as JSON: per channel its moments, non-finite counts and histogram runs; per mask class
+    the same (`classes`, only for a sample with a mask)."""
+    out: dict[str, Any] = {"channels": [_encode_channel(c) for c in stats.channels]}
+    if stats.classes:
+        out["classes"] = {str(k): [_encode_channel(c) for c in v] for k, v in sorted(stats.classes.items())}
+    return out
+
+
+def decode_stats(value: Mapping[str, Any]) -> ItemStats:
+    """The statistics `encode_stats` wrote; raises KeyError/TypeError/ValueError on anything else."""
+    return ItemStats(channels=tuple(_decode_channel(c) for c in value["channels"]),
+                     classes={int(k): tuple(_decode_channel(c) for c in v)
+                              for k, v in value.get("classes", {}).items()})
+
+
+def _encode_channel(c: ChannelStats) -> dict[str, Any]:
+    out: dict[str, Any] = {"count": c.count, "mean": c.mean, "m2": c.m2, "min": c.min, "max": c.max}
+    if c.nan:
+        out["nan"] = c.nan
+    if c.inf:
+        out["inf"] = c.inf
+    if c.integral:
+        out["integral"] = True
+    if c.histogram.runs:
+        out["histogram"] = [list(r) for r in c.histogram.runs]
+    return out
+
+
+def _decode_channel(d: Mapping[str, Any]) -> ChannelStats:
+    runs = tuple(tuple(map(int, r)) for r in d.get("histogram", ()))
+    return ChannelStats(count=int(d["count"]), mean=float(d["mean"]), m2=float(d["m2"]), min=float(d["min"]),
+                        max=float(d["max"]), histogram=Histogram(runs),
+                        nan=int(d.get("nan", 0)), inf=int(d.get("inf", 0)), integral=bool(d.get("integral", False)))
 
 
 def _jsonable(value: Any) -> Any:

@@ -123,7 +123,7 @@ def multiscales(*, name: str, axes: Sequence[str], shape: Sequence[int], spacing
            else "the most frequent value of each 2x2x2 block, the smallest on a tie")
     return [{"name": name, "axes": _axes(axes, physical), "datasets": datasets, "type": pyramid.method,
              "metadata": {"description": f"each level halves every spatial axis longer than 1 voxel: {how}",
-                          "method": "labzarr.convert.write.pyramid"}}]
+                          "method": f"labzarr {pyramid.method} downsampling"}}]
 
 
 def image_attrs(ms: list[dict[str, Any]]) -> dict[str, Any]:

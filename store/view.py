@@ -17,12 +17,14 @@ from typing import Any
 
 import numpy.typing as npt
 
-from .format import INDEX_KEY, IndexItem, StoreIndex, class_names
+from .aggregate import DatasetStats, dataset_stats
+from .format import INDEX_KEY, STATISTICS, STATS, FormatError, IndexItem, StoreIndex, class_names, decode_stats
 from .location import Transport, open_transport, store_location
 from .reader import ArrayReader, StoreReader
+from .stats import ItemStats
 from .url import UrlStore
 
-__all__ = ["StoreView", "open_store", "read_index"]
+__all__ = ["StoreView", "open_store", "read_index", "read_statistics"]
 
 
 def read_index(path: Path | str, storage_options: Mapping[str, Any] | None = None) -> StoreIndex:
@@ -35,11 +37,27 @@ def read_index(path: Path | str, storage_options: Mapping[str, Any] | None = Non
     return StoreIndex.decode(meta.get("attributes", {}).get(INDEX_KEY), where=str(where))
 
 
-def _root_meta(transport: Transport, where: Path | str) -> dict[str, Any]:
+def read_statistics(path: Path | str, storage_options: Mapping[str, Any] | None = None) -> dict[str, ItemStats]:
+    """Every ok item's full statistics record by `IndexItem.key`, from the store's `statistics` group (one small
+    read); empty for a store converted without statistics. Raises like `read_index`; `FormatError` on a damaged
+    record."""
+    where = store_location(path)
     try:
-        blob = transport.read("zarr.json")
+        meta = _root_meta(open_transport(where, storage_options), where, f"{STATISTICS}/zarr.json")
+    except FileNotFoundError:
+        return {}
+    try:
+        return {str(k): decode_stats(v) for k, v in meta.get("attributes", {}).get(STATS, {}).items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise FormatError(f"{where}/{STATISTICS}: damaged statistics ({type(exc).__name__}: {exc}); convert the "
+                          "delivery again") from exc
+
+
+def _root_meta(transport: Transport, where: Path | str, key: str = "zarr.json") -> dict[str, Any]:
+    try:
+        blob = transport.read(key)
     except FileNotFoundError as exc:
-        raise FileNotFoundError(f"{where}: no such store (no zarr.json); run `labzarr convert` first") from exc
+        raise FileNotFoundError(f"{where}: no such store (no {key}); run `labzarr convert` first") from exc
     except PermissionError as exc:
         raise ConnectionError(f"{where}: access denied ({exc}); check the credentials") from exc
     except (OSError, ValueError):
@@ -50,9 +68,9 @@ def _root_meta(transport: Transport, where: Path | str) -> dict[str, Any]:
     try:
         meta = json.loads(blob)
     except ValueError as exc:
-        raise ValueError(f"{where}/zarr.json: not JSON ({exc})") from exc
+        raise ValueError(f"{where}/{key}: not JSON ({exc})") from exc
     if not isinstance(meta, dict):
-        raise ValueError(f"{where}/zarr.json: not a zarr group's metadata")
+        raise ValueError(f"{where}/{key}: not a zarr group's metadata")
     return meta
 
 
@@ -108,6 +126,12 @@ class StoreView:
     def classes(self, name: str) -> tuple[str, ...]:
         """The distinct values of label `name` in the order PatchDataset numbers them."""
         return class_names(v for v in self.labels(name) if v)
+
+    def stats(self, items: Sequence[IndexItem] | None = None) -> DatasetStats:
+        """The statistics of `items` (default: every ok item), merged from their full records: intensity per
+        channel, kind and mask class, geometry, class frequencies (`labzarr.store.DatasetStats`)."""
+        return dataset_stats(self.items if items is None else items,
+                             read_statistics(self.path, self.storage_options))
 
 
 def open_store(path: Path | str | UrlStore, *, storage_options: Mapping[str, Any] | None = None) -> StoreView:

@@ -53,6 +53,8 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("store", "compressor"): "blosc-lz4 | blosc-zstd | zstd | none",
     ("store", "level"): "blosc 1..9, zstd 1..22",
     ("store", "checksum"): "crc32c over every compressed chunk",
+    ("store", "statistics"): "intensity statistics per item, taken while writing (docs/outputs.md#statistics)",
+    ("store", "pyramid"): "downsampled levels below full resolution, for viewers (OME-Zarr multiscales)",
     ("store", "storage_options"): "only for a URL store (s3://...), e.g. { endpoint_url = \"http://...\" }",
     ("validate", "max_bytes"): "decoded size cap per item -> too_large",
     ("validate", "max_voxels"): "element cap per item (all channels) -> too_large",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from labzarr.readers import Reason, VolumeHeader
 from labzarr.store.content import ChunkDigests
 
+from ..intensity import PartialStats
 from .build import VolumeTask
 
 __all__ = ["PartResult", "VolumePart", "split_slabs"]
@@ -53,6 +54,7 @@ class PartResult:
     nonfinite: int = 0  # NaN/Inf voxels among its slabs
     first_nonfinite: tuple[int, ...] | None = None  # the first one, (c, x, y, z)
     rejected: tuple[Reason, str] | None = None  # the reader (or a check) refused the item while reading this part
+    stats: PartialStats | None = None  # its slabs' statistics (None with `[store] statistics = false`)
 
 
 def split_slabs(slabs: int, volume_bytes: int, *, workers: int, split_bytes: int) -> tuple[tuple[int, int], ...]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labzarr.readers import Reason
+from labzarr.store.format import decode_stats, encode_stats
 
 from ..manifest import ClassCount, RoleSource, Row
 from ..spec import Spec
@@ -169,6 +170,10 @@ def to_record(row: Row) -> dict[str, Any]:
         if f.name in ("labels", "label_source", "split_group", "split", "fold"):
             continue
         value = getattr(row, f.name)
+        if f.name == "stats":
+            if value is not None:
+                out[f.name] = encode_stats(value)
+            continue
         out[f.name] = value.value if isinstance(value, Reason) else _jsonable(value)
     return out
 
@@ -182,6 +187,8 @@ def from_record(record: Mapping[str, Any]) -> Row:
             values[name] = tuple(cls(**item) for item in values[name])
     if values.get("reason") is not None:
         values["reason"] = Reason(values["reason"])
+    if "stats" in record:
+        values["stats"] = decode_stats(record["stats"])
     return Row(**values)
 
 

@@ -22,12 +22,12 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from labzarr.readers import Reason
-from labzarr.store import IndexItem, StoreView, open_store
+from labzarr.store import ChannelStats, IndexItem, StoreView, open_store
 
 from ..errors import UsageError
 from ..manifest import read_manifest
 from ..spec import Spec, load_spec
-from .charts import bar_chart, top_values
+from .charts import bar_chart, intensity_chart, top_values
 from .explain import EXPLAIN
 from .thumbs import class_color, thumbnail
 
@@ -205,6 +205,60 @@ def _thumbs(rows: Sequence[Mapping[str, str]], view: StoreView, out: Path, max_t
     return tiles
 
 
+@dataclass(frozen=True, slots=True)
+class IntensityRow:
+    """One line of the page's intensity table: a kind's (or the foreground's) channel."""
+
+    name: str
+    voxels: int
+    low: float  # 0.5th percentile
+    median: float
+    high: float  # 99.5th percentile
+    mean: float
+    std: float
+    nonfinite: int
+
+
+@dataclass(frozen=True, slots=True)
+class Statistics:
+    """The page's statistics section: intensity rows, the histogram chart and the geometry per dimensionality."""
+
+    items: int
+    missing: int
+    rows: tuple[IntensityRow, ...]
+    chart: str | None
+    geometry: Mapping[str, Any]
+
+
+_CHANNELS_SHOWN = 4  # channels per kind on the page (a 4D series has one per time point); summary.json has all
+
+
+def _statistics(view: StoreView, out: Path) -> Statistics | None:
+    """The statistics section, from the store's records (no voxel is read), and its chart written to `out`."""
+    stats = view.stats()
+    if not stats.items:
+        return None
+    groups = {f"{kind}": s.channels for kind, s in stats.kinds.items()}
+    if stats.foreground():
+        groups["foreground"] = stats.foreground()
+    rows: list[IntensityRow] = []
+    curves: dict[str, ChannelStats] = {}
+    for name, channels in groups.items():
+        for c, s in enumerate(channels[:_CHANNELS_SHOWN]):
+            label = name if len(channels) == 1 else f"{name}, channel {c}"
+            if s.count:
+                low, median, high = s.percentiles((0.5, 50.0, 99.5))
+                rows.append(IntensityRow(label, s.count, low, median, high, s.mean, s.std, s.nan + s.inf))
+                curves.setdefault(label, s)
+    chart = None
+    if curves:
+        (out / "intensity.png").write_bytes(intensity_chart(dict(list(curves.items())[:8]),
+                                                            title="voxel intensities"))
+        chart = "intensity.png"
+    return Statistics(items=stats.items, missing=stats.missing, rows=tuple(rows), chart=chart,
+                      geometry={k: g.summary() for k, g in stats.geometry.items()})
+
+
 def _environment() -> Environment:
     return Environment(loader=PackageLoader("labzarr.convert.qc", "templates"),
                        autoescape=select_autoescape(["html", "j2"], default_for_string=True),
@@ -240,6 +294,7 @@ def write_report(spec: Path | str, *, root: Path | None = None, out: Path | None
             (tmp / "reasons.png").write_bytes(bar_chart(summary["reasons"], title="rejected items per reason",
                                                         color="#c44e52"))
         ok_rows = [r for r in rows if r["status"] == "ok"]
+        statistics = _statistics(view, tmp)
         html = _environment().get_template("report.html.j2").render(
             summary=summary, spec_path=_below(parsed.path, parsed.root),
             store=parsed.delivery.store.shown(parsed.root),
@@ -251,7 +306,7 @@ def write_report(spec: Path | str, *, root: Path | None = None, out: Path | None
             max_rows=_MAX_ROWS, mask_classes=_mask_classes(summary), unmatched=_unmatched(summary),
             workbook=summary.get("label_workbook"),
             unlabelled=[str(i) for i in summary.get("unlabelled_items") or []],
-            manifest_short=summary["manifest_sha256"][:12], splits=summary.get("splits"),
+            manifest_short=summary["manifest_sha256"][:12], splits=summary.get("splits"), statistics=statistics,
             leak_what={"group_in_several_splits": "a group in several splits",
                        "content_in_several_splits": "one content in several splits",
                        "stratum_disagrees": "a group that disagrees on the stratification label"},

@@ -31,7 +31,7 @@ import psutil
 from distributed import Client, LocalCluster, as_completed
 
 from labzarr.readers import LabelSheet, Reason, readers_with
-from labzarr.store import Location, StoreIndex, UrlStore
+from labzarr.store import IndexItem, Location, StoreIndex, UrlStore, dataset_stats
 
 from ..discover import Candidate, discover, walk
 from ..errors import UsageError
@@ -52,6 +52,7 @@ from ..write.arrays import (
     remove_stale,
     set_array_labels,
     write_index,
+    write_statistics,
 )
 from ..write.lock import LockInfo, store_lock
 from ..write.outcomes import read_outcomes, write_outcomes
@@ -360,10 +361,13 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
                               split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
                               spec.manifest.metadata)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
+    items = index_items(rows)
+    write_statistics(store, items, rows)
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
-                                  tool_version=tool_version(), items=index_items(rows)))
+                                  tool_version=tool_version(), items=items))
     t_end = time.perf_counter()
-    summary = _summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows) | splits
+    summary = (_summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows) | splits
+               | _statistics(items, rows))
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
     run_log = {
         "delivery": spec.delivery.name,
@@ -464,6 +468,12 @@ def _write_array_labels(client: Client, store: Location, rows: Sequence[Row]) ->
     todo = [(r.array, dict(r.labels)) for r in rows if r.status == "ok" and r.array and r.slot is None]
     batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
     client.gather(client.map(set_array_labels, [store] * len(batches), batches, pure=False))
+
+
+def _statistics(items: Sequence[IndexItem], rows: Sequence[Row]) -> dict[str, Any]:
+    """`statistics`: the delivery's fingerprint, merged from every ok item's record (`labzarr.store.aggregate`)."""
+    records = {i.key: r.stats for i, r in zip(items, (r for r in rows if r.status == "ok")) if r.stats is not None}
+    return {"statistics": dataset_stats(items, records).summary()}
 
 
 def _class_summary(spec: Spec, rows: Sequence[Row]) -> dict[str, Any]:

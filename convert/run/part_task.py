@@ -15,17 +15,18 @@ from collections.abc import Sequence
 from labzarr.readers import Rejected, StreamingReader, readers_with
 from labzarr.store import Location, as_location
 
+from ..intensity import Accumulator
 from ..manifest import Row
 from ..plan.build import VolumeTask
 from ..plan.parts import PartResult, VolumePart, split_slabs
-from ..plan.records import to_record
 from ..validate import FiniteCheck
-from ..write.arrays import begin_array, codecs, discard
+from ..write.arrays import codecs, discard
+from ..write.image import begin_image
 from ..write.writer import PartWriter, create_volume_array, open_volume_array, seal_volume, store_io
 from .boundary import on_worker, refusal
 from .settings import TaskSettings
 from .slab_progress import SlabReporter
-from .volume_task import attrs_for, ok_row, open_volume, volume_layout
+from .volume_task import attrs_for, ok_row, open_volume, record_attrs, volume_layout
 
 __all__ = ["SCAN_RATIO", "convert_part", "finish_split", "stage_split"]
 
@@ -57,7 +58,7 @@ def stage_split(store: Location, task: VolumeTask, settings: TaskSettings, *, wo
     if len(ranges) < 2:
         return ()
     with store_io(store, f"cannot create {task.array}"):
-        folder = begin_array(store, task.array)
+        folder = begin_image(store, task.array)
         create_volume_array(folder, h, chunks=chunks, shards=shards, codecs=codecs(settings.store_spec),
                             attrs=attrs_for(task.item_id, task.source, task.sha256, h))
     last = len(ranges) - 1
@@ -82,6 +83,7 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> 
                                f"when staged {part.header}")
         writer = PartWriter(store, part.task.array, h, as_location(part.folder, settings.store_options))
         finite = FiniteCheck(h, settings.non_finite)
+        stats = Accumulator(h.dtype) if settings.store_spec.statistics else None
         stop = source.slab_count(shards or chunks) if part.stop is None else part.stop
         progress = SlabReporter(settings.slab_events, part.task.source, part=part.index, size=part.task.size,
                                 voxels=math.prod(h.shape), slabs=stop - part.first)
@@ -89,9 +91,12 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> 
             finite.update(slab)
             if not finite.rejecting:  # as in convert_item: the stream is still read to its end
                 writer.write(slab)
+                if stats is not None:
+                    stats.update(slab)
             progress.update(slab)
         bad, first = finite.tally()
-        return PartResult(index=part.index, digests=writer.digests(), nonfinite=bad, first_nonfinite=first)
+        return PartResult(index=part.index, digests=writer.digests(), nonfinite=bad, first_nonfinite=first,
+                          stats=None if stats is None else stats.partial())
     except Exception as exc:  # the task boundary, as in convert_item
         return PartResult(index=part.index, digests={},
                           rejected=refusal(exc, f"{part.task.source} (part {part.index + 1} of {part.count})"))
@@ -111,6 +116,8 @@ def finish_split(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
     folder = as_location(parts[0].folder, settings.store_options)
     base = task.base_row()
     finite = FiniteCheck(h, settings.non_finite)
+    # The parts' statistics in file order: exactly those of the volume written by one task (convert/intensity.py).
+    stats = Accumulator(h.dtype) if settings.store_spec.statistics else None
     sealed = False
     try:
         for o in outcomes:
@@ -119,8 +126,10 @@ def finish_split(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
             if o.rejected:
                 return base.rejected(*o.rejected)
             finite.absorb(o.nonfinite, o.first_nonfinite)
+            if stats is not None and o.stats is not None:
+                stats.absorb(o.stats)
         try:
-            row = ok_row(base, task, h, finite.outcome())
+            row = ok_row(base, task, h, finite.outcome(), stats)
         except Rejected as exc:
             return base.rejected(exc.reason, exc.detail)
         store = settings.location()
@@ -128,13 +137,13 @@ def finish_split(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
             array = open_volume_array(folder)
         digests = {k: v for o in outcomes if isinstance(o, PartResult) for k, v in o.digests.items()}
         seal_volume(store, task.array, folder, array, digests,
-                    attrs={"row": to_record(row), "settings": settings.fingerprint}, complete=task.sha256,
-                    run_id=settings.run_id)
+                    attrs=record_attrs(row, settings.fingerprint), complete=task.sha256,
+                    run_id=settings.run_id, pyramid=settings.pyramid())
         sealed = True
         return row
     finally:
         if not sealed:
-            discard(folder)
+            discard(folder.parent)  # the staged image group
 
 
 def _streams(task: VolumeTask, settings: TaskSettings) -> bool:

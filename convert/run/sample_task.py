@@ -4,17 +4,21 @@ A member is a file or a DICOM series (decoded from its planned layout, as a
 DICOM item without roles is); either way its reader gives canonical RAS
 geometry, so a series is compared with a NIfTI mask on the same terms.
 
-A sample's arrays share one group `volumes/<name>/` (`image`, `mask`, ...): the
+A sample's arrays share one group `volumes/<name>/`, an NGFF image (the image at
+`0`, the mask at `labels/mask/0`, another role at `roles/<role>/0`; store/ngff.py): the
 same canonical RAS orientation (each reader reorients its own file), the same
 chunk shape (planned from the image), and the mask as the smallest integer
 dtype that holds its classes, with `locations` (class voxel samples) beside it.
 
 Order, cheapest refusal first: every header is read and each role's geometry
 compared with the image's before any voxel is decoded (`geometry_mismatch`,
-both values in the detail); then the image streams into its array; then the
-mask streams twice, slab by slab (`masks.py`): once to count and check its
-classes, once to write it and draw its class locations. The group's
-`complete` attr, a digest of every member's sha256, is written last.
+both values in the detail); then the mask streams twice, slab by slab
+(`masks.py`): once to count and check its classes, once to write it and draw
+its class locations; then the image and any other role stream into their
+arrays. The image's statistics per mask class (`convert/intensity.py`) read
+each slab's classes back from the mask just written, which costs a cheap
+decode of a small integer array instead of a second decode of a source. The
+group's `complete` attr, a digest of every member's sha256, is written last.
 """
 
 from __future__ import annotations
@@ -43,14 +47,18 @@ from labzarr.readers import (
     readers_with,
 )
 from labzarr.readers.dicom import open_series
-from labzarr.store import Location
+from labzarr.store import STATS, ItemStats, Location
+from labzarr.store.format import encode_stats
+from labzarr.store.ngff import role_path
 
+from ..intensity import Accumulator, ClassAccumulator
 from ..manifest import ClassCount, RoleSource, Row
 from ..masks import ClassLocator, MaskScan, as_classes
 from ..plan.samples import RoleFile, SampleTask
 from ..spec import MASK_ROLE, MasksSpec
 from ..validate import FiniteCheck
 from ..write.arrays import codecs, discard
+from ..write.image import create_role_groups, finish_sample
 from ..write.writer import VolumeWriter, store_io
 from .boundary import on_worker, refusal
 from .settings import TaskSettings
@@ -111,18 +119,27 @@ def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
             group = zarr.create_group(store.zarr(), path=task.group,
                                       attributes={"item_id": task.item_id, "kind": "sample",
                                                   "roles": {f.role: f.source for f in task.files}})
-        roles: list[RoleSource] = []
+            create_role_groups(store, task.group, [f.role for f in task.files])
+        roles: dict[str, RoleSource] = {}
         classes: tuple[ClassCount, ...] = ()
-        for f, src in sources:
+        stats: ItemStats | None = None
+        for f, src in sorted(sources, key=lambda fs: fs[0].role != MASK_ROLE):  # the mask first
             with _blame(f):
                 if f.role == MASK_ROLE:
                     dtype, classes, more = _write_mask(store, task, f, src, chunks, shards, settings, masks)
                     warnings += more
                 else:
-                    dtype, more = _write_volume(store, task, f, src, chunks, shards, settings)
+                    measure = settings.store_spec.statistics and f.role == task.reference.role
+                    masked = measure and MASK_ROLE in (g.role for g in task.files)
+                    mask = role_path(task.group, MASK_ROLE) if masked else None
+                    dtype, more, measured = _write_volume(store, task, f, src, chunks, shards, settings,
+                                                          measure=measure, mask=mask)
+                    stats = measured or stats
                     warnings += more
-            roles.append(RoleSource(f.role, f.source, f.sha256, array=f"{task.group}/{f.role}", dtype=dtype))
+            roles[f.role] = RoleSource(f.role, f.source, f.sha256, array=role_path(task.group, f.role), dtype=dtype)
         with store_io(store, f"cannot finish {task.group}"):
+            finish_sample(store, task.group, {r.role: r.array for r in roles.values()}, settings.pyramid(),
+                          [c.value for c in classes])
             group.attrs.update({"classes": {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]}
                                             for c in classes}})
             group.attrs.update({"complete": sample_complete(task.files)})
@@ -131,8 +148,9 @@ def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
         discard(store / task.group)
         return base.rejected(reason, detail)
     return replace(base, shape=tuple(ref.shape), dtype=str(ref.dtype), spacing=ref.spacing,
-                   orientation=ref.orientation, array=f"{task.group}/{task.reference.role}",
-                   warnings=tuple(warnings), roles=tuple(roles), classes=classes)
+                   orientation=ref.orientation, array=role_path(task.group, task.reference.role),
+                   warnings=tuple(warnings), roles=tuple(roles[f.role] for f in task.files), classes=classes,
+                   stats=stats)
 
 
 def geometry_problem(role: str, h: VolumeHeader, ref: VolumeHeader, tolerance: float) -> str | None:
@@ -182,22 +200,43 @@ def _open(f: RoleFile, settings: TaskSettings) -> VolumeSource:
 
 
 def _write_volume(store: Location, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
-                  shards: Sequence[int] | None, settings: TaskSettings) -> tuple[str, list[str]]:
+                  shards: Sequence[int] | None, settings: TaskSettings, *, measure: bool,
+                  mask: str | None) -> tuple[str, list[str], ItemStats | None]:
+    """Write one role's array; with `measure`, its statistics too, per class of the stored `mask` if given."""
     h = src.header
     finite = FiniteCheck(h, settings.non_finite)
-    writer = VolumeWriter(store, f"{task.group}/{f.role}", h, chunks=chunks, shards=shards,
+    writer = VolumeWriter(store, role_path(task.group, f.role), h, chunks=chunks, shards=shards,
                           codecs=codecs(settings.store_spec),
                           attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
+    stats = Accumulator(h.dtype) if measure else None
+    per_class = stored = None
+    if measure and mask is not None:
+        per_class = ClassAccumulator(h.dtype)
+        with store_io(store, f"cannot read {mask}"):
+            stored = zarr.open_array(store.zarr(), path=mask, mode="r")
     try:
         for slab in src.slabs(shards or chunks):  # a slab holds whole shards along the stream axis
             finite.update(slab)
             if not finite.rejecting:
                 writer.write(slab)
+                if stats is not None:
+                    stats.update(slab)
+                if per_class is not None and stored is not None:
+                    with store_io(store, f"cannot read {mask}"):
+                        labels = np.asarray(stored[(slice(0, 1), *slab.region[1:])])[0]
+                    first = slab.region[0].start or 0
+                    for i in range(slab.data.shape[0]):
+                        per_class.add(first + i, slab.data[i], labels)
         warnings = list(finite.outcome())
-        writer.finish(complete=f.sha256)
+        measured = None
+        if stats is not None:
+            channels = h.shape[0]
+            measured = ItemStats(channels=stats.result(channels),
+                                 classes={} if per_class is None else per_class.result(channels))
+        writer.finish(attrs=None if measured is None else {STATS: encode_stats(measured)}, complete=f.sha256)
     finally:
         writer.close()
-    return str(h.dtype), warnings
+    return str(h.dtype), warnings, measured
 
 
 def _write_mask(store: Location, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],
@@ -209,7 +248,7 @@ def _write_mask(store: Location, task: SampleTask, f: RoleFile, src: VolumeSourc
     summary = scan.outcome()
     h: VolumeHeader = replace(src.header, dtype=summary.dtype)
     locator = ClassLocator(summary.counts, cap=masks.locations, seed=int(f.sha256[:16], 16), axes=len(h.shape) - 1)
-    writer = VolumeWriter(store, f"{task.group}/{f.role}", h, chunks=chunks, shards=shards,
+    writer = VolumeWriter(store, role_path(task.group, f.role), h, chunks=chunks, shards=shards,
                           codecs=codecs(settings.store_spec),
                           attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
     try:

@@ -21,6 +21,7 @@ from labzarr.readers import Reason, Rejected, Volume
 from labzarr.store import Location, as_location
 from labzarr.store.content import chunk_digest
 
+from ..intensity import measure
 from ..manifest import Row
 from ..plan.records import shard_record
 from ..plan.stacks import ShardTask, SlotItem
@@ -53,7 +54,8 @@ def _convert(task: ShardTask, settings: TaskSettings, folder: Location, records:
         batch[item.slot - task.first] = volume.data
         rows.append(Row(item_id=item.item_id, status="ok", source=item.source, kind=volume.kind, sha256=item.sha256,
                         shape=plane.shape, dtype=plane.dtype, spacing=volume.spacing, orientation=volume.orientation,
-                        array=task.stack.array, slot=item.slot, warnings=warnings))
+                        array=task.stack.array, slot=item.slot, warnings=warnings,
+                        stats=measure(volume.data) if settings.store_spec.statistics else None))
     digests = [chunk_digest(batch[i : i + 1]) for i in range(len(batch))]
     name, blob = shard_record(task, rows, digests, settings.fingerprint)
     with _store_io(settings.store, folder, f"cannot write {task.stack.array} slots {task.first}..{task.stop - 1}"):

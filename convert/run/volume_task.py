@@ -23,8 +23,10 @@ from labzarr.readers import (
     readers_with,
 )
 from labzarr.readers.dicom import open_series
-from labzarr.store import Location
+from labzarr.store import STATS, ItemStats, Location
+from labzarr.store.format import encode_stats
 
+from ..intensity import Accumulator
 from ..manifest import Row
 from ..plan.build import VolumeTask
 from ..plan.chunks import plan_chunks, plan_shards
@@ -36,7 +38,7 @@ from .boundary import on_worker, refusal
 from .settings import TaskSettings
 from .slab_progress import SlabReporter
 
-__all__ = ["attrs_for", "convert_item", "ok_row", "open_volume", "read_file", "volume_layout"]
+__all__ = ["attrs_for", "convert_item", "ok_row", "open_volume", "read_file", "record_attrs", "volume_layout"]
 
 
 def convert_item(task: VolumeTask, settings: TaskSettings) -> Row:
@@ -54,19 +56,23 @@ def _convert(task: VolumeTask, settings: TaskSettings, store: Location) -> Row:
         chunks, shards = volume_layout(h, settings)
         finite = FiniteCheck(h, settings.non_finite)
         writer = VolumeWriter(store, task.array, h, chunks=chunks, shards=shards, codecs=codecs(settings.store_spec),
-                              attrs=attrs_for(task.item_id, task.source, task.sha256, h), run_id=settings.run_id)
+                              attrs=attrs_for(task.item_id, task.source, task.sha256, h), run_id=settings.run_id,
+                              pyramid=settings.pyramid())
         progress = SlabReporter(settings.slab_events, task.source, size=task.size, voxels=math.prod(h.shape),
                                 slabs=source.slab_count(shards or chunks))
+        stats = Accumulator(h.dtype) if settings.store_spec.statistics else None
         for slab in source.slabs(shards or chunks):  # a slab holds whole shards along the stream axis
             finite.update(slab)
             # A rejected item's voxels are not worth writing, but its stream is read to the end:
             # truncation and corruption keep precedence over non_finite, as when read whole.
             if not finite.rejecting:
                 writer.write(slab)
+                if stats is not None:
+                    stats.update(slab)
             progress.update(slab)
-        row = ok_row(base, task, h, finite.outcome())
+        row = ok_row(base, task, h, finite.outcome(), stats)
         # What a rerun reuses when the source is unchanged, recorded before `complete`.
-        writer.finish(attrs={"row": to_record(row), "settings": settings.fingerprint}, complete=task.sha256)
+        writer.finish(attrs=record_attrs(row, settings.fingerprint), complete=task.sha256)
     except Exception as exc:  # the task boundary: a decoder bug must cost one item, not the run
         return base.rejected(*refusal(exc, task.source))
     finally:
@@ -75,11 +81,23 @@ def _convert(task: VolumeTask, settings: TaskSettings, store: Location) -> Row:
     return row
 
 
-def ok_row(base: Row, task: VolumeTask, h: VolumeHeader, finite_warnings: tuple[str, ...]) -> Row:
-    """The row of a volume written whole: its geometry and every warning, in the order a reader gave them."""
+def ok_row(base: Row, task: VolumeTask, h: VolumeHeader, finite_warnings: tuple[str, ...],
+           stats: Accumulator | None = None) -> Row:
+    """The row of a volume written whole: its geometry, every warning in the order a reader gave them, and the
+    statistics `stats` took of its voxels."""
     return replace(base, kind=h.kind, shape=tuple(h.shape), dtype=str(h.dtype), spacing=h.spacing,
                    orientation=h.orientation, array=task.array, metadata=h.metadata,
-                   warnings=task.warnings + h.warnings + finite_warnings)
+                   warnings=task.warnings + h.warnings + finite_warnings,
+                   stats=None if stats is None else ItemStats(channels=stats.result(h.shape[0])))
+
+
+def record_attrs(row: Row, fingerprint: str) -> dict[str, object]:
+    """What a volume's array records of its conversion: the row a rerun reuses (its statistics apart, under
+    `STATS`, where users and viewers find them) and the settings that shaped it."""
+    out: dict[str, object] = {"row": to_record(replace(row, stats=None)), "settings": fingerprint}
+    if row.stats is not None:
+        out[STATS] = encode_stats(row.stats)
+    return out
 
 
 def volume_layout(h: VolumeHeader, settings: TaskSettings) -> tuple[tuple[int, ...], tuple[int, ...] | None]:

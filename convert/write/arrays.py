@@ -31,11 +31,12 @@ import zarr
 import zarr.codecs
 from zarr.abc.codec import BytesBytesCodec
 
-from labzarr.store import COMPLETE, INDEX_KEY, ClassInfo, IndexItem, Location, StoreIndex
+from labzarr.store import COMPLETE, INDEX_KEY, STATISTICS, STATS, ClassInfo, IndexItem, Location, StoreIndex
 from labzarr.store.content import missing_chunk_files
+from labzarr.store.format import encode_stats
 
 from ..manifest import Row
-from ..plan.build import VOLUMES
+from ..plan.build import VOLUMES, item_unit
 from ..plan.stacks import STACKS, Stack
 from ..spec import StoreSpec
 from .lock import lock_owner
@@ -43,8 +44,9 @@ from .state import STATE, staging_dir, trash_dir
 
 __all__ = ["STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_paths",
            "begin_array", "carry_shard", "codecs", "create_stack", "discard", "fill_missing_shards", "group_paths",
-           "index_items", "install", "open_root", "remove_array", "remove_stale", "set_array_labels", "staging_folder",
-           "write_index", "write_slots"]
+           "index_items", "install", "open_root", "remove_array", "remove_stale", "set_array_labels",
+           "staging_folder",
+           "write_index", "write_slots", "write_statistics"]
 
 log = logging.getLogger(__name__)
 
@@ -110,21 +112,22 @@ def discard(folder: Location) -> None:
 
 
 def install(store: Location, name: str, folder: Location, array: zarr.Array[Any], *, complete: str,
-            run_id: str) -> None:
+            run_id: str, at: str = "") -> None:
     """Seal the staged `array` (chunk files checked, fsynced, `complete` set last) and move it to `name`.
 
+    With `at`, `folder` is a whole staged group (a volume's image group) and `array` lies at `at` inside it.
     Raises `Superseded` when `run_id` no longer holds the store (a task of a dead run): `complete` is not set
     and the folder is left for the next sweep. A volume of a URL store is sealed where it was written; a staged
     stack there is copied into place with its `zarr.json` last (`labzarr.store.url`).
     """
-    missing = missing_chunk_files(folder.keys(), array)
+    missing = missing_chunk_files((folder / at if at else folder).keys(), array)
     if missing:
         raise RuntimeError(f"{name}: {len(missing)} chunk file(s) missing after writing, first {missing[0]}")
     folder.fsync_tree()
     if run_id and lock_owner(store) != run_id:
         raise Superseded(f"{name}: the store is now held by another run")
     array.update_attributes({COMPLETE: complete})  # last: the array is whole
-    folder.fsync_tree(files=("zarr.json",))
+    folder.fsync_tree(files=(f"{at}/zarr.json" if at else "zarr.json",))
     folder.move_into_place(store / name, trash_dir(store))  # type: ignore[arg-type]  # both of the store's kind
 
 
@@ -214,11 +217,12 @@ def array_nodes(store: Location) -> list[tuple[str, dict[str, Any]]]:
 
 
 def remove_array(store: Location, path: str) -> None:
-    """Delete one array and its chunks: renamed out of the hierarchy first, so it vanishes at once.
+    """Delete one item's array and its chunks: a volume's whole image group (levels, labels), a sample group, a
+    stack; renamed out of the hierarchy first, so it vanishes at once.
 
     On a URL store its `zarr.json` is deleted first, which takes it out of the hierarchy as well.
     """
-    (store / path).remove_tree(trash=trash_dir(store))  # type: ignore[arg-type]  # both of the store's kind
+    (store / item_unit(path)).remove_tree(trash=trash_dir(store))  # type: ignore[arg-type]  # both of the store's kind
 
 
 def set_array_labels(store: Location, items: Sequence[tuple[str, Mapping[str, str]]]) -> int:
@@ -246,9 +250,19 @@ def index_items(rows: Sequence[Row]) -> tuple[IndexItem, ...]:
                            if r.roles else {}),
                   locations=f"{r.group}/locations" if r.roles and r.classes else None,
                   split=r.split, fold=r.fold, group=r.split_group,
-                  metadata=dict(r.metadata))
+                  metadata=dict(r.metadata), orientation=r.orientation,
+                  stats=None if r.stats is None else r.stats.moments())
         for r in rows if r.status == "ok"
     )
+
+
+def write_statistics(store: Location, items: Sequence[IndexItem], rows: Sequence[Row]) -> None:
+    """Record every ok item's full statistics (histograms too) in the root group `STATISTICS`, by `IndexItem.key`:
+    what `labzarr inspect --stats`, the report and `PatchDataset.stats` merge, in any selection."""
+    ok = [r for r in rows if r.status == "ok"]
+    records = {i.key: encode_stats(r.stats) for i, r in zip(items, ok) if r.stats is not None}
+    group = open_root(store).require_group(STATISTICS)
+    group.attrs.put({STATS: dict(sorted(records.items()))})
 
 
 def write_index(store: Location, index: StoreIndex) -> None:
@@ -257,7 +271,9 @@ def write_index(store: Location, index: StoreIndex) -> None:
 
 
 def remove_stale(store: Location, keep: set[str]) -> None:
-    """Remove every volume, sample group and stack not in `keep` (array or group paths): what no row names."""
+    """Remove every volume, sample group and stack not in `keep` (array or group paths, any path below an item
+    keeping its whole group): what no row names."""
+    units = {item_unit(path) for path in keep}
     for path in [*array_paths(store, VOLUMES), *group_paths(store, VOLUMES), *array_paths(store, STACKS)]:
-        if path not in keep:
+        if path not in units:
             remove_array(store, path)

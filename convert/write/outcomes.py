@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from labzarr.store import Location, sorted_glob
+from labzarr.store import STATS, Location, sorted_glob
+from labzarr.store.format import decode_stats
 
 from ..manifest import Row
 from ..plan.records import (
@@ -53,6 +55,8 @@ def read_outcomes(store: Location) -> Recorded:
         try:
             row = from_record(attrs["row"])
             fingerprint = attrs["settings"]
+            if attrs.get(STATS) is not None:  # kept apart from the row (`record_attrs`)
+                row = replace(row, stats=decode_stats(attrs[STATS]))
         except (ValueError, KeyError, TypeError):
             continue  # not one of ours, or damaged: converted again
         if attrs.get("complete") == row.sha256 and row.array == array and row.status == "ok":

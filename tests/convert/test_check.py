@@ -63,7 +63,7 @@ def test_convert_summary_and_summary_json_carry_the_collision(tmp_path: Path, sc
     (batch2, batch3) = first.summary["id_collisions"]
     assert (batch2["id"], batch2["contents"], [i["source"] for i in batch2["items"]]) == (
         "batch2", 3, ["batch2/case001.nii", "batch2/case002.nii", "batch2/case003.nii.gz"])
-    assert [i["array"] for i in batch3["items"]] == ["volumes/batch3~1", "volumes/batch3~2"]
+    assert [i["array"] for i in batch3["items"]] == ["volumes/batch3~1/0", "volumes/batch3~2/0"]
     assert all(i["status"] == "ok" and len(i["sha256"]) == 64 and i["n_files"] == 1 for i in batch2["items"])
     table = summary_table(first.summary, first.run_log)
     assert "warning: 2 item ID(s) given to distinct contents" in table

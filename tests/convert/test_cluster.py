@@ -80,8 +80,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 def _assert_same_store(a: Path, b: Path) -> None:
     ga, gb = zarr.open_group(a / "volumes", mode="r"), zarr.open_group(b / "volumes", mode="r")
-    names = sorted(n for n, _ in ga.arrays())
-    assert names and names == sorted(n for n, _ in gb.arrays())
+    names = sorted(n for n, m in ga.members(max_depth=None) if isinstance(m, zarr.Array))
+    assert names and names == sorted(n for n, m in gb.members(max_depth=None) if isinstance(m, zarr.Array))
     for name in names:
         x, y = ga[name], gb[name]
         assert isinstance(x, zarr.Array) and isinstance(y, zarr.Array)

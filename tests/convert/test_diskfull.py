@@ -41,10 +41,10 @@ def test_disk_full_fails_clearly_and_the_rerun_finishes(tmp_path: Path, small_fs
     err = capsys.readouterr().err
     assert "No space left on device" in err and "hint: free space" in err and "Traceback" not in err
     assert not (spec.parent / "manifest.csv").exists()
-    finished = sorted(p.parent.name for p in (store / "volumes").glob("*/zarr.json"))
+    finished = sorted(p.parent.parent.name for p in (store / "volumes").glob("*/0/zarr.json"))
     assert len(finished) < 5
     for name in finished:  # whatever made it into place is whole
-        attrs = json.loads((store / "volumes" / name / "zarr.json").read_bytes())["attributes"]
+        attrs = json.loads((store / "volumes" / name / "0" / "zarr.json").read_bytes())["attributes"]
         assert attrs["complete"] == attrs["sha256"]
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)

@@ -44,7 +44,7 @@ class Snapshot:
 
 def snapshot(d: Delivery) -> Snapshot:
     hashes = {}
-    for meta in sorted([*(d.store / "volumes").glob("*/zarr.json"), *(d.store / "stacks").glob("*/zarr.json")]):
+    for meta in sorted([*(d.store / "volumes").glob("*/0/zarr.json"), *(d.store / "stacks").glob("*/zarr.json")]):
         attrs = json.loads(meta.read_bytes())["attributes"]
         hashes[meta.parent.relative_to(d.store).as_posix()] = (attrs["content_sha256"], attrs["complete"])
     index = json.loads((d.store / "zarr.json").read_bytes())["attributes"]["labzarr"]

@@ -65,7 +65,7 @@ def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> No
     assert images and all(ok and width > 0 for _, ok, width in images), images
     charts = {f"label_{i}.png" for i in range(len(summary["labels"]))}
     thumbs = {f"thumbs/{p.name}" for p in (out.index.parent / "thumbs").iterdir()}
-    assert {src for src, _, _ in images} == {"reasons.png", *charts, *thumbs}
+    assert {src for src, _, _ in images} == {"reasons.png", "intensity.png", *charts, *thumbs}
     assert counts == {k: summary["counts"][k] for k in ("items", "ok", "rejected", "ignored")}
     assert dict(reasons) == summary["reasons"]
     rows = read_manifest(result.manifest)
@@ -125,7 +125,8 @@ def test_report_shows_labels_and_unmatched_workbook_ids(converted_demo, tmp_path
 
 def test_report_survives_a_damaged_chunk(converted_demo, tmp_path: Path) -> None:
     spec = _copy_converted(converted_demo, tmp_path)
-    chunk = next(p for p in sorted((tmp_path / "demo.zarr" / "volumes" / "case1" / "c").rglob("*")) if p.is_file())
+    chunks = (tmp_path / "demo.zarr" / "volumes" / "case1" / "0" / "c").rglob("*")
+    chunk = next(p for p in sorted(chunks) if p.is_file())
     blob = bytearray(chunk.read_bytes())
     blob[len(blob) // 2] ^= 0xFF
     chunk.write_bytes(bytes(blob))
@@ -231,3 +232,18 @@ def test_report_lays_each_mask_over_its_image(converted_seg, tmp_path: Path) -> 
         assert img.ndim == 3  # colour: the classes are drawn
         tinted = (img.max(axis=2).astype(int) - img.min(axis=2)) > 40
         assert 0.05 < tinted.mean() < 0.9  # some of the anatomy is labelled, not all of it
+
+
+def test_report_shows_the_delivery_statistics(converted_seg, tmp_path: Path) -> None:
+    """Intensity per kind and over the mask foreground, from the store's records, with their histogram."""
+    from labzarr.store import open_store
+
+    d, _, _ = converted_seg
+    out = write_report(d.spec, root=tmp_path, out=tmp_path / "r")
+    body = out.index.read_text().split('<table id="intensity">')[1].split("</table>")[0]
+    stats = open_store(d.store).stats()
+    for name, (s,) in (("nifti", stats.kinds["nifti"].channels), ("foreground", stats.foreground())):
+        row = body.split(f"<td>{name}</td>")[1].split("</tr>")[0]
+        assert f"{s.count:,}" in row and f"{s.percentile(99.5):.5g}" in row and f"{s.mean:.5g}" in row
+    chart = _png(out.index.parent / "intensity.png")
+    assert chart.size == (640, 260)

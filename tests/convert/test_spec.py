@@ -153,7 +153,8 @@ def test_labels_section_columns_by_letter_header_or_table(tmp_path: Path) -> Non
     pytest.param(GOOD + "[delivery2]\n", r"unknown section \[delivery2\]", "did you mean 'delivery'? allowed sections:",
                  id="section"),
     pytest.param(GOOD + "[store]\nzzz = 1\n", r"\[store\] unknown key 'zzz'",
-                 "remove it or fix its spelling; [store] keys: checksum, chunks, compressor, level, shards, "
+                 "remove it or fix its spelling; [store] keys: checksum, chunks, compressor, level, pyramid, shards, "
+                 "statistics, "
                  "storage_options", id="nothing-close"),
 ])
 def test_unknown_key_names_the_closest_known_one(tmp_path: Path, text: str, match: str, hint: str) -> None:

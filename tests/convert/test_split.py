@@ -124,7 +124,11 @@ def test_split_volumes_store_the_same_bytes_as_one_task(split_and_whole) -> None
     assert split.manifest.read_bytes() == whole.manifest.read_bytes()
     files = _volume_files(base / "split" / "store.zarr")
     assert files == _volume_files(base / "whole" / "store.zarr")
-    assert any(name.startswith("case001/c/") for name in files)  # chunk files, not only metadata
+    assert any(name.startswith("case001/0/c/") for name in files)  # chunk files, not only metadata
+    # The parts' statistics, absorbed in file order, are exactly those of one task (they are in the attrs too)
+    stats = {r.item_id: r.stats for r in whole.rows if r.status == "ok"}
+    assert all(s is not None and s.channels[0].count for s in stats.values())
+    assert {r.item_id: r.stats for r in split.rows if r.status == "ok"} == stats
     # Nothing staged is left behind, for the ok volumes nor for the rejected ones.
     assert not any((base / "split" / "store.zarr" / ".labzarr" / "staging").iterdir())
 

@@ -1,0 +1,230 @@
+"""Intensity statistics of one array, and of many merged: exact moments and a fixed-bin histogram.
+
+Invariant: every histogram has the same bins, whatever the item, its dtype or
+its delivery, so histograms merge by adding counts. A value's bin is given by
+the top 16 bits of its float32 representation (its bfloat16 truncation toward
+zero): 128 bins per octave on both sides of zero, each 1/128 of its magnitude
+wide at most, so integers up to 256 in magnitude (every 8-bit value) have a bin
+of their own, int16 CT values bins of 8 HU around 1000 HU, and floats of any
+range a relative resolution of 0.8 %. Bins are numbered by a signed *ordinal*
+that increases with the value (`ordinals`); non-finite values are counted
+apart (`nan`, `inf`), never binned. A percentile is read from the histogram
+within the bin that holds it (`ChannelStats.percentile`).
+
+Moments are the count, mean and M2 (the sum of squared deviations from the
+mean) of the finite values. `ChannelStats.merge` combines any number of them at
+once with the parallel formula of Chan et al., each sum taken with `math.fsum`
+(exactly rounded), so the merged moments do not depend on the order of the
+parts: an incremental rerun and a full recompute agree to the last bit.
+
+Only numpy: the store layer's encoding of these records is `format.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["BINS", "ChannelStats", "Histogram", "ItemStats", "bin_edges", "codes_to_ordinals", "merge_channels",
+           "ordinals"]
+
+BINS = 1 << 16  # bfloat16 codes: every bin a value can fall in
+NONFINITE = 0x7F80  # a code's exponent bits all set: NaN or infinity (with either sign)
+_GAP = 3  # a run of the encoded histogram spans at most this many empty bins (fewer, longer runs)
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+
+
+def codes_to_ordinals(codes: npt.NDArray[Any]) -> Ints:
+    """The ordinal of each bfloat16 code (finite ones): ordinals increase with the value, -0.0's bin is -1."""
+    c = codes.astype(np.int64)
+    out: Ints = np.where(c < 0x8000, c, 0x7FFF - c)
+    return out
+
+
+def ordinals(values: npt.ArrayLike) -> Ints:
+    """The bin ordinal of each finite value (of its float32 rounding)."""
+    v = np.ascontiguousarray(values, dtype=np.float32)
+    return codes_to_ordinals(v.view(np.uint32) >> 16)
+
+
+def bin_edges(ords: npt.ArrayLike) -> tuple[Floats, Floats]:
+    """(low, high) edges of each bin: a positive bin holds [low, high), a negative one (low, high]."""
+    o = np.asarray(ords, dtype=np.int64)
+    magnitude = np.where(o >= 0, o, -1 - o).astype(np.uint32)
+    lo = (magnitude << 16).view(np.float32).astype(np.float64)
+    hi = ((magnitude + 1) << 16).view(np.float32).astype(np.float64)
+    return np.where(o >= 0, lo, -hi), np.where(o >= 0, hi, -lo)
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """Voxels per bin, sparse: `runs` of adjacent bins, each ``(first ordinal, count, count, ...)``, ascending."""
+
+    runs: tuple[tuple[int, ...], ...] = ()
+
+    @classmethod
+    def of(cls, ords: npt.ArrayLike, counts: npt.ArrayLike) -> Histogram:
+        """The histogram of (ordinal, count) pairs; ordinals may repeat and come in any order."""
+        o = np.asarray(ords, dtype=np.int64).ravel()
+        n = np.asarray(counts, dtype=np.int64).ravel()
+        if o.size == 0:
+            return cls()
+        uniq, inverse = np.unique(o, return_inverse=True)
+        summed = np.zeros(len(uniq), dtype=np.int64)
+        np.add.at(summed, inverse, n)
+        keep = summed > 0
+        uniq, summed = uniq[keep], summed[keep]
+        if uniq.size == 0:
+            return cls()
+        breaks = np.flatnonzero(np.diff(uniq) > _GAP + 1) + 1
+        runs = []
+        for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(uniq)]):
+            first = int(uniq[lo])
+            dense = np.zeros(int(uniq[hi - 1]) - first + 1, dtype=np.int64)
+            dense[uniq[lo:hi] - first] = summed[lo:hi]
+            runs.append((first, *dense.tolist()))
+        return cls(tuple(runs))
+
+    def arrays(self) -> tuple[Ints, Ints]:
+        """(ordinals, counts) of the non-empty bins, ascending."""
+        if not self.runs:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        o = np.concatenate([np.arange(r[0], r[0] + len(r) - 1, dtype=np.int64) for r in self.runs])
+        n = np.concatenate([np.asarray(r[1:], dtype=np.int64) for r in self.runs])
+        keep = n > 0
+        return o[keep], n[keep]
+
+    @property
+    def total(self) -> int:
+        """Voxels counted."""
+        return sum(sum(r[1:]) for r in self.runs)
+
+    @classmethod
+    def merge(cls, parts: Iterable[Histogram]) -> Histogram:
+        """The sum of `parts` (bins are the same for every histogram)."""
+        pairs = [p.arrays() for p in parts if p.runs]
+        if not pairs:
+            return cls()
+        if len(pairs) == 1:
+            return cls.of(*pairs[0])
+        return cls.of(np.concatenate([o for o, _ in pairs]), np.concatenate([n for _, n in pairs]))
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelStats:
+    """Statistics of one channel's voxels (of one item, or merged over many): moments of the finite values,
+    their histogram, and the non-finite values counted apart. `integral`: every value is an integer
+    (an integer dtype), so a percentile is read as one of the integers in its bin."""
+
+    count: int
+    mean: float
+    m2: float
+    min: float
+    max: float
+    histogram: Histogram = field(default_factory=Histogram)
+    nan: int = 0
+    inf: int = 0
+    integral: bool = False
+
+    @property
+    def var(self) -> float:
+        """Population variance of the finite values (0 when there are none)."""
+        return self.m2 / self.count if self.count else 0.0
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation of the finite values."""
+        return math.sqrt(max(self.var, 0.0))
+
+    def percentile(self, q: float) -> float:
+        """The `q`-th percentile (0..100) of the finite values, within the bin that holds it."""
+        return self.percentiles((q,))[0]
+
+    def percentiles(self, qs: Sequence[float]) -> tuple[float, ...]:
+        """`percentile` for each of `qs`: numpy's linear rank ``q / 100 * (count - 1)`` placed in its bin, spread
+        evenly over the bin (over the bin's integers when `integral`), clipped to [min, max]."""
+        if any(not 0 <= q <= 100 for q in qs):
+            raise ValueError(f"percentiles {list(qs)}: each must be within 0..100")
+        ords, counts = self.histogram.arrays()
+        if not self.count or not counts.size:
+            return tuple(math.nan for _ in qs)
+        cum = np.cumsum(counts)
+        out = []
+        for q in qs:
+            rank = q / 100 * (int(cum[-1]) - 1)
+            if rank <= 0 or rank >= int(cum[-1]) - 1:  # the extremes are known exactly
+                out.append(self.min if rank <= 0 else self.max)
+                continue
+            i = min(int(np.searchsorted(cum, rank, side="right")), len(cum) - 1)
+            before, n = int(cum[i] - counts[i]), int(counts[i])
+            lo_e, hi_e = (float(e[0]) for e in bin_edges(ords[i : i + 1]))
+            if self.integral:  # the integers in the bin ([lo, hi) when positive, (lo, hi] when negative)
+                if ords[i] >= 0:
+                    first, last = math.ceil(lo_e), math.ceil(hi_e) - 1 if math.isfinite(hi_e) else math.floor(self.max)
+                else:
+                    first, last = math.floor(lo_e) + 1 if math.isfinite(lo_e) else math.ceil(self.min), math.floor(hi_e)
+                first, last = max(first, math.ceil(self.min)), min(last, math.floor(self.max))
+                k = max(1, last - first + 1)
+                value = float(first + min(k - 1, int((rank - before) * k // n)))
+            else:
+                lo, hi = max(lo_e, self.min), min(hi_e, self.max)
+                value = lo + (hi - lo) * (rank - before + 0.5) / n
+            out.append(float(min(max(value, self.min), self.max)))
+        return tuple(out)
+
+    @classmethod
+    def merge(cls, parts: Sequence[ChannelStats]) -> ChannelStats:
+        """All of `parts` as one: exact counts and histogram sums; moments by Chan et al.'s parallel formula with
+        exactly rounded sums, so the result does not depend on the order of `parts`."""
+        full = [p for p in parts if p.count]
+        n = sum(p.count for p in full)
+        nan, inf = sum(p.nan for p in parts), sum(p.inf for p in parts)
+        integral = all(p.integral for p in parts) and bool(parts)
+        if not n:
+            return cls(count=0, mean=0.0, m2=0.0, min=0.0, max=0.0, nan=nan, inf=inf, integral=integral)
+        if len(full) == 1:
+            p = full[0]
+            return cls(count=p.count, mean=p.mean, m2=p.m2, min=p.min, max=p.max, histogram=p.histogram, nan=nan,
+                       inf=inf, integral=integral)
+        mean = math.fsum(p.count * p.mean for p in full) / n
+        # `*`, not `**`: a float64 beyond 1e154 then squares to inf instead of raising OverflowError
+        m2 = math.fsum(p.m2 for p in full) + math.fsum(p.count * (p.mean - mean) * (p.mean - mean) for p in full)
+        return cls(count=n, mean=mean, m2=m2, min=min(p.min for p in full), max=max(p.max for p in full),
+                   histogram=Histogram.merge(p.histogram for p in full), nan=nan, inf=inf, integral=integral)
+
+
+def merge_channels(items: Iterable[Sequence[ChannelStats]]) -> tuple[ChannelStats, ...]:
+    """Channel `c` of the result merges channel `c` of every item that has one (items may differ in channels)."""
+    by_channel: list[list[ChannelStats]] = []
+    for channels in items:
+        for c, s in enumerate(channels):
+            if c == len(by_channel):
+                by_channel.append([])
+            by_channel[c].append(s)
+    return tuple(ChannelStats.merge(parts) for parts in by_channel)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemStats:
+    """One array's statistics per channel, and for a sample with a mask the same per mask class (0 included)."""
+
+    channels: tuple[ChannelStats, ...]
+    classes: Mapping[int, tuple[ChannelStats, ...]] = field(default_factory=dict)
+
+    def foreground(self, *, ignore: Collection[int] = ()) -> tuple[ChannelStats, ...]:
+        """The voxels of every class but 0 and `ignore` (an ignore label), per channel; () without a mask."""
+        return merge_channels(s for k, s in sorted(self.classes.items()) if k != 0 and k not in ignore)
+
+    def moments(self) -> ItemStats:
+        """The same without histograms: what the store's index keeps of every item (its full record, histograms
+        and all, is in the item's array attributes and the store's `statistics` group)."""
+        def bare(cs: tuple[ChannelStats, ...]) -> tuple[ChannelStats, ...]:
+            return tuple(replace(c, histogram=Histogram()) for c in cs)
+        return ItemStats(channels=bare(self.channels), classes={k: bare(v) for k, v in self.classes.items()})
