@@ -140,6 +140,9 @@ def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
         with store_io(store, f"cannot finish {task.group}"):
             finish_sample(store, task.group, {r.role: r.array for r in roles.values()}, settings.pyramid(),
                           [c.value for c in classes])
+            # Reopened: `group`'s attrs are those read before `finish_sample` gave it its `ome`, and an update
+            # from them would write the stale copy back.
+            group = zarr.open_group(store.zarr(), path=task.group, mode="r+")
             group.attrs.update({"classes": {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]}
                                             for c in classes}})
             group.attrs.update({"complete": sample_complete(task.files)})
