@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 
 from labzarr.store import ChannelStats, DatasetStats, Geometry, Spread
 
-__all__ = ["describe_stats"]
+__all__ = ["describe_stats", "shown_channels"]
 
 _COLUMNS = (0.5, 50.0, 99.5)  # the percentiles a row shows; summary.json lists more
 _CHANNELS = 4  # channels shown per row group (a 4D series has one per time point); summary.json has them all
@@ -44,10 +44,15 @@ def describe_stats(stats: DatasetStats, *, title: str = "statistics", ignore: Co
     return os.linesep.join(lines)
 
 
+def shown_channels(name: str, channels: Sequence[ChannelStats]) -> list[tuple[str, ChannelStats]]:
+    """The first channels of a row group with their labels (`name`, or `name, channel c` for several), as
+    `labzarr inspect --stats` and the QC page show them."""
+    return [(name if len(channels) == 1 else f"{name}, channel {c}", s) for c, s in enumerate(channels[:_CHANNELS])]
+
+
 def _rows(name: str, channels: Sequence[ChannelStats]) -> list[str]:
     out = []
-    for c, s in enumerate(channels[:_CHANNELS]):
-        label = name if len(channels) == 1 else f"{name}, channel {c}"
+    for label, s in shown_channels(name, channels):
         if not s.count:
             out.append(f"  {label:<24} {0:>12}")
             continue

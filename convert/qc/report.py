@@ -29,6 +29,7 @@ from ..manifest import read_manifest
 from ..spec import Spec, load_spec
 from .charts import bar_chart, intensity_chart, top_values
 from .explain import EXPLAIN
+from .fingerprint import shown_channels
 from .thumbs import class_color, thumbnail
 
 __all__ = ["Chart", "MaskClass", "ReasonCount", "ReportResult", "Thumb", "default_report_dir", "sample_evenly",
@@ -230,22 +231,18 @@ class Statistics:
     geometry: Mapping[str, Any]
 
 
-_CHANNELS_SHOWN = 4  # channels per kind on the page (a 4D series has one per time point); summary.json has all
-
-
 def _statistics(view: StoreView, out: Path) -> Statistics | None:
     """The statistics section, from the store's records (no voxel is read), and its chart written to `out`."""
     stats = view.stats()
     if not stats.items:
         return None
-    groups = {f"{kind}": s.channels for kind, s in stats.kinds.items()}
+    groups = {kind: s.channels for kind, s in stats.kinds.items()}
     if stats.foreground():
         groups["foreground"] = stats.foreground()
     rows: list[IntensityRow] = []
     curves: dict[str, ChannelStats] = {}
     for name, channels in groups.items():
-        for c, s in enumerate(channels[:_CHANNELS_SHOWN]):
-            label = name if len(channels) == 1 else f"{name}, channel {c}"
+        for label, s in shown_channels(name, channels):
             if s.count:
                 low, median, high = s.percentiles((0.5, 50.0, 99.5))
                 rows.append(IntensityRow(label, s.count, low, median, high, s.mean, s.std, s.nan + s.inf))

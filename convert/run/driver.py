@@ -31,7 +31,7 @@ import psutil
 from distributed import Client, LocalCluster, as_completed
 
 from labzarr.readers import LabelSheet, Reason, readers_with
-from labzarr.store import IndexItem, Location, StoreIndex, UrlStore, dataset_stats
+from labzarr.store import IndexItem, ItemStats, Location, StoreIndex, UrlStore, dataset_stats
 
 from ..discover import Candidate, discover, walk
 from ..errors import UsageError
@@ -47,6 +47,7 @@ from ..spec import Spec, load_spec
 from ..survey import readable
 from ..write.arrays import (
     index_items,
+    item_statistics,
     open_root,
     remove_array,
     remove_stale,
@@ -362,12 +363,13 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
                               spec.manifest.metadata)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
     items = index_items(rows)
-    write_statistics(store, items, rows)
+    records = item_statistics(items, rows)
+    write_statistics(store, records)
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
                                   tool_version=tool_version(), items=items))
     t_end = time.perf_counter()
     summary = (_summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows) | splits
-               | _statistics(items, rows))
+               | _statistics(items, records))
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
     run_log = {
         "delivery": spec.delivery.name,
@@ -470,9 +472,8 @@ def _write_array_labels(client: Client, store: Location, rows: Sequence[Row]) ->
     client.gather(client.map(set_array_labels, [store] * len(batches), batches, pure=False))
 
 
-def _statistics(items: Sequence[IndexItem], rows: Sequence[Row]) -> dict[str, Any]:
+def _statistics(items: Sequence[IndexItem], records: Mapping[str, ItemStats]) -> dict[str, Any]:
     """`statistics`: the delivery's fingerprint, merged from every ok item's record (`labzarr.store.aggregate`)."""
-    records = {i.key: r.stats for i, r in zip(items, (r for r in rows if r.status == "ok")) if r.stats is not None}
     return {"statistics": dataset_stats(items, records).summary()}
 
 

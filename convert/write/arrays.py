@@ -31,7 +31,7 @@ import zarr
 import zarr.codecs
 from zarr.abc.codec import BytesBytesCodec
 
-from labzarr.store import COMPLETE, INDEX_KEY, STATISTICS, STATS, ClassInfo, IndexItem, Location, StoreIndex
+from labzarr.store import COMPLETE, INDEX_KEY, STATISTICS, STATS, ClassInfo, IndexItem, ItemStats, Location, StoreIndex
 from labzarr.store.content import missing_chunk_files
 from labzarr.store.format import encode_stats
 
@@ -44,7 +44,7 @@ from .state import STATE, staging_dir, trash_dir
 
 __all__ = ["STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_paths",
            "begin_array", "carry_shard", "codecs", "create_stack", "discard", "fill_missing_shards", "group_paths",
-           "index_items", "install", "open_root", "remove_array", "remove_stale", "set_array_labels",
+           "index_items", "install", "item_statistics", "open_root", "remove_array", "remove_stale", "set_array_labels",
            "staging_folder",
            "write_index", "write_slots", "write_statistics"]
 
@@ -256,13 +256,17 @@ def index_items(rows: Sequence[Row]) -> tuple[IndexItem, ...]:
     )
 
 
-def write_statistics(store: Location, items: Sequence[IndexItem], rows: Sequence[Row]) -> None:
-    """Record every ok item's full statistics (histograms too) in the root group `STATISTICS`, by `IndexItem.key`:
-    what `labzarr inspect --stats`, the report and `PatchDataset.stats` merge, in any selection."""
+def item_statistics(items: Sequence[IndexItem], rows: Sequence[Row]) -> dict[str, ItemStats]:
+    """Every ok item's statistics by `IndexItem.key`, `items` being `index_items(rows)` (one per ok row, in order)."""
     ok = [r for r in rows if r.status == "ok"]
-    records = {i.key: encode_stats(r.stats) for i, r in zip(items, ok) if r.stats is not None}
+    return {i.key: r.stats for i, r in zip(items, ok, strict=True) if r.stats is not None}
+
+
+def write_statistics(store: Location, records: Mapping[str, ItemStats]) -> None:
+    """Record `records` (`item_statistics`: histograms too) in the root group `STATISTICS`: what
+    `labzarr inspect --stats`, the report and `PatchDataset.stats` merge, in any selection."""
     group = open_root(store).require_group(STATISTICS)
-    group.attrs.put({STATS: dict(sorted(records.items()))})
+    group.attrs.put({STATS: {k: encode_stats(v) for k, v in sorted(records.items())}})
 
 
 def write_index(store: Location, index: StoreIndex) -> None:
