@@ -66,15 +66,18 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             client.wait_for_workers(2, timeout=120)
         yield Cluster(address=address, scheduler=scheduler, workers=workers)
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        # Workers first, while their scheduler still answers: a worker told to stop after the scheduler went
+        # keeps retrying the connection until its own timeout, which the kill below would then have to cut.
+        for group in (procs[1:], procs[:1]):
+            for p in group:
+                if p.poll() is None:
+                    p.terminate()
+            for p in group:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
         assert all(p.poll() is not None for p in procs)
 
 

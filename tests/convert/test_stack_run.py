@@ -92,7 +92,7 @@ def _tiles(raw: Path, n: int) -> None:
 
 
 @pytest.mark.parametrize("n", [pytest.param(10_000, marks=pytest.mark.slow, id="10000"),
-                               pytest.param(2_500, id="2500")])
+                               pytest.param(1_000, id="1000")])
 def test_thousands_of_jpegs_make_few_files_and_the_same_slots_on_1_and_2_workers(tmp_path: Path, n: int) -> None:
     raw = tmp_path / "raw"
     _tiles(raw, n)
