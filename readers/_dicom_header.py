@@ -112,6 +112,22 @@ class DicomHeader:
     defect: Defect | None = None
     gzipped: bool = False
     enhanced: bool = False  # frames from per-frame functional groups; their `echo` is an echo time (ms)
+    # Where frame i's stored values lie in the file, at `native_at + i * frame_nbytes`, for native pixel data
+    # read straight into the slab (readers/_dicom_pixels.py); -1 where pydicom must decode the element
+    # (encapsulated, deflated or gzipped streams, bit-packed, palette, YBR or planar colour, a mosaic).
+    native_at: int = -1
+    big_endian: bool = False
+
+    @property
+    def frame_nbytes(self) -> int:
+        """Bytes of one stored frame of native pixel data."""
+        return self.rows * self.columns * self.samples * self.bits_allocated // 8
+
+    @property
+    def stored_dtype(self) -> str:
+        """The numpy dtype of native stored values, byte order included (`<u2`, `>i2`, `<f4`)."""
+        kind = "f" if self.float_pixels else "i" if self.signed else "u"
+        return f"{'>' if self.big_endian else '<'}{kind}{self.bits_allocated // 8}"
 
     @property
     def has_pixels(self) -> bool:
@@ -239,6 +255,12 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         digest, defect = _scan_pixels(fp, ds, ts, length, value_at, size, n_frames)
     defect = defect or _decoder_defect(ts)
     spacing_2d = _floats(ds.get("PixelSpacing") or ds.get("ImagerPixelSpacing"), 2)
+    native = (value_at >= 0 and not gzipped and defect is None and length != 0xFFFFFFFF and mosaic is None
+              and ts.is_transfer_syntax and not ts.is_encapsulated and int(ds.BitsAllocated) in (8, 16, 32, 64)
+              # big-endian OW words hold 8-bit values byte-swapped in pairs: left to pydicom
+              and not (int(ds.BitsAllocated) == 8 and not _encoding(ds)[1])
+              and (photometric in ("MONOCHROME1", "MONOCHROME2")
+                   or (photometric == "RGB" and int(ds.get("PlanarConfiguration") or 0) == 0)))
     return replace(
         base, rows=int(ds.Rows), columns=int(ds.Columns), samples=int(ds.get("SamplesPerPixel", 1) or 1),
         bits_allocated=int(ds.BitsAllocated), bits_stored=int(ds.get("BitsStored") or ds.BitsAllocated),
@@ -248,6 +270,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         thickness=_float(ds.get("SliceThickness")),
         palette_bits=_int(_list(ds.get("RedPaletteColorLookupTableDescriptor"))[2:3] or None) or 0,
         pixel_sha256=digest, defect=defect, enhanced=ds.get("PerFrameFunctionalGroupsSequence") is not None,
+        native_at=value_at if native else -1, big_endian=not _encoding(ds)[1],
     )
 
 

@@ -75,6 +75,11 @@ class StackFrame:
     slope: float
     intercept: float
     gzipped: bool = False
+    # Native pixel data read as stored: where the frame's values start in the file (-1: pydicom decodes the file's
+    # element), their dtype with byte order, and the unused high bits (BitsAllocated - BitsStored) to clear.
+    offset: int = -1
+    stored: str = ""
+    unused_bits: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +213,8 @@ def _flat(members: Sequence[Member]) -> SeriesStack:
                                             f"into one volume")
     m = members[0]
     h = m.header
-    frames = tuple(StackFrame(m.path, m.source, f.index, f.slope, f.intercept, h.gzipped) for f in h.frames)
+    frames = tuple(StackFrame(m.path, m.source, f.index, f.slope, f.intercept, h.gzipped, *_native(h, f.index))
+                   for f in h.frames)
     dtype = output_dtype(h, h.frames)
     row_mm, col_mm = h.spacing_2d or (1.0, 1.0)
     rows, columns, samples = _image_shape(h)
@@ -223,6 +229,15 @@ def _flat(members: Sequence[Member]) -> SeriesStack:
                        affine=_tuple(affine), spacing=(col_mm, row_mm, 1.0),
                        warnings=("no patient geometry: frames stacked along z at 1 mm, identity orientation "
                                  "(as dcm2niix)", *_photometric_warnings(h)))
+
+
+def _native(h: DicomHeader, frame: int) -> tuple[int, str, int]:
+    """(offset, stored dtype, unused bits) of frame `frame` of `h`'s file when its values can be read as stored;
+    offset -1 when pydicom must decode them."""
+    if h.native_at < 0:
+        return -1, "", 0
+    unused = 0 if h.float_pixels else max(0, h.bits_allocated - (h.bits_stored or h.bits_allocated))
+    return h.native_at + frame * h.frame_nbytes, h.stored_dtype, unused
 
 
 def _image_shape(h: DicomHeader) -> tuple[int, int, int]:
@@ -280,7 +295,7 @@ def _volume(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     lps[:3, 3] = origin
     affine = _lps_to_ras(lps)
     frames = tuple(StackFrame(s.member.path, s.member.source, s.frame.index, s.frame.slope, s.frame.intercept,
-                              s.member.header.gzipped)
+                              s.member.header.gzipped, *_native(s.member.header, s.frame.index))
                    for c in range(n_volumes) for s in (pos[c] for pos in positions))
     all_frames = [s.frame for pos in positions for s in pos]
     h = first.header

@@ -121,13 +121,17 @@ class DicomSource:
         count = len(ranges) * st.n_volumes
         stop = count if stop is None else min(stop, count)
         frames = _Frames(st)
+        buffer: npt.NDArray[Any] | None = None
         for index in range(first, stop):
             volume, (k0, k1) = divmod(index, len(ranges))[0], ranges[index % len(ranges)]
-            # Slices land contiguously, as decoded; the (X, Y, Z, samples) order is a view for the writer's
-            # cache-friendly copy, not a strided scatter here.
-            planes = np.empty((k1 - k0, st.rows, st.columns, st.samples), dtype=self._header.dtype)
+            # Slices land contiguously, each read or decoded straight into its plane of one buffer reused from
+            # slab to slab; the (X, Y, Z, samples) order is a view for the writer's cache-friendly copy.
+            shape = (k1 - k0, st.rows, st.columns, st.samples)
+            if buffer is None or buffer.shape[0] < shape[0]:
+                buffer = np.empty(shape, dtype=self._header.dtype)
+            planes = buffer[: shape[0]]
             for k in range(k0, k1):
-                planes[k - k0] = frames.get(st.frames[volume * st.n_slices + k]).reshape(planes.shape[1:])
+                frames.into(st.frames[volume * st.n_slices + k], planes[k - k0])
             yield self._slab(volume, k0, k1, planes.transpose(2, 1, 0, 3))
 
     def _k_ranges(self, chunks: Sequence[int]) -> list[tuple[int, int]]:
@@ -150,7 +154,13 @@ class DicomSource:
 
 
 class _Frames:
-    """Decoded, rescaled frames of a series; the last file opened stays open for its next frames."""
+    """Decoded, rescaled frames of a series; the last file opened stays open for its next frames.
+
+    A frame of native pixel data (`StackFrame.offset` >= 0) is read from its offset straight into its plane of
+    the slab, the unused high bits cleared and the rescale applied there, as pydicom's `pixel_array` would give
+    them (tests/readers/test_dicom_native.py compares the two on every native file pydicom ships); any other
+    frame is decoded by pydicom from the file's whole dataset.
+    """
 
     def __init__(self, stack: SeriesStack) -> None:
         self._stack = stack
@@ -160,8 +170,17 @@ class _Frames:
         self._mosaic: npt.NDArray[Any] | None = None
 
     def get(self, f: StackFrame) -> npt.NDArray[Any]:
-        """Frame `f` (rows, columns[, samples]) in the output dtype."""
+        """Frame `f` (rows, columns, samples) in the output dtype."""
+        out = np.empty((self._stack.rows, self._stack.columns, self._stack.samples), dtype=self._dtype)
+        self.into(f, out)
+        return out
+
+    def into(self, f: StackFrame, out: npt.NDArray[Any]) -> None:
+        """Write frame `f`, in the output dtype, into `out` (a C-contiguous (rows, columns, samples) array)."""
         try:
+            if f.offset >= 0:
+                self._native(f, out)
+                return
             raw = self._raw(f)
         except Rejected:
             raise
@@ -172,11 +191,42 @@ class _Frames:
         except (ValueError, RuntimeError, OSError, KeyError, AttributeError, TypeError, IndexError) as exc:
             raise Rejected(Reason.CORRUPT_DATA, f"member {f.source}: pixel data cannot be decoded: "
                                                 f"{type(exc).__name__}: {exc}") from exc
+        out[...] = self._rescaled(raw, f).reshape(out.shape)
+
+    def _rescaled(self, raw: npt.NDArray[Any], f: StackFrame) -> npt.NDArray[Any]:
         if f.slope == 1.0 and f.intercept == 0.0:
             return raw.astype(self._dtype, copy=False)
         if self._dtype.kind in "iu":  # the layout chose an integer type: slope and intercept are integers
             return (raw.astype(np.int64) * int(f.slope) + int(f.intercept)).astype(self._dtype)
         return (raw.astype(np.float64) * f.slope + f.intercept).astype(self._dtype)
+
+    def _native(self, f: StackFrame, out: npt.NDArray[Any]) -> None:
+        stored = np.dtype(f.stored)
+        same = stored.itemsize == self._dtype.itemsize and stored.kind in "iu" and self._dtype.kind in "iu"
+        # Read into the output's own memory when the stored values are as wide as the output's: the rescale is
+        # then done there in modular integer arithmetic, exact because the layout chose an output dtype that
+        # holds every rescaled value.
+        raw = out.view(stored) if same else np.empty(out.shape, dtype=stored)
+        with open(f.path, "rb", buffering=0) as fh:
+            fh.seek(f.offset)
+            got = fh.readinto(raw.data.cast("B"))
+        if got != raw.nbytes:
+            raise Rejected(Reason.TRUNCATED, f"member {f.source}: pixel data ends after {got:,} of its "
+                                             f"{raw.nbytes:,} B")
+        if not stored.isnative:
+            raw = raw.view(stored.newbyteorder("="))
+            raw.byteswap(inplace=True)
+        if f.unused_bits:  # as pydicom: the high bits are not part of the value (PS3.5 8.1.1); signed ones extend
+            np.left_shift(raw, f.unused_bits, out=raw)
+            np.right_shift(raw, f.unused_bits, out=raw)
+        if not same:
+            out[...] = self._rescaled(raw, f)
+            return
+        if f.slope != 1.0 or f.intercept != 0.0:
+            unsigned = out.view(f"u{stored.itemsize}")
+            modulus = 1 << (8 * stored.itemsize)
+            np.multiply(unsigned, unsigned.dtype.type(int(f.slope) % modulus), out=unsigned)
+            np.add(unsigned, unsigned.dtype.type(int(f.intercept) % modulus), out=unsigned)
 
     def _raw(self, f: StackFrame) -> npt.NDArray[Any]:
         st = self._stack
