@@ -28,12 +28,15 @@ from .settings import TaskSettings
 from .slab_progress import SlabReporter
 from .volume_task import attrs_for, ok_row, open_volume, record_attrs, volume_layout
 
-__all__ = ["SCAN_RATIO", "convert_part", "finish_split", "stage_split"]
+__all__ = ["DICOM_SPLIT_DIVISOR", "SCAN_RATIO", "convert_part", "finish_split", "stage_split"]
 
 
 # Files under split_bytes / SCAN_RATIO on disk are not opened to see whether they are worth splitting: a
 # volume that compresses better than 64:1 is mostly empty, and cheap to encode in one task anyway.
 SCAN_RATIO = 64
+# A DICOM series' parts read only their own files, with no stream to inflate up to a part's first slab, so a
+# split costs a task and nothing is read twice: a series is split from split_bytes / DICOM_SPLIT_DIVISOR.
+DICOM_SPLIT_DIVISOR = 8
 
 
 def stage_split(store: Location, task: VolumeTask, settings: TaskSettings, *, workers: int,
@@ -43,6 +46,8 @@ def stage_split(store: Location, task: VolumeTask, settings: TaskSettings, *, wo
     Runs on the driver and reads the header only (never voxels). A header the reader refuses is left to the
     ordinary task, which meets the same refusal on a worker and reports it as the item's row.
     """
+    if task.stack is not None and split_bytes > 0:
+        split_bytes = max(1, split_bytes // DICOM_SPLIT_DIVISOR)
     if split_bytes <= 0 or workers < 2 or task.size * SCAN_RATIO < split_bytes or not _streams(task, settings):
         return ()
     try:

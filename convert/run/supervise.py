@@ -80,7 +80,7 @@ class Jobs:
         """How many rows the jobs end in: one per volume, image, sample and split volume."""
         return len(self.volumes) + sum(len(s.items) for s in self.shards) + len(self.samples) + len(self.parts)
 
-_POLL_S = 0.1  # how often the driver looks for finished futures when none is ready
+_POLL_S = 0.1  # the longest the driver waits for a finished future before it looks at timeouts again
 _WATCH_S = 1.0  # how often it asks the scheduler which items are running, for timeouts
 
 
@@ -155,11 +155,21 @@ class _Run:
                     self._finished(future)
                 if not batch:
                     self._check_timeouts()
-                    time.sleep(_POLL_S)
+                    self._wait_for_one()
         except BaseException:
             self.client.cancel([f for f, _ in self.jobs.values()])
             raise
         return self.rows
+
+    def _wait_for_one(self) -> None:
+        """Until a future finishes, or `_POLL_S` passes (timeouts and slab events are looked at between waits).
+
+        as_completed notifies its `thread_condition` after queueing each finished future; checking the queue
+        while holding it, then waiting on it, cannot miss one, and a small series is not held up by a fixed sleep.
+        """
+        with self.ac.thread_condition:
+            if self.ac.queue.empty():
+                self.ac.thread_condition.wait(timeout=_POLL_S)
 
     def _submit_shard(self, shard: ShardTask) -> Future[Any]:
         folder, records = self.targets[shard.stack.array]

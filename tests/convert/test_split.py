@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
+import shutil
 from pathlib import Path
 
 import nibabel as nib
@@ -18,6 +20,7 @@ import pytest
 from labzarr.convert import convert_delivery, load_spec
 from labzarr.convert.plan.parts import split_slabs
 from labzarr.convert.run.driver import execute
+from labzarr.convert.run.part_task import DICOM_SPLIT_DIVISOR
 from labzarr.readers import Reason
 
 from ..dicom_data import ct_series, four_d
@@ -195,3 +198,28 @@ def test_a_part_whose_worker_dies_costs_its_volume_only(tmp_path: Path) -> None:
     assert not any((tmp_path / "store.zarr" / ".labzarr" / "staging").iterdir())
     assert not (tmp_path / "store.zarr" / "volumes" / "case001").exists()
     assert sorted(os.listdir(tmp_path / "store.zarr" / "volumes")) == ["case002", "zarr.json"]
+
+
+def test_a_dicom_series_is_split_from_an_eighth_of_split_bytes(split_and_whole, dask_client) -> None:
+    """A DICOM part reads only its own files (nothing to inflate up to its start), so a series is split from
+    split_bytes / DICOM_SPLIT_DIVISOR, where a NIfTI volume of that size is still written by one task."""
+    base, _, whole, _ = split_and_whole
+    dicom = {r.item_id: math.prod(r.shape) * np.dtype(r.dtype).itemsize for r in whole.rows if r.kind == "dicom"}
+    assert len(dicom) == 2
+    split_bytes = DICOM_SPLIT_DIVISOR * (min(dicom.values()) - 1)
+    raw = base / "raw-eighth"
+    for item in dicom:
+        shutil.copytree(base / "raw" / item, raw / item)
+    # A NIfTI volume over split_bytes / DICOM_SPLIT_DIVISOR and under split_bytes, its file big enough to be looked at
+    side = round((split_bytes / 2 / 4) ** (1 / 3))
+    noise = np.random.default_rng(1).normal(0, 1, (side, side, side)).astype(np.float32)
+    _nifti(raw / "case010.nii", noise, np.eye(4))
+    assert split_bytes / DICOM_SPLIT_DIVISOR < noise.nbytes < split_bytes
+    got = execute(load_spec(_spec(base / "eighth", raw, split_bytes=split_bytes), root=base), dask_client)
+    assert [r.status for r in got.rows] == ["ok"] * 3
+    assert got.run_log["run"]["split"] == 2  # the two series, not the NIfTI volume
+    whole_files = _volume_files(base / "whole" / "store.zarr")
+    got_files = _volume_files(base / "eighth" / "store.zarr")
+    assert {k: v for k, v in got_files.items() if k.split("/")[0] in dicom} == {
+        k: v for k, v in whole_files.items() if k.split("/")[0] in dicom}
+    assert any(k.startswith("case007/0/c/") for k in got_files)
