@@ -296,11 +296,11 @@ def run(workdir: Path) -> list[Result]:
 
 
 def _statistics_rows(raw: Path, root: Path, total: float) -> list[Result]:
-    """The statistics group: the same conversion with `[store] statistics` off and on, alternated, best of 3 each
+    """The statistics group: the same conversion with `[store] statistics` off and on, alternated, best of 5 each
     (the machine's noise is larger than the difference); then the accumulator alone on one slab."""
     group = "statistics off vs on: 4 x 512x512x300 int16 .nii.gz, 2 workers, default layout (target within 5 %)"
     walls: dict[bool, list[float]] = {False: [], True: []}
-    for _ in range(3):
+    for _ in range(5):
         for on in (False, True):
             walls[on].append(_labzarr(raw, root, 2, f"[store]\nstatistics = {'true' if on else 'false'}\n").wall)
     off, on = total / min(walls[False]), total / min(walls[True])
