@@ -27,7 +27,7 @@ each, one per worker) converted by 2 workers in the default layout and with
 peak above its baseline, against the 256 MB bound of tests/convert/test_memory.py.
 
 A third group, statistics off and on: the four 512x512x300 volumes converted by 2 workers in the default
-layout with `[store] statistics = false` (the baseline) and `true`, alternated, best of three each; and the
+layout with `[store] statistics = false` (the baseline) and `true`, alternated, best of five each; and the
 accumulator alone on one reoriented slab.
 
 A fourth group, the writer's C-order copy: a reoriented slab (x fastest in memory) made C-contiguous by
