@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import nibabel as nib
 import numpy as np
 import pytest
 
@@ -117,3 +118,33 @@ def test_an_enhanced_file_of_two_types_is_two_items(converted, tmp_path: Path) -
         ours = arrays(store)
         for source, theirs in zip(sources, (ref[""], ref["_real"])):
             np.testing.assert_allclose(ours[source], theirs, rtol=1e-6)
+
+
+def test_bvals_and_bvecs_equal_dcm2niix_after_the_canonical_rotation(converted, tmp_path: Path) -> None:
+    """dcm2niix's .bvec is along its own NIfTI's voxel axes in FSL's convention (the first component negated
+    when the affine's determinant is positive); labzarr's `bvecs` are along the stored canonical axes. Both are
+    turned into world (RAS) directions and compared, as are the b-values, volume by volume."""
+    default, store = converted["default"]
+    out = tmp_path / "bvec"
+    out.mkdir()
+    done = subprocess.run([str(DCM2NIIX), "-z", "n", "-b", "n", "-f", "s", "-o", str(out),
+                           str(converted["raw"][1] / "case_002" / "dwi")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (nii,) = [p for p in out.glob("*.nii") if p.with_suffix(".bvec").exists()]
+    bvals = np.loadtxt(nii.with_suffix(".bval"), ndmin=1)
+    bvecs = np.loadtxt(nii.with_suffix(".bvec"), ndmin=2)  # 3 rows, one column per volume
+    affine = nib.load(nii).affine[:3, :3]
+    fsl = bvecs.copy()
+    if np.linalg.det(affine) > 0:
+        fsl[0] = -fsl[0]
+    theirs = (affine / np.linalg.norm(affine, axis=0)) @ fsl  # world RAS, one column per volume
+
+    (row,) = [r for r in default.rows if r.item_id == "case2"]
+    view = open_store(store)
+    (item,) = [i for i in view.items if i.item_id == "case2"]
+    stored = np.array(view.array(item).attrs["affine"], dtype=np.float64)[:3, :3]
+    ours = (stored / np.linalg.norm(stored, axis=0)) @ np.array(item.metadata["bvecs"], dtype=np.float64).T
+    np.testing.assert_allclose(np.array(item.metadata["bvals"]), bvals, atol=1e-6)
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+    assert np.abs(ours).max() > 0.5 and not np.allclose(ours[:, 1:], ours[:, 1:2])  # real, distinct directions
+    assert list(dict(row.metadata)["bvals"]) == list(item.metadata["bvals"])  # the row says what the index says
