@@ -7,6 +7,7 @@ One small delivery, converted twice on the session's cluster: with the defaults,
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,3 +149,45 @@ def test_bvals_and_bvecs_equal_dcm2niix_after_the_canonical_rotation(converted, 
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
     assert np.abs(ours).max() > 0.5 and not np.allclose(ours[:, 1:], ours[:, 1:2])  # real, distinct directions
     assert list(dict(row.metadata)["bvals"]) == list(item.metadata["bvals"])  # the row says what the index says
+
+
+SIDECAR = ("Modality", "Manufacturer", "ManufacturersModelName", "MagneticFieldStrength", "SeriesDescription",
+           "ProtocolName", "ImageType", "EchoTime", "RepetitionTime", "InversionTime", "FlipAngle", "SliceThickness")
+
+
+@pytest.mark.parametrize("folder", ["case_001/t1", "case_002/dwi"])
+def test_acquisition_metadata_equals_dcm2niix_sidecar(converted, tmp_path: Path, folder: str) -> None:
+    """Every allow-listed name labzarr and dcm2niix's BIDS sidecar both give has the same value (units: s, deg).
+    Manufacturer is kept as the file says it; dcm2niix shortens it to the vendor's name, a prefix of it."""
+    default, store = converted["default"]
+    out = tmp_path / "json"
+    out.mkdir()
+    done = subprocess.run([str(DCM2NIIX), "-z", "n", "-b", "y", "-ba", "n", "-f", "s%s_e%e", "-o", str(out),
+                           str(converted["raw"][1] / folder)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    sidecars = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    view = open_store(store)
+    items = [i for i in view.items if i.source.startswith(folder.rstrip("/") + "/") or i.source == folder]
+    assert items and sidecars
+    compared: set[str] = set()
+    for item in items:
+        meta = item.metadata
+        # the sidecar of the same echo and image type as the item (an enhanced file's parts differ in both)
+        same = [s for s in sidecars if s.get("EchoTime") == meta.get("EchoTime")
+                and [t.upper() for t in s.get("ImageType", [])][:2] == list(meta.get("ImageType", ()))[:2]]
+        assert same, (item.source, meta, [(s.get("EchoTime"), s.get("ImageType")) for s in sidecars])
+        for name in SIDECAR:
+            if name in meta and name in same[0]:
+                want = same[0][name]
+                got = meta[name]
+                if name == "Manufacturer":
+                    assert str(got).upper().startswith(str(want).upper()), (item.source, got, want)
+                elif isinstance(want, float | int) and not isinstance(want, bool):
+                    assert got == pytest.approx(want, rel=1e-6), (item.source, name)
+                elif isinstance(want, list):
+                    assert [str(v).upper() for v in got] == [str(v).upper() for v in want], (item.source, name)
+                else:
+                    assert str(got) == str(want), (item.source, name)
+                compared.add(name)
+    # series built from real CT slices: what they carry of the sidecar's names
+    assert {"Modality", "Manufacturer", "ManufacturersModelName", "ImageType", "SeriesDescription"} <= compared
