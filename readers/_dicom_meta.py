@@ -17,6 +17,7 @@ own NIfTI's voxel axes instead, in FSL's convention.
 from __future__ import annotations
 
 import math
+import struct
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -48,7 +49,8 @@ _TAGS: tuple[tuple[str, str, str, float], ...] = (
 )
 # Every name the allow-list may write: the tags above and what is derived per item.
 ALLOWED: frozenset[str] = frozenset({n for n, _, _, _ in _TAGS} | {
-    "ImageType", "EchoTime", "PhaseEncodingAxis", "SliceTiming", "bvals", "bvecs"})
+    "ImageType", "EchoTime", "PhaseEncodingAxis", "PhaseEncodingDirection", "EffectiveEchoSpacing",
+    "TotalReadoutTime", "SliceTiming", "bvals", "bvecs"})
 
 
 def is_known_keyword(name: str) -> bool:
@@ -58,11 +60,15 @@ def is_known_keyword(name: str) -> bool:
 
 def acquisition_metadata(path: Path, *, gzipped: bool, frame: int, image_type: Sequence[str],
                          echo_time_ms: float | None, extra: Sequence[str] = (),
-                         phase_axes: tuple[str, str] | None = None) -> Metadata:
+                         phase_axes: tuple[str, str] | None = None, phase_signs: tuple[float, float] = (1.0, 1.0),
+                         image_shape: tuple[int, int] | None = None,
+                         slice_tiles: Sequence[int] = ()) -> Metadata:
     """The allow-listed metadata of the item whose first image is `frame` of `path`, plus the `extra` keywords.
 
     `image_type` and `echo_time_ms` are the item's own (an enhanced file's parts differ in them);
-    `phase_axes` names the stored axes a row and a column run along, for `PhaseEncodingAxis`.
+    `phase_axes` names the stored axes a row and a column run along, for `PhaseEncodingAxis`, and
+    `phase_signs` whether each runs the same way (+1) or reversed (-1); `image_shape` is one image's (rows,
+    columns) (a mosaic's tile); `slice_tiles` the mosaic tile of each stored slice, in stored order.
     """
     with open_dicom(path, gzipped=gzipped) as fp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -80,7 +86,9 @@ def acquisition_metadata(path: Path, *, gzipped: bool, frame: int, image_type: S
         out["EchoTime"] = _round(echo * 1e-3)
     direction = _value(ds, groups, "InPlanePhaseEncodingDirection", "MRFOVGeometrySequence")
     if phase_axes is not None and direction in ("ROW", "COL"):
-        out["PhaseEncodingAxis"] = phase_axes[0] if direction == "ROW" else phase_axes[1]
+        along = 0 if direction == "ROW" else 1
+        out["PhaseEncodingAxis"] = phase_axes[along]
+        out.update(_siemens_timing(ds, phase_axes[along], phase_signs[along], image_shape, along, slice_tiles))
     for keyword in extra:
         value = _value(ds, groups, keyword, "")
         if value is not None:
@@ -102,6 +110,42 @@ def diffusion_metadata(bvalues: Sequence[float | None], gradients: Sequence[tupl
     stored = ras @ rotation  # the components along each stored axis: rotation.T @ g, row-wise
     return (("bvals", tuple(_round(float(b)) for b in bvalues if b is not None)),
             ("bvecs", tuple(tuple(_round(float(v)) + 0.0 for v in row) for row in stored)))
+
+
+def _siemens_timing(ds: Dataset, axis: str, sign: float, image_shape: tuple[int, int] | None, along: int,
+                    slice_tiles: Sequence[int]) -> dict[str, MetaValue]:
+    """What Siemens' CSA image header says of the phase encoding and slice timing, as dcm2niix reads it:
+    `PhaseEncodingDirection` (the polarity PhaseEncodingDirectionPositive gives, along the stored axis),
+    `EffectiveEchoSpacing` = 1 / (BandwidthPerPixelPhaseEncode x phase-encoding matrix), `TotalReadoutTime` =
+    that x (matrix - 1), and a mosaic's `SliceTiming` (MosaicRefAcqTimes, ms -> s) in stored slice order."""
+    if "SIEMENS" not in str(ds.get("Manufacturer", "") or "").upper():
+        return {}
+    from nibabel.nicom import csareader
+
+    try:
+        csa = csareader.get_csa_header(ds, "image")
+    except (csareader.CSAReadError, KeyError, ValueError, TypeError, struct.error):
+        return {}
+    tags = (csa or {}).get("tags", {})
+
+    def items(name: str) -> list[Any]:
+        return list(tags.get(name, {}).get("items") or [])
+
+    out: dict[str, MetaValue] = {}
+    positive = items("PhaseEncodingDirectionPositive")
+    if positive and positive[0] in (0, 1):
+        # positive: towards increasing row (COL) or column (ROW) index, whichever way the stored axis runs
+        out["PhaseEncodingDirection"] = axis + ("" if (positive[0] == 1) == (sign > 0) else "-")
+    bandwidth = items("BandwidthPerPixelPhaseEncode")
+    matrix = image_shape[along] if image_shape else 0
+    if bandwidth and float(bandwidth[0]) > 0 and matrix > 1:
+        spacing = 1.0 / (float(bandwidth[0]) * matrix)
+        out["EffectiveEchoSpacing"] = _round(spacing)
+        out["TotalReadoutTime"] = _round(spacing * (matrix - 1))
+    times = items("MosaicRefAcqTimes")
+    if slice_tiles and len(times) >= max(slice_tiles) + 1:
+        out["SliceTiming"] = tuple(_round(float(times[t]) * 1e-3) for t in slice_tiles)
+    return out
 
 
 def _groups(ds: Dataset, frame: int) -> list[Dataset]:

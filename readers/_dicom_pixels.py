@@ -56,6 +56,7 @@ def open_series(stack: SeriesStack, limits: Limits) -> VolumeSource:
 
 
 def _metadata(stack: SeriesStack, *, phase_axes: tuple[str, str] | None = None,
+              phase_signs: tuple[float, float] = (1.0, 1.0), slice_tiles: Sequence[int] = (),
               rotation: npt.NDArray[np.float64] | None = None) -> Metadata:
     """The item's metadata: its scaling convention, the allow-list read from its first image's file, and per
     volume its b-value and b-vector in the stored axes (readers/_dicom_meta.py)."""
@@ -63,7 +64,8 @@ def _metadata(stack: SeriesStack, *, phase_axes: tuple[str, str] | None = None,
     try:
         read = acquisition_metadata(Path(first.path), gzipped=first.gzipped, frame=first.frame,
                                     image_type=stack.image_type, echo_time_ms=stack.echo_time_ms,
-                                    extra=stack.extra_metadata, phase_axes=phase_axes)
+                                    extra=stack.extra_metadata, phase_axes=phase_axes, phase_signs=phase_signs,
+                                    image_shape=(stack.rows, stack.columns), slice_tiles=slice_tiles)
     except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise Rejected(Reason.BAD_HEADER, f"member {first.source}: header cannot be read again for its "
                                           f"metadata: {type(exc).__name__}: {exc}") from exc
@@ -94,7 +96,11 @@ class DicomSource:
         dtype = np.dtype(stack.dtype)
         spacing = np.sqrt((canon_affine[:3, :3] ** 2).sum(axis=0))
         axes = "ijk"
+        # A mosaic's tiles are its slices: the tile of each stored slice, in stored order, for SliceTiming.
+        tiles = [f.frame for f in stack.frames[: stack.n_slices]] if stack.mosaic else []
         metadata = _metadata(stack, phase_axes=(axes[int(self._ornt[0, 0])], axes[int(self._ornt[1, 0])]),
+                             phase_signs=(float(self._ornt[0, 1]), float(self._ornt[1, 1])),
+                             slice_tiles=tiles[::-1] if self._ornt[2, 1] < 0 else tiles,
                              rotation=canon_affine[:3, :3] / spacing)
         self._header = VolumeHeader(
             kind=KIND, shape=(stack.n_volumes * stack.samples, *canon), dtype=dtype,
