@@ -413,6 +413,8 @@ def _classic_kind(ds: Dataset) -> dict[str, object]:
     if gradient is None and philips:
         parts = [_private_float(ds, t, little) for t in _PHILIPS_GRADIENT]
         gradient = tuple(v for v in parts if v is not None) if all(v is not None for v in parts) else None
+    if b is None and "SIEMENS" in str(ds.get("Manufacturer", "") or "").upper():
+        b, gradient = _siemens_diffusion(ds)
     if b is not None:
         out["bvalue"] = b
         if gradient is not None:
@@ -421,6 +423,24 @@ def _classic_kind(ds: Dataset) -> dict[str, object]:
     if direction is not None and str(_text(direction.value)).strip().upper() == "I":
         out["directionality"] = "ISOTROPIC"
     return out
+
+
+def _siemens_diffusion(ds: Dataset) -> tuple[float | None, tuple[float, ...] | None]:
+    """A Siemens file's b-value and gradient (LPS) from its CSA image header (B_value, DiffusionGradientDirection),
+    where the public tags are absent, as dcm2niix reads them: a negative b is 0, and a b = 0 image has none."""
+    from nibabel.nicom import csareader
+
+    try:
+        csa = csareader.get_csa_header(ds, "image")
+    except (csareader.CSAReadError, KeyError, ValueError, TypeError, struct.error):
+        return None, None
+    tags = (csa or {}).get("tags", {})
+    b_items = list(tags.get("B_value", {}).get("items") or [])
+    if not b_items:
+        return None, None
+    b = max(0.0, float(b_items[0]))
+    g_items = [float(v) for v in tags.get("DiffusionGradientDirection", {}).get("items") or []]
+    return b, (tuple(g_items[:3]) if b > 0 and len(g_items) >= 3 else (0.0, 0.0, 0.0))
 
 
 def _text(value: object) -> str:

@@ -118,7 +118,8 @@ def _siemens_timing(ds: Dataset, axis: str, sign: float, image_shape: tuple[int,
     `PhaseEncodingDirection` (the polarity PhaseEncodingDirectionPositive gives, along the stored axis),
     `EffectiveEchoSpacing` = 1 / (BandwidthPerPixelPhaseEncode x phase-encoding matrix), `TotalReadoutTime` =
     that x (matrix - 1), and a mosaic's `SliceTiming` (MosaicRefAcqTimes, ms -> s) in stored slice order."""
-    if "SIEMENS" not in str(ds.get("Manufacturer", "") or "").upper():
+    # dcm2niix writes neither the phase-encoding polarity nor slice times for a 3D acquisition
+    if "SIEMENS" not in str(ds.get("Manufacturer", "") or "").upper() or str(ds.get("MRAcquisitionType", "")) == "3D":
         return {}
     from nibabel.nicom import csareader
 
@@ -142,9 +143,10 @@ def _siemens_timing(ds: Dataset, axis: str, sign: float, image_shape: tuple[int,
         spacing = 1.0 / (float(bandwidth[0]) * matrix)
         out["EffectiveEchoSpacing"] = _round(spacing)
         out["TotalReadoutTime"] = _round(spacing * (matrix - 1))
-    times = items("MosaicRefAcqTimes")
-    if slice_tiles and len(times) >= max(slice_tiles) + 1:
-        out["SliceTiming"] = tuple(_round(float(times[t]) * 1e-3) for t in slice_tiles)
+    times = [float(t) for t in items("MosaicRefAcqTimes")]
+    if slice_tiles and len(times) > 3 and len(times) >= max(slice_tiles) + 1:  # as dcm2niix: more than 3,
+        first = min(0.0, min(times))  # negative times shifted to start at 0
+        out["SliceTiming"] = tuple(_round((times[t] - first) * 1e-3) for t in slice_tiles)
     return out
 
 

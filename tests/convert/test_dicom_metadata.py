@@ -32,6 +32,9 @@ def converted(tmp_path_factory: pytest.TempPathFactory, scheduler: str) -> tuple
     for case, name in FILES.items():
         (root / "raw" / case).mkdir(parents=True)
         (root / "raw" / case / "mosaic.dcm").write_bytes(gzip.decompress((NICOM_DATA / name).read_bytes()))
+        # both files together: one series of two volumes, b = 0 and b = 1000 (b-value and gradient in CSA only)
+        (root / "raw" / "case_003" / f"{case}.dcm").parent.mkdir(parents=True, exist_ok=True)
+        (root / "raw" / "case_003" / f"{case}.dcm").write_bytes((root / "raw" / case / "mosaic.dcm").read_bytes())
     store = root / "store.zarr"
     columns = ["PhaseEncodingDirection", "TotalReadoutTime", "SliceTiming"]
     spec = write_spec(root / "manifests" / "s" / "delivery.toml", raw=root / "raw", store=store, name="s",
@@ -91,3 +94,29 @@ def test_timing_columns_in_the_manifest(converted) -> None:
         assert r["meta.PhaseEncodingDirection"] == meta["PhaseEncodingDirection"]
         assert float(r["meta.TotalReadoutTime"]) == pytest.approx(meta["TotalReadoutTime"])
         assert [float(v) for v in r["meta.SliceTiming"].split()] == pytest.approx(list(meta["SliceTiming"]))
+
+
+def test_siemens_csa_diffusion_equals_dcm2niix_bval_bvec(converted, tmp_path: Path) -> None:
+    """B_value and DiffusionGradientDirection live only in Siemens' CSA header here; as dcm2niix, the b = 0
+    volume has no gradient. Both sides' b-vectors turned into world RAS, dcm2niix's FSL convention undone."""
+    root, store, _ = converted
+    out = tmp_path / "d2n"
+    out.mkdir()
+    done = subprocess.run([str(DCM2NIIX), "-z", "n", "-b", "n", "-f", "x", "-o", str(out),
+                           str(root / "raw" / "case_003")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    bvals = np.loadtxt(out / "x.bval", ndmin=1)
+    fsl = np.loadtxt(out / "x.bvec", ndmin=2)
+    affine = nib.load(out / "x.nii").affine[:3, :3]
+    if np.linalg.det(affine) > 0:
+        fsl[0] = -fsl[0]
+    theirs = _unit(affine) @ fsl
+    view = open_store(store)
+    (item,) = [i for i in view.items if i.source.startswith("case_003")]
+    assert item.shape[0] == 2
+    stored = np.array(view.array(item).attrs["affine"], dtype=np.float64)[:3, :3]
+    ours = _unit(stored) @ np.array(item.metadata["bvecs"], dtype=np.float64).T
+    np.testing.assert_allclose(item.metadata["bvals"], bvals)
+    assert list(bvals) == [0.0, 1000.0]
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+    assert np.linalg.norm(ours[:, 1]) == pytest.approx(1.0, abs=1e-3)
