@@ -32,7 +32,7 @@ from pydicom.pixels.utils import get_expected_length
 from ._head import Head
 from .reasons import Reason, Rejected
 
-__all__ = ["Defect", "DicomHeader", "Frame", "open_dicom", "read_dicom_header", "transfer_syntax"]
+__all__ = ["Defect", "DicomHeader", "Frame", "csa_items", "open_dicom", "read_dicom_header", "transfer_syntax"]
 
 _PIXEL_TAGS = (0x7FE00010, 0x7FE00008, 0x7FE00009)  # Pixel Data, Float Pixel Data, Double Float Pixel Data
 _ITEM, _SEQ_END = 0xFFFEE000, 0xFFFEE0DD
@@ -255,10 +255,11 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         digest, defect = _scan_pixels(fp, ds, ts, length, value_at, size, n_frames)
     defect = defect or _decoder_defect(ts)
     spacing_2d = _floats(ds.get("PixelSpacing") or ds.get("ImagerPixelSpacing"), 2)
+    little = _encoding(ds)[1]
     native = (value_at >= 0 and not gzipped and defect is None and length != 0xFFFFFFFF and mosaic is None
               and ts.is_transfer_syntax and not ts.is_encapsulated and int(ds.BitsAllocated) in (8, 16, 32, 64)
               # big-endian OW words hold 8-bit values byte-swapped in pairs: left to pydicom
-              and not (int(ds.BitsAllocated) == 8 and not _encoding(ds)[1])
+              and not (int(ds.BitsAllocated) == 8 and not little)
               and (photometric in ("MONOCHROME1", "MONOCHROME2")
                    or (photometric == "RGB" and int(ds.get("PlanarConfiguration") or 0) == 0)))
     return replace(
@@ -270,7 +271,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         thickness=_float(ds.get("SliceThickness")),
         palette_bits=_int(_list(ds.get("RedPaletteColorLookupTableDescriptor"))[2:3] or None) or 0,
         pixel_sha256=digest, defect=defect, enhanced=ds.get("PerFrameFunctionalGroupsSequence") is not None,
-        native_at=value_at if native else -1, big_endian=not _encoding(ds)[1],
+        native_at=value_at if native else -1, big_endian=not little,
     )
 
 
@@ -425,21 +426,26 @@ def _classic_kind(ds: Dataset) -> dict[str, object]:
     return out
 
 
-def _siemens_diffusion(ds: Dataset) -> tuple[float | None, tuple[float, ...] | None]:
-    """A Siemens file's b-value and gradient (LPS) from its CSA image header (B_value, DiffusionGradientDirection),
-    where the public tags are absent, as dcm2niix reads them: a negative b is 0, and a b = 0 image has none."""
+def csa_items(ds: Dataset) -> dict[str, list[Any]]:
+    """The items of every tag of a Siemens file's CSA image header, by name (nibabel's reader); {} when it has
+    none or it cannot be read, since these values are optional extras (a mosaic's own CSA check is `_mosaic`'s)."""
     from nibabel.nicom import csareader
 
     try:
         csa = csareader.get_csa_header(ds, "image")
     except (csareader.CSAReadError, KeyError, ValueError, TypeError, struct.error):
+        return {}
+    return {name: list(tag.get("items") or []) for name, tag in ((csa or {}).get("tags") or {}).items()}
+
+
+def _siemens_diffusion(ds: Dataset) -> tuple[float | None, tuple[float, ...] | None]:
+    """A Siemens file's b-value and gradient (LPS) from its CSA image header (B_value, DiffusionGradientDirection),
+    where the public tags are absent, as dcm2niix reads them: a negative b is 0, and a b = 0 image has none."""
+    items = csa_items(ds)
+    if not items.get("B_value"):
         return None, None
-    tags = (csa or {}).get("tags", {})
-    b_items = list(tags.get("B_value", {}).get("items") or [])
-    if not b_items:
-        return None, None
-    b = max(0.0, float(b_items[0]))
-    g_items = [float(v) for v in tags.get("DiffusionGradientDirection", {}).get("items") or []]
+    b = max(0.0, float(items["B_value"][0]))
+    g_items = [float(v) for v in items.get("DiffusionGradientDirection", [])]
     return b, (tuple(g_items[:3]) if b > 0 and len(g_items) >= 3 else (0.0, 0.0, 0.0))
 
 

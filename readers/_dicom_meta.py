@@ -17,7 +17,6 @@ own NIfTI's voxel axes instead, in FSL's convention.
 from __future__ import annotations
 
 import math
-import struct
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -29,7 +28,7 @@ import pydicom
 from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 
-from ._dicom_header import open_dicom
+from ._dicom_header import csa_items, open_dicom
 from .records import Metadata, MetaValue
 
 __all__ = ["ALLOWED", "acquisition_metadata", "diffusion_metadata", "is_known_keyword"]
@@ -121,29 +120,19 @@ def _siemens_timing(ds: Dataset, axis: str, sign: float, image_shape: tuple[int,
     # dcm2niix writes neither the phase-encoding polarity nor slice times for a 3D acquisition
     if "SIEMENS" not in str(ds.get("Manufacturer", "") or "").upper() or str(ds.get("MRAcquisitionType", "")) == "3D":
         return {}
-    from nibabel.nicom import csareader
-
-    try:
-        csa = csareader.get_csa_header(ds, "image")
-    except (csareader.CSAReadError, KeyError, ValueError, TypeError, struct.error):
-        return {}
-    tags = (csa or {}).get("tags", {})
-
-    def items(name: str) -> list[Any]:
-        return list(tags.get(name, {}).get("items") or [])
-
+    items = csa_items(ds)
     out: dict[str, MetaValue] = {}
-    positive = items("PhaseEncodingDirectionPositive")
+    positive = items.get("PhaseEncodingDirectionPositive", [])
     if positive and positive[0] in (0, 1):
         # positive: towards increasing row (COL) or column (ROW) index, whichever way the stored axis runs
         out["PhaseEncodingDirection"] = axis + ("" if (positive[0] == 1) == (sign > 0) else "-")
-    bandwidth = items("BandwidthPerPixelPhaseEncode")
+    bandwidth = items.get("BandwidthPerPixelPhaseEncode", [])
     matrix = image_shape[along] if image_shape else 0
     if bandwidth and float(bandwidth[0]) > 0 and matrix > 1:
         spacing = 1.0 / (float(bandwidth[0]) * matrix)
         out["EffectiveEchoSpacing"] = _round(spacing)
         out["TotalReadoutTime"] = _round(spacing * (matrix - 1))
-    times = [float(t) for t in items("MosaicRefAcqTimes")]
+    times = [float(t) for t in items.get("MosaicRefAcqTimes", [])]
     if slice_tiles and len(times) > 3 and len(times) >= max(slice_tiles) + 1:  # as dcm2niix: more than 3,
         first = min(0.0, min(times))  # negative times shifted to start at 0
         out["SliceTiming"] = tuple(_round((times[t] - first) * 1e-3) for t in slice_tiles)
