@@ -27,8 +27,9 @@ each, one per worker) converted by 2 workers in the default layout and with
 peak above its baseline, against the 256 MB bound of tests/convert/test_memory.py.
 
 A third group, statistics off and on: the four 512x512x300 volumes converted by 2 workers in the default
-layout with `[store] statistics = false` (the baseline) and `true`, alternated, best of five each; and the
-accumulator alone on one reoriented slab.
+layout with `[store] statistics = false` (the baseline) and `true`, alternated, best of five each, in wall
+MB/s and in MB per CPU-second of all processes; the accumulator alone on one reoriented slab; and counting that
+slab's values with numpy's bincount against labzarr's compiled loop (convert/_counting.py).
 
 A fourth group, the writer's C-order copy: a reoriented slab (x fastest in memory) made C-contiguous by
 numpy in one pass, against labzarr's copy tile by tile.
@@ -54,8 +55,9 @@ from common import Result, median_p90, time_calls
 from distributed import Client, LocalCluster
 from isal import isal_zlib
 
+from labzarr.convert._counting import count_into
 from labzarr.convert.demo import write_spec
-from labzarr.convert.intensity import Accumulator
+from labzarr.convert.intensity import BLOCK, Accumulator
 from labzarr.convert.run.driver import execute, local_cluster_config
 from labzarr.convert.spec import StoreSpec, load_spec
 from labzarr.convert.write.arrays import codecs
@@ -297,26 +299,52 @@ def run(workdir: Path) -> list[Result]:
 
 def _statistics_rows(raw: Path, root: Path, total: float) -> list[Result]:
     """The statistics group: the same conversion with `[store] statistics` off and on, alternated, best of 5 each
-    (the machine's noise is larger than the difference); then the accumulator alone on one slab."""
+    (the machine's noise is larger than the difference), in wall MB/s and in MB per CPU-second of all processes
+    (which another job on the machine does not change); then the accumulator and its counting alone on one slab."""
     group = "statistics off vs on: 4 x 512x512x300 int16 .nii.gz, 2 workers, default layout (target within 5 %)"
     walls: dict[bool, list[float]] = {False: [], True: []}
+    cpus: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(5):
         for on in (False, True):
-            walls[on].append(_labzarr(raw, root, 2, f"[store]\nstatistics = {'true' if on else 'false'}\n").wall)
+            r = _labzarr(raw, root, 2, f"[store]\nstatistics = {'true' if on else 'false'}\n")
+            walls[on].append(r.wall)
+            cpus[on].append(r.cpu)
     off, on = total / min(walls[False]), total / min(walls[True])
+    cpu_off, cpu_on = total / min(cpus[False]), total / min(cpus[True])
     slab = np.asfortranarray(_ct_planes((512, 512, 64), 0, 0, 64))[np.newaxis]
+    codes = np.ascontiguousarray(slab).reshape(-1).view(np.uint16)
 
     def accumulate() -> None:
         acc = Accumulator(slab.dtype)
         acc.update(Slab(region=tuple(slice(0, n) for n in slab.shape), data=slab))
         acc.result(1)
 
+    def bincount() -> None:
+        dense = np.zeros(1 << 16, np.int64)
+        for lo in range(0, codes.size, BLOCK):
+            dense += np.bincount(codes[lo : lo + BLOCK], minlength=1 << 16)
+
+    def counting() -> None:
+        count_into(codes, np.zeros(1 << 16, np.int64))
+
     alone, _ = median_p90(time_calls(accumulate, 5))
+    numpy_s, _ = median_p90(time_calls(bincount, 5))
+    loop_s, _ = median_p90(time_calls(counting, 5))
+    mb = slab.nbytes / MB
     return [Result("labzarr, statistics = false", off, "MB/s", baseline=True, group=group),
-            Result("labzarr, statistics = true (default)", on, "MB/s", group=group,
-                   note=f"{(off - on) / off:+.1%} slower" if on < off else f"{(on - off) / off:.1%} faster (noise)"),
-            Result("statistics alone: one reoriented 512x512x64 int16 slab, 1 thread", slab.nbytes / MB / alone,
-                   "MB/s", group=group, note="convert/intensity.py Accumulator")]
+            Result("labzarr, statistics = true (default)", on, "MB/s", group=group, note=_apart(off, on)),
+            Result("CPU cost: statistics = false", cpu_off, "MB/cpu-s", group=group, note="all processes"),
+            Result("CPU cost: statistics = true", cpu_on, "MB/cpu-s", group=group, note=_apart(cpu_off, cpu_on)),
+            Result("statistics alone: one reoriented 512x512x64 int16 slab, 1 thread", mb / alone, "MB/s",
+                   group=group, note="convert/intensity.py Accumulator"),
+            Result("counting its values: numpy bincount in 2^18 blocks", mb / numpy_s, "MB/s", group=group,
+                   note="copies each block to intp, then counts"),
+            Result("counting its values: labzarr's count_into", mb / loop_s, "MB/s", group=group,
+                   note="convert/_counting.py, compiled, in place")]
+
+
+def _apart(base: float, value: float) -> str:
+    return f"{(base - value) / base:+.1%} slower" if value < base else f"{(value - base) / base:.1%} faster (noise)"
 
 
 def _copy_rows() -> list[Result]:

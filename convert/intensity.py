@@ -6,8 +6,9 @@ parts of a split volume (`plan/parts.py`): a part hands its `partial()` to the
 driver, which `absorb`s them in file order, so a split volume records exactly
 the statistics of the same volume converted whole.
 
-- 8- and 16-bit integers (and booleans) are counted per value, one bincount a
-  block; count, mean and M2 then follow exactly from the counts in integer
+- 8- and 16-bit integers (and booleans) are counted per value, in place
+  (`_counting.count_into`, a compiled loop: numpy's bincount copies every
+  block to intp first); count, mean and M2 then follow exactly from the counts in integer
   arithmetic, correctly rounded once at the end.
 - Anything else is counted in the histogram's bins (the top 16 bits of each
   value's float32), and its moments are taken in float64 per slab (blocks
@@ -34,9 +35,11 @@ from labzarr.readers import Slab
 from labzarr.store import ChannelStats, Histogram, ItemStats
 from labzarr.store.stats import BINS, NONFINITE, codes_to_ordinals, ordinals
 
+from ._counting import count_into
+
 __all__ = ["BLOCK", "Accumulator", "ChannelPartial", "ClassAccumulator", "PartialStats", "measure"]
 
-BLOCK = 1 << 18  # voxels per block: bincount's intp copy is 2 MiB, a float64 copy the same
+BLOCK = 1 << 18  # voxels per block: a float block's float64 copy and its codes' intp copy are 2 MiB each
 _F32_MAX = float(np.finfo(np.float32).max)
 
 Ints = npt.NDArray[np.int64]
@@ -139,7 +142,7 @@ class Accumulator:
         if self._exact:
             unsigned = np.dtype(f"u{self.dtype.itemsize}")
             for block in _blocks(values):
-                dense += np.bincount(block.view(unsigned), minlength=self._bins)
+                count_into(block.view(unsigned), dense)
             new = ChannelPartial(*_sparse(dense), slabs=old.slabs)
         else:
             new = self._add_float(old, values, dense)

@@ -1,0 +1,45 @@
+"""The statistics' counting loop against numpy's bincount: same counts for every code width, stride and order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from labzarr.convert._counting import count_into
+
+
+def _codes(dtype: str, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    top = np.iinfo(dtype).max
+    # runs of one value (CT air), the extremes and uniform noise: every bin edge case bincount meets
+    return np.concatenate([np.full(n // 3, top // 7), [0, top, top, 0], rng.integers(0, top, n, endpoint=True)]
+                          ).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["u1", "<u2", ">u2"])
+@pytest.mark.parametrize("step", [1, 3, -2], ids=["contiguous", "strided", "reversed"])
+def test_counts_equal_bincount(dtype: str, step: int) -> None:
+    codes = _codes(dtype, 50_000, seed=abs(step))[::step]
+    bins = 1 << (8 * codes.dtype.itemsize)
+    dense = np.arange(bins, dtype=np.int64)  # counts are added to what is there
+    count_into(codes, dense)
+    expected = np.arange(bins, dtype=np.int64) + np.bincount(codes.astype(np.int64), minlength=bins)
+    np.testing.assert_array_equal(dense, expected)
+
+
+def test_empty_codes_add_nothing() -> None:
+    dense = np.ones(256, np.int64)
+    count_into(np.zeros(0, np.uint8), dense)
+    assert dense.tolist() == [1] * 256
+
+
+@pytest.mark.parametrize(("codes", "dense", "match"), [
+    (np.zeros((2, 2), np.uint8), np.zeros(256, np.int64), "1-D uint8 or uint16 codes, not 2-D"),
+    (np.zeros(4, np.int16), np.zeros(1 << 16, np.int64), "not 1-D int16"),
+    (np.zeros(4, np.uint16), np.zeros(256, np.int64), "65536 bins, not int64 of 256"),
+    (np.zeros(4, np.uint8), np.zeros(256, np.int32), "256 bins, not int32 of 256"),
+    (np.zeros(4, np.uint8), np.zeros(512, np.int64)[::2], "C-contiguous"),
+], ids=["2d", "signed", "too-few-bins", "int32-counts", "strided-counts"])
+def test_refuses_what_it_would_count_out_of_bounds(codes: np.ndarray, dense: np.ndarray, match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        count_into(codes, dense)
