@@ -29,6 +29,7 @@ from pydicom.errors import InvalidDicomError
 from pydicom.pixels.decoders.base import get_decoder
 from pydicom.pixels.utils import get_expected_length
 
+from ._dicom_walk import walk_header
 from ._head import Head
 from .reasons import Reason, Rejected
 
@@ -37,6 +38,9 @@ __all__ = ["Defect", "DicomHeader", "Frame", "csa_items", "open_dicom", "read_di
 _PIXEL_TAGS = (0x7FE00010, 0x7FE00008, 0x7FE00009)  # Pixel Data, Float Pixel Data, Double Float Pixel Data
 _ITEM, _SEQ_END = 0xFFFEE000, 0xFFFEE0DD
 _BLOCK = 1 << 20
+# A file up to this size is read whole and walked in memory (`_dicom_walk.py`); of a larger one, only the first
+# this many bytes are walked and its pixel data is streamed from disk.
+_WALK_BYTES = 16 << 20
 _GRID_FRAME_OFFSET_VECTOR = 0x3004000C
 _LONG_VRS = (b"OB", b"OW", b"OF", b"OD", b"OL", b"OV", b"UN")  # explicit VRs with a 4-byte length
 
@@ -153,6 +157,12 @@ def open_dicom(path: Path, *, gzipped: bool) -> Iterator[IO[bytes]]:
 
 def read_dicom_header(path: Path, head: Head) -> DicomHeader:
     """Read the header of a DICOM file sniffed by `DicomReader`; raise `Rejected` when it cannot be parsed."""
+    return read_header(path, head, walk=True)
+
+
+def read_header(path: Path, head: Head, *, walk: bool) -> DicomHeader:
+    """`read_dicom_header`, with the header walked in memory (`_dicom_walk.py`) where it can be, or (`walk` False)
+    read by `dcmread` always: the reference the walk is tested against."""
     preamble = head.data[128:132] == b"DICM"
     try:
         with open_dicom(path, gzipped=head.gzipped) as fp, warnings.catch_warnings():
@@ -160,17 +170,33 @@ def read_dicom_header(path: Path, head: Head) -> DicomHeader:
             warnings.simplefilter("ignore")
             size = fp.seek(0, io.SEEK_END)
             fp.seek(0)
-            # force: the sniffer already required a DICM preamble or a plausible first few elements.
-            ds = pydicom.dcmread(fp, stop_before_pixels=True, force=not preamble)
+            walked = None
+            if walk and preamble and not head.gzipped:
+                buf = fp.read(min(size, _WALK_BYTES))
+                walked = walk_header(buf, name=str(path), whole=len(buf) == size)
+                if walked is not None and len(buf) == size:
+                    fp = io.BytesIO(buf)  # the pixel scan below reads the same bytes again from memory
+            if walked is not None:
+                ds, pixel_at = walked.dataset, walked.pixel_at
+            else:
+                fp.seek(0)
+                # force: the sniffer already required a DICM preamble or a plausible first few elements.
+                ds = pydicom.dcmread(fp, stop_before_pixels=True, force=not preamble)
+                pixel_at = fp.tell()
             _check_not_cut(ds, size, preamble)
             ts = transfer_syntax(ds)
-            deflated = ts.is_transfer_syntax and ts.is_deflated
-            pixel_at = fp.tell() if not deflated else -1
+            if ts.is_transfer_syntax and ts.is_deflated:
+                pixel_at = -1
             return _header(ds, ts, fp, pixel_at, size, gzipped=head.gzipped)
     except Rejected:
         raise
     except (EOFError, gzip.BadGzipFile) as exc:
         raise Rejected(Reason.TRUNCATED, f"file ends inside the DICOM header ({type(exc).__name__}: {exc})") from exc
+    except OSError as exc:
+        if exc.errno is not None:  # the file itself could not be read: the probe's row says so
+            raise
+        # pydicom's own OSError, "No tag to read at file position ...": a sequence that the end of the file cut
+        raise Rejected(Reason.TRUNCATED, f"file ends inside a sequence of the DICOM header ({exc})") from exc
     except (InvalidDicomError, ValueError, KeyError, TypeError, struct.error, NotImplementedError,
             OverflowError, IndexError, AttributeError) as exc:
         raise Rejected(Reason.BAD_HEADER, f"pydicom cannot parse the header: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,151 @@
+"""The in-memory header walk against pydicom's `dcmread`, on every DICOM file pydicom and nibabel ship.
+
+For each file the walk takes, its dataset must equal `dcmread(stop_before_pixels=True)`'s element for element
+(values decoded, sequences included), with the same File Meta, preamble, encoding and stopping offset; and the
+`DicomHeader` read through the walk must equal the one read through `dcmread`. A file the walk leaves (None)
+must be read as before; files cut anywhere must give the same header or the same rejection either way.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import warnings
+from pathlib import Path
+
+import pydicom
+import pytest
+
+from labzarr.readers import Rejected, read_head
+from labzarr.readers._dicom_header import read_header
+from labzarr.readers._dicom_walk import walk_header
+
+from ..dicom_data import CT5N, NICOM_DATA, PYDICOM_DATA
+
+
+def _shipped() -> list[Path]:
+    files = [p for p in sorted(PYDICOM_DATA.rglob("*")) if p.is_file()]
+    files += sorted(NICOM_DATA.glob("*.dcm")) + sorted(NICOM_DATA.glob("*.dcm.gz"))
+    return [p for p in files if _bytes(p)[128:132] == b"DICM"]
+
+
+def _bytes(path: Path) -> bytes:
+    data = path.read_bytes()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+SHIPPED = _shipped()
+
+
+def _dcmread(buf: bytes) -> tuple[pydicom.FileDataset | None, int]:
+    fp = io.BytesIO(buf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ds = pydicom.dcmread(fp, stop_before_pixels=True)
+        except Exception:
+            return None, -1
+    return ds, fp.tell()
+
+
+def _outcome(path: Path, *, walk: bool) -> object:
+    try:
+        return read_header(path, read_head(path), walk=walk)
+    except Rejected as exc:
+        return exc.reason, exc.detail
+    except Exception as exc:  # the same failure either way is what matters here (another test asks which)
+        return type(exc).__name__, str(exc)
+
+
+def test_the_walk_takes_most_shipped_files() -> None:
+    """Not a vacuous pass: the walk must read the common files itself (every CT5N slice among them)."""
+    taken = [p for p in SHIPPED if walk_header(_bytes(p), name=p.name, whole=True) is not None]
+    assert len(SHIPPED) > 100
+    assert len(taken) >= 0.8 * len(SHIPPED), f"walked {len(taken)} of {len(SHIPPED)}"
+    assert all(walk_header(p.read_bytes(), name=p.name, whole=True) is not None for p in CT5N)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(p.parents[1]).as_posix())
+def test_walk_equals_dcmread(path: Path) -> None:
+    buf = _bytes(path)
+    walked = walk_header(buf, name=path.name, whole=True)
+    if walked is None:
+        return
+    ds, stopped = _dcmread(buf)
+    assert ds is not None, "the walk took a file dcmread refuses"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert list(walked.dataset.keys()) == list(ds.keys())
+        for tag in ds.keys():
+            mine, theirs = walked.dataset[tag], ds[tag]
+            assert (mine.VR, mine.value, mine.is_undefined_length) == (theirs.VR, theirs.value,
+                                                                      theirs.is_undefined_length), tag
+        assert walked.dataset.file_meta == ds.file_meta
+    assert walked.dataset.preamble == ds.preamble
+    assert walked.dataset.original_encoding == ds.original_encoding
+    assert walked.dataset.original_character_set == ds.original_character_set
+    assert walked.pixel_at == stopped
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(p.parents[1]).as_posix())
+def test_header_through_the_walk_equals_header_through_dcmread(path: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "f.dcm"
+    plain.write_bytes(_bytes(path))
+    assert _outcome(plain, walk=True) == _outcome(plain, walk=False)
+
+
+@pytest.mark.parametrize("fraction", [0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.8, 0.999])
+@pytest.mark.parametrize("path", [CT5N[0], PYDICOM_DATA / "MR_small.dcm", PYDICOM_DATA / "rtstruct.dcm",
+                                  PYDICOM_DATA / "JPEG2000.dcm", NICOM_DATA / "philips_mprage.dcm.gz",
+                                  NICOM_DATA / "siemens_dwi_0.dcm.gz"],
+                         ids=lambda p: p.name)
+def test_a_cut_file_reads_the_same_either_way(path: Path, fraction: float, tmp_path: Path) -> None:
+    """Cut anywhere (inside the File Meta, a sequence, an element, the pixels): the same header or rejection."""
+    buf = _bytes(path)
+    cut = tmp_path / "cut.dcm"
+    cut.write_bytes(buf[: max(133, int(len(buf) * fraction))])
+    assert _outcome(cut, walk=True) == _outcome(cut, walk=False)
+
+
+def test_a_sequence_cut_by_the_end_of_the_file_is_truncated(tmp_path: Path) -> None:
+    """pydicom raises a bare OSError for it, which read as an unreadable file; it is a truncated one."""
+    buf = (PYDICOM_DATA / "rtstruct.dcm").read_bytes()
+    cut = tmp_path / "cut.dcm"
+    cut.write_bytes(buf[: len(buf) // 2])
+    with pytest.raises(Rejected) as info:
+        read_header(cut, read_head(cut), walk=True)
+    assert info.value.reason == "truncated" and "No tag to read at file position" in info.value.detail
+
+
+@pytest.mark.parametrize("charset", ["ISO_IR 100", "ISO_IR 192", "ISO_IR 144"])
+@pytest.mark.parametrize("syntax", ["1.2.840.10008.1.2", "1.2.840.10008.1.2.1", "1.2.840.10008.1.2.2"],
+                         ids=["implicit", "explicit", "big-endian"])
+def test_text_inside_undefined_length_sequences_decodes_with_the_files_character_set(
+        charset: str, syntax: str, tmp_path: Path) -> None:
+    """The walk hands undefined-length sequences to pydicom with the encoding the data set declared so far."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.sequence import Sequence
+    from pydicom.uid import UID, generate_uid
+
+    name = {"ISO_IR 100": "Müller^Jörg", "ISO_IR 192": "山田^Анна", "ISO_IR 144": "Страхов^Анна"}[charset]
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = UID(syntax)
+    ds.file_meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.7"
+    ds.file_meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID = generate_uid()
+    ds.SOPClassUID = "1.2.840.10008.5.1.4.1.1.7"
+    ds.SpecificCharacterSet = charset
+    item = Dataset()
+    item.PatientName = name
+    item.PatientComments = name
+    ds.OtherPatientIDsSequence = Sequence([item])
+    ds["OtherPatientIDsSequence"].is_undefined_length = True
+    ds.PatientName = name
+    path = tmp_path / "f.dcm"
+    ds.save_as(path, enforce_file_format=True, little_endian=syntax != "1.2.840.10008.1.2.2",
+               implicit_vr=syntax == "1.2.840.10008.1.2")
+    walked = walk_header(path.read_bytes(), name=path.name, whole=True)
+    assert walked is not None
+    (got,) = walked.dataset.OtherPatientIDsSequence
+    assert walked.dataset["OtherPatientIDsSequence"].is_undefined_length
+    assert (str(got.PatientName), got.PatientComments, str(walked.dataset.PatientName)) == (name, name, name)
