@@ -11,7 +11,6 @@ slice has one, a multi-frame object one per frame, a Siemens mosaic one per tile
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import math
 import struct
@@ -24,6 +23,7 @@ from typing import IO, Any, cast
 
 import pydicom
 import pydicom.uid
+import xxhash
 from pydicom.dataset import Dataset
 from pydicom.errors import InvalidDicomError
 from pydicom.pixels.decoders.base import get_decoder
@@ -112,7 +112,10 @@ class DicomHeader:
     spacing_2d: tuple[float, float] | None = None  # PixelSpacing or ImagerPixelSpacing of a projection image
     thickness: float | None = None  # SliceThickness: the slice axis of a single-slice volume
     palette_bits: int = 0  # PALETTE COLOR: bits of each lookup-table entry (8 or 16)
-    pixel_sha256: str = ""  # hash of the encoded Pixel Data bytes: equal hashes, equal pixels
+    # xxh3-128 of the encoded Pixel Data bytes: equal hashes, equal pixels. Not sha256: it only tells a slice's
+    # duplicate from another slice (files are not adversarial), and it runs at memory speed; the manifest's
+    # content hash is the file's sha256, taken apart.
+    pixel_hash: str = ""
     defect: Defect | None = None
     gzipped: bool = False
     enhanced: bool = False  # frames from per-frame functional groups; their `echo` is an echo time (ms)
@@ -276,7 +279,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     if "PHILIPS" in str(ds.get("Manufacturer", "") or "").upper():  # dcm2niix reads 2005,100E only for Philips
         frames = _philips_scale(ds, frames)
     if ds.get("PixelData") is not None and pixel_at < 0:  # deflated: pydicom already holds the inflated value
-        digest, defect = hashlib.sha256(ds.PixelData).hexdigest(), None
+        digest, defect = xxhash.xxh3_128_hexdigest(ds.PixelData), None
     else:
         digest, defect = _scan_pixels(fp, ds, ts, length, value_at, size, n_frames)
     defect = defect or _decoder_defect(ts)
@@ -296,7 +299,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         spacing_2d=(spacing_2d[0], spacing_2d[1]) if spacing_2d else None,
         thickness=_float(ds.get("SliceThickness")),
         palette_bits=_int(_list(ds.get("RedPaletteColorLookupTableDescriptor"))[2:3] or None) or 0,
-        pixel_sha256=digest, defect=defect, enhanced=ds.get("PerFrameFunctionalGroupsSequence") is not None,
+        pixel_hash=digest, defect=defect, enhanced=ds.get("PerFrameFunctionalGroupsSequence") is not None,
         native_at=value_at if native else -1, big_endian=not little,
     )
 
@@ -335,7 +338,7 @@ def _pixel_element(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], at: int) -> 
 def _scan_pixels(fp: IO[bytes], ds: Dataset, ts: pydicom.uid.UID, length: int, value_at: int, size: int,
                  n_frames: int) -> tuple[str, Defect | None]:
     """Hash the encoded pixel bytes and check that they are all there, without decoding."""
-    h = hashlib.sha256()
+    h = xxhash.xxh3_128()
     fp.seek(value_at)
     if length != 0xFFFFFFFF:
         try:

@@ -358,7 +358,7 @@ def _group_positions(slots: list[_Slot]) -> tuple[list[list[_Slot]], list[str]]:
     def dedupe(group: list[_Slot], with_order: bool) -> list[_Slot]:
         kept: dict[tuple[object, ...], _Slot] = {}
         for s in group:
-            key: tuple[object, ...] = (s.member.header.pixel_sha256, s.frame.index)
+            key: tuple[object, ...] = (s.member.header.pixel_hash, s.frame.index)
             if with_order:
                 key += (s.frame.order,)
             if key in kept:

@@ -48,8 +48,13 @@ _PIXEL_TAGS = frozenset((0x7FE00010, 0x7FE00008, 0x7FE00009))  # Pixel Data, Flo
 _SPECIFIC_CHARACTER_SET = 0x00080005
 _ITEM_DELIMITER, _ITEM = 0xFFFEE00D, 0xFFFEE000
 _UNDEFINED = 0xFFFFFFFF
-_VRS = {str(vr).encode(): str(vr) for vr in VR}
-_LONG = frozenset(str(vr).encode() for vr in EXPLICIT_VR_LENGTH_32)
+_VRS = {str(vr).encode(): (str(vr), vr in EXPLICIT_VR_LENGTH_32) for vr in VR}  # VR bytes: (VR, 4-byte length)
+# Elements are made as tuples of all of RawDataElement's fields (its generated __new__ costs as much as the
+# rest of a step of the walk): the fields the walk fills, then the defaults of the rest, as pydicom declares them.
+_FILLED = ("tag", "VR", "length", "value", "value_tell", "is_implicit_VR", "is_little_endian")
+if RawDataElement._fields[: len(_FILLED)] != _FILLED:
+    raise ImportError(f"pydicom's RawDataElement fields are {RawDataElement._fields}; this walk fills {_FILLED}")
+_DEFAULTS = tuple(RawDataElement._field_defaults[f] for f in RawDataElement._fields[len(_FILLED):])
 
 
 class _Unwalkable(Exception):
@@ -119,6 +124,8 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
     out: dict[BaseTag, RawDataElement | DataElement] = {}
     encoding: str | list[str] = default_encoding
     end = len(buf)
+    new, raw_type = tuple.__new__, RawDataElement  # a RawDataElement without its Python-level __new__
+    vrs, pixel_tags, defaults = _VRS, _PIXEL_TAGS, _DEFAULTS
     while True:
         if pos + 8 > end:
             if whole:  # dcmread stops quietly at the end of the file, the bytes short of an element unread
@@ -132,31 +139,31 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
             group, elem, raw_vr, length = head(buf, pos)
             if meta and group != 2:  # whatever encoding follows the File Meta group
                 return out, pos, encoding
-            vr = _VRS.get(raw_vr)
-            if vr is None:
+            known = vrs.get(raw_vr)
+            if known is None:
                 raise _Unwalkable(f"VR {raw_vr!r}")
-            if raw_vr in _LONG:
+            vr, long = known
+            if long:
                 if pos + 12 > end:
                     raise _Unwalkable("element header cut")
                 length, value_at = long_length(buf, pos + 8)[0], pos + 12
             else:
                 value_at = pos + 8
         tag = group << 16 | elem
-        if (meta and group != 2) or (not meta and tag in _PIXEL_TAGS):
+        if (meta and group != 2) or (not meta and tag in pixel_tags):
             return out, pos, encoding
         if tag == _ITEM_DELIMITER:
             raise _Unwalkable("item delimiter at the top level")
         key = BaseTag(tag)
         if length != _UNDEFINED:
-            if value_at + length > end:
+            pos = value_at + length
+            if pos > end:
                 raise _Unwalkable("element value past the bytes read")
             # empty: what pydicom's reader puts there (b"" for text and SQ, else None), as raw bytes
-            value = buf[value_at : value_at + length] if length else cast(bytes | None,
-                                                                          empty_value_for_VR(vr, raw=True))
+            value = buf[value_at:pos] if length else cast(bytes | None, empty_value_for_VR(vr, raw=True))
             if tag == _SPECIFIC_CHARACTER_SET:
                 encoding = convert_encodings(convert_string(value or b"", little))
-            out[key] = RawDataElement(key, vr, length, value, value_at, implicit, little)
-            pos = value_at + length
+            out[key] = new(raw_type, (key, vr, length, value, value_at, implicit, little, *defaults))
             continue
         if meta or not _is_sequence(buf, value_at, tag, vr, endian):
             raise _Unwalkable("undefined length outside a sequence")

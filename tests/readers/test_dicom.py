@@ -80,7 +80,7 @@ def test_header_record_of_a_ct_slice() -> None:
     (frame,) = h.frames
     assert frame.position == tuple(float(v) for v in ds.ImagePositionPatient)
     assert (frame.slope, frame.intercept) == (1.0, -1024.0)
-    assert h.spatial and h.defect is None and len(h.pixel_sha256) == 64
+    assert h.spatial and h.defect is None and len(h.pixel_hash) == 32
 
 
 @pytest.mark.parametrize(("name", "sop"), [("test-SR.dcm", "Comprehensive SR Storage"),

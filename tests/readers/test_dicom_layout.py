@@ -25,7 +25,7 @@ def header(k: int, *, z: float | None = None, y: float = 0.0, orientation: tuple
         sop_class="1.2.840.10008.5.1.4.1.1.2", sop_class_name="CT Image Storage", modality="CT", study_uid="1.2",
         series_uid="1.2.3", series_number=3, instance_number=k + 1, sop_instance=sop or f"1.2.3.{k}",
         transfer_syntax="1.2.840.10008.1.2.1", rows=16, columns=16, samples=1, bits_allocated=16, bits_stored=12,
-        signed=False, photometric="MONOCHROME2", frames=(frame,), pixel_sha256=pixels or f"pixels-{k}")
+        signed=False, photometric="MONOCHROME2", frames=(frame,), pixel_hash=pixels or f"pixels-{k}")
     fields.update(kw)
     return DicomHeader(**fields)  # type: ignore[arg-type]
 
