@@ -33,7 +33,8 @@ from ._dicom_walk import walk_header
 from ._head import Head
 from .reasons import Reason, Rejected
 
-__all__ = ["Defect", "DicomHeader", "Frame", "csa_items", "open_dicom", "read_dicom_header", "transfer_syntax"]
+__all__ = ["Defect", "DicomHeader", "Frame", "csa_items", "header_dataset", "open_dicom", "read_dicom_header",
+           "transfer_syntax"]
 
 _PIXEL_TAGS = (0x7FE00010, 0x7FE00008, 0x7FE00009)  # Pixel Data, Float Pixel Data, Double Float Pixel Data
 _ITEM, _SEQ_END = 0xFFFEE000, 0xFFFEE0DD
@@ -41,6 +42,7 @@ _BLOCK = 1 << 20
 # A file up to this size is read whole and walked in memory (`_dicom_walk.py`); of a larger one, only the first
 # this many bytes are walked and its pixel data is streamed from disk.
 _WALK_BYTES = 16 << 20
+_METADATA_BYTES = 256 << 10  # what `header_dataset` walks: headers beyond it (enhanced files) go to dcmread
 _GRID_FRAME_OFFSET_VECTOR = 0x3004000C
 _LONG_VRS = (b"OB", b"OW", b"OF", b"OD", b"OL", b"OV", b"UN")  # explicit VRs with a 4-byte length
 
@@ -156,6 +158,22 @@ def open_dicom(path: Path, *, gzipped: bool) -> Iterator[IO[bytes]]:
             return
         with gzip.GzipFile(fileobj=raw, mode="rb") as fp:
             yield cast(IO[bytes], fp)
+
+
+def header_dataset(path: Path, *, gzipped: bool) -> Dataset:
+    """A file's header as `dcmread(stop_before_pixels=True, force=True)` reads it, walked in memory where it can
+    be (`_dicom_walk.py`): for reading values again after probing (an item's acquisition metadata)."""
+    with open_dicom(path, gzipped=gzipped) as fp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if not gzipped:
+            size = fp.seek(0, io.SEEK_END)
+            fp.seek(0)
+            buf = fp.read(min(size, _METADATA_BYTES))
+            walked = walk_header(buf, name=str(path), whole=len(buf) == size)
+            if walked is not None:
+                return walked.dataset
+            fp.seek(0)
+        return pydicom.dcmread(fp, stop_before_pixels=True, force=True)
 
 
 def read_dicom_header(path: Path, head: Head) -> DicomHeader:

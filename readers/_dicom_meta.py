@@ -17,18 +17,16 @@ own NIfTI's voxel axes instead, in FSL's convention.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pydicom
 from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 
-from ._dicom_header import csa_items, open_dicom
+from ._dicom_header import csa_items, header_dataset
 from .records import Metadata, MetaValue
 
 __all__ = ["ALLOWED", "acquisition_metadata", "diffusion_metadata", "is_known_keyword"]
@@ -69,9 +67,7 @@ def acquisition_metadata(path: Path, *, gzipped: bool, frame: int, image_type: S
     `phase_signs` whether each runs the same way (+1) or reversed (-1); `image_shape` is one image's (rows,
     columns) (a mosaic's tile); `slice_tiles` the mosaic tile of each stored slice, in stored order.
     """
-    with open_dicom(path, gzipped=gzipped) as fp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ds = pydicom.dcmread(fp, stop_before_pixels=True, force=True)
+    ds = header_dataset(path, gzipped=gzipped)
     groups = _groups(ds, frame)
     out: dict[str, MetaValue] = {}
     for name, keyword, group, scale in _TAGS:

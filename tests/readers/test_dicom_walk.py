@@ -149,3 +149,23 @@ def test_text_inside_undefined_length_sequences_decodes_with_the_files_character
     (got,) = walked.dataset.OtherPatientIDsSequence
     assert walked.dataset["OtherPatientIDsSequence"].is_undefined_length
     assert (str(got.PatientName), got.PatientComments, str(walked.dataset.PatientName)) == (name, name, name)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(p.parents[1]).as_posix())
+def test_header_dataset_equals_dcmread(path: Path, tmp_path: Path) -> None:
+    """What an item's metadata is read from: the same dataset, walked or not (a header past 256 KiB is not)."""
+    from labzarr.readers._dicom_header import header_dataset
+
+    plain = tmp_path / "f.dcm"
+    plain.write_bytes(_bytes(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected = pydicom.dcmread(plain, stop_before_pixels=True, force=True)
+        except Exception as exc:
+            with pytest.raises(type(exc)):
+                header_dataset(plain, gzipped=False)
+            return
+        got = header_dataset(plain, gzipped=False)
+        assert list(got.keys()) == list(expected.keys())
+        assert all(got[t].value == expected[t].value for t in expected.keys())
