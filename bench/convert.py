@@ -195,10 +195,10 @@ class _Run:
 
 
 def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
-             split_bytes: int | None = None) -> _Run:
-    """Convert `raw` on a ready LocalCluster with the `[store]` section `store_toml`."""
+             split_bytes: int | None = None, *, repeat: int = 1) -> _Run:
+    """Convert `raw` on a ready LocalCluster with the `[store]` section `store_toml`; with `repeat`, as many
+    times from scratch on the same cluster, keeping the fastest run (as the DICOM section's baseline is)."""
     store = root / f"store-{workers}w.zarr"
-    shutil.rmtree(store, ignore_errors=True)
     spec_path = write_spec(root / f"manifests-{workers}w" / raw.name / "delivery.toml", raw=raw, store=store,
                            name=raw.name, labels=False)
     # The demo spec's [store] section is swapped whole, so a row's layout never depends on the demo's defaults.
@@ -213,15 +213,19 @@ def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
                          memory_limit=0) as cluster, Client(cluster) as client:
         # imports are the baseline, not the conversion
         client.run(lambda: __import__("labzarr.convert.run.volume_task"))
-        base = client.run(_reset_peak)
-        cpu0 = sum(client.run(_cpu_seconds).values()) + _cpu_seconds()
-        t = time.perf_counter()
-        result = execute(spec, client)
-        wall = time.perf_counter() - t
-        cpu = sum(client.run(_cpu_seconds).values()) + _cpu_seconds() - cpu0
-        peaks = client.run(_worker_rss, "VmHWM")
-    assert result.summary["counts"]["ok"] == len(result.rows), result.rows
-    return _Run(wall, cpu, tuple((peaks[w] - base[w], base[w]) for w in sorted(peaks)))
+        runs = []
+        for _ in range(repeat):
+            shutil.rmtree(store, ignore_errors=True)
+            base = client.run(_reset_peak)
+            cpu0 = sum(client.run(_cpu_seconds).values()) + _cpu_seconds()
+            t = time.perf_counter()
+            result = execute(spec, client)
+            wall = time.perf_counter() - t
+            cpu = sum(client.run(_cpu_seconds).values()) + _cpu_seconds() - cpu0
+            peaks = client.run(_worker_rss, "VmHWM")
+            assert result.summary["counts"]["ok"] == len(result.rows), result.rows
+            runs.append(_Run(wall, cpu, tuple((peaks[w] - base[w], base[w]) for w in sorted(peaks))))
+    return min(runs, key=lambda r: r.wall)
 
 
 def _gunzip(paths: list[Path], module: object) -> float:
