@@ -19,6 +19,7 @@ from pathlib import Path
 
 from labzarr.readers import (
     READERS,
+    DecodedValues,
     DicomHeader,
     DicomReader,
     Head,
@@ -59,19 +60,21 @@ class Probe:
 
 
 def probe_files(files: Sequence[tuple[str, str]], readers: Sequence[Reader] = READERS) -> list[Probe]:
-    """Probe a batch of (rel, path) pairs; one dask task per batch keeps per-task overhead small."""
-    return [_probe_or_error(rel, Path(path), readers) for rel, path in files]
+    """Probe a batch of (rel, path) pairs; one dask task per batch keeps per-task overhead small, and the DICOM
+    files of a batch (mostly slices of one series) share the header values pydicom decoded once."""
+    values = DecodedValues()
+    return [_probe_or_error(rel, Path(path), readers, values) for rel, path in files]
 
 
-def _probe_or_error(rel: str, path: Path, readers: Sequence[Reader]) -> Probe:
+def _probe_or_error(rel: str, path: Path, readers: Sequence[Reader], values: DecodedValues) -> Probe:
     try:
-        return _probe(rel, path, readers)
+        return _probe(rel, path, readers, values)
     except OSError as exc:
         return Probe(rel=rel, size=0, sha256="", kind=None, text=False, gzipped=False, gzip_error=None, magic=b"",
                      error=f"{type(exc).__name__}: {exc.strerror or exc}")
 
 
-def _probe(rel: str, path: Path, readers: Sequence[Reader]) -> Probe:
+def _probe(rel: str, path: Path, readers: Sequence[Reader], values: DecodedValues) -> Probe:
     head = read_head(path)
     gzip_error = None
     if head.gzipped and not head.data:
@@ -85,7 +88,7 @@ def _probe(rel: str, path: Path, readers: Sequence[Reader]) -> Probe:
     dicom = None
     if reader is not None and reader.kind == DicomReader.kind:
         try:
-            dicom = read_dicom_header(path, head)
+            dicom = read_dicom_header(path, head, values=values)
         except Rejected as exc:
             header_rejected = (exc.reason, exc.detail)
         except Exception as exc:  # a per-file boundary: a parser bug costs this file, not the probe batch

@@ -3,6 +3,7 @@
 `excel` is the one reader outside `READERS`: a label workbook is read once per delivery, not per item.
 """
 
+from ._dicom_walk import DecodedValues
 from ._head import Head, looks_like_text, read_head
 from ._planar import check_plane
 from .dicom import DicomHeader, DicomReader, SeriesRules, SeriesStack, read_dicom_header, read_series
@@ -27,6 +28,7 @@ from .tiff import TiffReader
 
 __all__ = [
     "ColumnRef",
+    "DecodedValues",
     "DicomHeader",
     "DicomReader",
     "Head",

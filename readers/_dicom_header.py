@@ -29,7 +29,7 @@ from pydicom.errors import InvalidDicomError
 from pydicom.pixels.decoders.base import get_decoder
 from pydicom.pixels.utils import get_expected_length
 
-from ._dicom_walk import walk_header
+from ._dicom_walk import DecodedValues, walk_header
 from ._head import Head
 from .reasons import Reason, Rejected
 
@@ -176,12 +176,13 @@ def header_dataset(path: Path, *, gzipped: bool) -> Dataset:
         return pydicom.dcmread(fp, stop_before_pixels=True, force=True)
 
 
-def read_dicom_header(path: Path, head: Head) -> DicomHeader:
-    """Read the header of a DICOM file sniffed by `DicomReader`; raise `Rejected` when it cannot be parsed."""
-    return read_header(path, head, walk=True)
+def read_dicom_header(path: Path, head: Head, *, values: DecodedValues | None = None) -> DicomHeader:
+    """Read the header of a DICOM file sniffed by `DicomReader`; raise `Rejected` when it cannot be parsed.
+    `values`: elements decoded in earlier files of the same batch, reused where this file repeats them."""
+    return read_header(path, head, walk=True, values=values)
 
 
-def read_header(path: Path, head: Head, *, walk: bool) -> DicomHeader:
+def read_header(path: Path, head: Head, *, walk: bool, values: DecodedValues | None = None) -> DicomHeader:
     """`read_dicom_header`, with the header walked in memory (`_dicom_walk.py`) where it can be, or (`walk` False)
     read by `dcmread` always: the reference the walk is tested against."""
     preamble = head.data[128:132] == b"DICM"
@@ -194,7 +195,7 @@ def read_header(path: Path, head: Head, *, walk: bool) -> DicomHeader:
             walked = None
             if walk and preamble and not head.gzipped:
                 buf = fp.read(min(size, _WALK_BYTES))
-                walked = walk_header(buf, name=str(path), whole=len(buf) == size)
+                walked = walk_header(buf, name=str(path), whole=len(buf) == size, values=values)
                 if walked is not None and len(buf) == size:
                     fp = io.BytesIO(buf)  # the pixel scan below reads the same bytes again from memory
             if walked is not None:
@@ -208,7 +209,10 @@ def read_header(path: Path, head: Head, *, walk: bool) -> DicomHeader:
             ts = transfer_syntax(ds)
             if ts.is_transfer_syntax and ts.is_deflated:
                 pixel_at = -1
-            return _header(ds, ts, fp, pixel_at, size, gzipped=head.gzipped)
+            header = _header(ds, ts, fp, pixel_at, size, gzipped=head.gzipped)
+            if walked is not None and values is not None:
+                values.learn(walked)
+            return header
     except Rejected:
         raise
     except (EOFError, gzip.BadGzipFile) as exc:

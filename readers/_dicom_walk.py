@@ -27,7 +27,7 @@ the walk against `dcmread` on every DICOM file pydicom and nibabel ship.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
 import pydicom.uid
@@ -42,12 +42,13 @@ from pydicom.tag import BaseTag
 from pydicom.valuerep import EXPLICIT_VR_LENGTH_32, VR
 from pydicom.values import convert_string
 
-__all__ = ["Walked", "walk_header"]
+__all__ = ["DecodedValues", "Walked", "walk_header"]
 
 _PIXEL_TAGS = frozenset((0x7FE00010, 0x7FE00008, 0x7FE00009))  # Pixel Data, Float and Double Float Pixel Data
 _SPECIFIC_CHARACTER_SET = 0x00080005
 _ITEM_DELIMITER, _ITEM = 0xFFFEE00D, 0xFFFEE000
 _UNDEFINED = 0xFFFFFFFF
+_CACHED_BYTES = 256  # longer values (text blobs, private data) are seldom repeated and costly to key on
 _VRS = {str(vr).encode(): (str(vr), vr in EXPLICIT_VR_LENGTH_32) for vr in VR}  # VR bytes: (VR, 4-byte length)
 # Elements are made as tuples of all of RawDataElement's fields (its generated __new__ costs as much as the
 # rest of a step of the walk): the fields the walk fills, then the defaults of the rest, as pydicom declares them.
@@ -61,26 +62,65 @@ class _Unwalkable(Exception):
     """This file is left to `dcmread`."""
 
 
+_Key = tuple[int, str | None, bytes, bool, bool, str | tuple[str, ...]]  # tag, VR, value, implicit, little, encoding
+
+
+class DecodedValues:
+    """Elements pydicom decoded in earlier files, to reuse in later ones: the files of one series repeat most of
+    their header byte for byte (the same Rows, PixelSpacing, Manufacturer, ...), so a walk that meets an element
+    with the same tag, VR, value bytes and encoding as one decoded before puts that decoded element in its
+    dataset instead of a raw one, and pydicom does not decode it again.
+
+    Shared elements are only ever read: a walked dataset serves to read a header and is then dropped. Only
+    short values of public (even-group), non-sequence elements are kept, at most `limit` of them; one instance
+    serves one batch of files (`convert/probe.py`), never the whole process.
+    """
+
+    def __init__(self, *, limit: int = 4096) -> None:
+        self._decoded: dict[_Key, DataElement] = {}
+        self._limit = limit
+
+    def get(self, key: _Key) -> DataElement | None:
+        """The decoded element of an earlier file with this (tag, VR, value, implicit, little, encoding)."""
+        return self._decoded.get(key)
+
+    def learn(self, walked: Walked) -> None:
+        """Keep what pydicom decoded of `walked` (after its header was read) for the next files."""
+        for tag, key in walked.raw.items():
+            if len(self._decoded) >= self._limit:
+                return
+            elem = walked.dataset.get_item(tag)
+            if isinstance(elem, DataElement):
+                self._decoded[key] = elem
+
+
+def _cacheable(group: int, vr: str | None, length: int) -> bool:
+    return not group & 1 and vr != "SQ" and 0 < length <= _CACHED_BYTES
+
+
 @dataclass(frozen=True, slots=True)
 class Walked:
     """A walked header: the dataset `dcmread(stop_before_pixels=True)` would return, and `pixel_at`, the offset of
-    its top-level pixel data element (where `dcmread` leaves the file), or the end of the file when it has none."""
+    its top-level pixel data element (where `dcmread` leaves the file), or the end of the file when it has none.
+    `raw`: the elements it holds raw that `DecodedValues` may keep once decoded, with their keys there."""
 
     dataset: FileDataset
     pixel_at: int
+    raw: dict[BaseTag, _Key] = field(default_factory=dict)
 
 
-def walk_header(buf: bytes, *, name: str, whole: bool) -> Walked | None:
-    """Walk the DICOM file `name` whose first bytes are `buf` (all of it when `whole`); None: read it with dcmread."""
+def walk_header(buf: bytes, *, name: str, whole: bool, values: DecodedValues | None = None) -> Walked | None:
+    """Walk the DICOM file `name` whose first bytes are `buf` (all of it when `whole`), reusing elements `values`
+    holds; None: read it with dcmread."""
     if len(buf) < 132 or buf[128:132] != b"DICM":
         return None
     try:
-        return _walk_file(buf, name, whole)
+        return _walk_file(buf, name, whole, values)
     except _Unwalkable:
         return None
 
 
-def _walk_file(buf: bytes, name: str, whole: bool) -> Walked:
+def _walk_file(buf: bytes, name: str, whole: bool, values: DecodedValues | None) -> Walked:
     meta_elements, pos, _ = _elements(buf, 132, implicit=False, little=True, meta=True, whole=whole)
     if not meta_elements:
         raise _Unwalkable("no File Meta group")
@@ -102,7 +142,9 @@ def _walk_file(buf: bytes, name: str, whole: bool) -> Walked:
     looks_explicit = 0x40 < buf[pos + 4] < 0x5B and 0x40 < buf[pos + 5] < 0x5B
     if group == 0 or looks_explicit == implicit:  # command-set elements, or a VR switch dcmread would detect
         raise _Unwalkable("command set, or a data set encoded against its transfer syntax")
-    elements, pixel_at, _ = _elements(buf, pos, implicit=implicit, little=little, meta=False, whole=whole)
+    raw: dict[BaseTag, _Key] = {}
+    elements, pixel_at, _ = _elements(buf, pos, implicit=implicit, little=little, meta=False, whole=whole,
+                                      values=values, raw=raw)
     dataset = Dataset(elements)
     charset = elements.get(BaseTag(_SPECIFIC_CHARACTER_SET))
     encoding = default_encoding if not isinstance(charset, RawDataElement) else convert_encodings(
@@ -110,27 +152,32 @@ def _walk_file(buf: bytes, name: str, whole: bool) -> Walked:
     dataset.set_original_encoding(implicit, little, encoding)
     ds = FileDataset(name, dataset, buf[:128], meta, implicit, little)
     ds.set_original_encoding(implicit, little, dataset._character_set)
-    return Walked(ds, pixel_at)
+    return Walked(ds, pixel_at, raw)
 
 
-def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
-              whole: bool) -> tuple[dict[BaseTag, RawDataElement | DataElement], int, str | list[str]]:
+def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool, whole: bool,
+              values: DecodedValues | None = None, raw: dict[BaseTag, _Key] | None = None
+              ) -> tuple[dict[BaseTag, RawDataElement | DataElement], int, str | list[str]]:
     """The elements from `pos` on, as pydicom's data_element_generator yields them: (elements, where the walk
     stopped, the character encoding). The File Meta walk (`meta`) stops at the first element not in group 2; the
-    data set's walk stops at a top-level pixel data element, or at the end of a `whole` buffer."""
+    data set's walk stops at a top-level pixel data element, or at the end of a `whole` buffer. An element
+    `values` holds is taken decoded from there; the others `values` may keep are listed in `raw`."""
     endian = "<" if little else ">"
     head = struct.Struct(f"{endian}HHL" if implicit else f"{endian}HH2sH").unpack_from
     long_length = struct.Struct(f"{endian}L").unpack_from
     out: dict[BaseTag, RawDataElement | DataElement] = {}
     encoding: str | list[str] = default_encoding
+    shared: str | tuple[str, ...] = default_encoding  # `encoding`, hashable, for the keys of `values`
     end = len(buf)
     new, raw_type = tuple.__new__, RawDataElement  # a RawDataElement without its Python-level __new__
     vrs, pixel_tags, defaults = _VRS, _PIXEL_TAGS, _DEFAULTS
     while True:
         if pos + 8 > end:
-            if whole:  # dcmread stops quietly at the end of the file, the bytes short of an element unread
+            if whole and pos == end:
                 return out, end, encoding
-            raise _Unwalkable("the header runs past the bytes read")
+            # A few bytes short of an element (dcmread stops quietly there; the header check calls it cut), or
+            # the header runs past the bytes read.
+            raise _Unwalkable("the file ends inside an element header, or the header runs past the bytes read")
         vr: str | None
         if implicit:
             group, elem, length = head(buf, pos)
@@ -163,6 +210,14 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
             value = buf[value_at:pos] if length else cast(bytes | None, empty_value_for_VR(vr, raw=True))
             if tag == _SPECIFIC_CHARACTER_SET:
                 encoding = convert_encodings(convert_string(value or b"", little))
+                shared = encoding if isinstance(encoding, str) else tuple(encoding)
+            if raw is not None and _cacheable(group, vr, length):
+                cache_key = (tag, vr, cast(bytes, value), implicit, little, shared)
+                hit = values.get(cache_key) if values is not None else None
+                if hit is not None:
+                    out[key] = hit
+                    continue
+                raw[key] = cache_key
             out[key] = new(raw_type, (key, vr, length, value, value_at, implicit, little, *defaults))
             continue
         if meta or not _is_sequence(buf, value_at, tag, vr, endian):

@@ -18,7 +18,7 @@ import pytest
 
 from labzarr.readers import Rejected, read_head
 from labzarr.readers._dicom_header import read_header
-from labzarr.readers._dicom_walk import walk_header
+from labzarr.readers._dicom_walk import DecodedValues, walk_header
 
 from ..dicom_data import CT5N, NICOM_DATA, PYDICOM_DATA
 
@@ -48,9 +48,9 @@ def _dcmread(buf: bytes) -> tuple[pydicom.FileDataset | None, int]:
     return ds, fp.tell()
 
 
-def _outcome(path: Path, *, walk: bool) -> object:
+def _outcome(path: Path, *, walk: bool, values: DecodedValues | None = None) -> object:
     try:
-        return read_header(path, read_head(path), walk=walk)
+        return read_header(path, read_head(path), walk=walk, values=values)
     except Rejected as exc:
         return exc.reason, exc.detail
     except Exception as exc:  # the same failure either way is what matters here (another test asks which)
@@ -94,6 +94,20 @@ def test_header_through_the_walk_equals_header_through_dcmread(path: Path, tmp_p
     assert _outcome(plain, walk=True) == _outcome(plain, walk=False)
 
 
+def test_headers_read_with_shared_decoded_values_equal_dcmreads(tmp_path: Path) -> None:
+    """Every shipped file read in turn with one `DecodedValues` (as a probe batch does, here across unrelated
+    files, character sets and encodings), then all again with it warm: each header equals dcmread's."""
+    values = DecodedValues()
+    plain = []
+    for i, path in enumerate(SHIPPED):
+        plain.append(tmp_path / f"{i}.dcm")
+        plain[-1].write_bytes(_bytes(path))
+    expected = [_outcome(p, walk=False) for p in plain]
+    assert [_outcome(p, walk=True, values=values) for p in plain] == expected
+    assert [_outcome(p, walk=True, values=values) for p in plain] == expected
+    assert len(values._decoded) > 100  # the values were shared, not merely allowed to be
+
+
 @pytest.mark.parametrize("fraction", [0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.8, 0.999])
 @pytest.mark.parametrize("path", [CT5N[0], PYDICOM_DATA / "MR_small.dcm", PYDICOM_DATA / "rtstruct.dcm",
                                   PYDICOM_DATA / "JPEG2000.dcm", NICOM_DATA / "philips_mprage.dcm.gz",
@@ -105,6 +119,24 @@ def test_a_cut_file_reads_the_same_either_way(path: Path, fraction: float, tmp_p
     cut = tmp_path / "cut.dcm"
     cut.write_bytes(buf[: max(133, int(len(buf) * fraction))])
     assert _outcome(cut, walk=True) == _outcome(cut, walk=False)
+    whole = tmp_path / "whole.dcm"
+    whole.write_bytes(buf)
+    values = DecodedValues()
+    _outcome(whole, walk=True, values=values)  # the intact file's values, warm: they must not hide the cut
+    assert _outcome(cut, walk=True, values=values) == _outcome(cut, walk=False)
+
+
+@pytest.mark.parametrize("stray", [1, 5, 7, 8, 11])
+def test_bytes_short_of_an_element_after_the_header_read_as_dcmread_reads_them(stray: int, tmp_path: Path) -> None:
+    """A file of a header only (no pixel data) with a few bytes after its last element: the element after it
+    was cut. The walk leaves it to dcmread, whose dataset the header check calls truncated."""
+    buf = _bytes(PYDICOM_DATA / "rtplan.dcm")
+    path = tmp_path / "f.dcm"
+    path.write_bytes(buf + b"\x0a\x30\x00\x00\x10\x00\x00\x00\x00\x00\x00"[:stray])
+    values = DecodedValues()
+    _outcome(PYDICOM_DATA / "rtplan.dcm", walk=True, values=values)
+    assert walk_header(path.read_bytes(), name=path.name, whole=True) is None
+    assert _outcome(path, walk=True, values=values) == _outcome(path, walk=False)
 
 
 def test_a_sequence_cut_by_the_end_of_the_file_is_truncated(tmp_path: Path) -> None:
