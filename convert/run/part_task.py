@@ -35,8 +35,9 @@ __all__ = ["DICOM_SPLIT_DIVISOR", "SCAN_RATIO", "convert_part", "finish_split", 
 # volume that compresses better than 64:1 is mostly empty, and cheap to encode in one task anyway.
 SCAN_RATIO = 64
 # A DICOM series' parts read only their own files, with no stream to inflate up to a part's first slab, so a
-# split costs a task and nothing is read twice: a series is split from split_bytes / DICOM_SPLIT_DIVISOR.
-DICOM_SPLIT_DIVISOR = 8
+# split costs a task and nothing is read twice: a series is split from split_bytes / DICOM_SPLIT_DIVISOR (16 MiB
+# by default, so that a DWI series of a few thousand small files is written by every worker, not one).
+DICOM_SPLIT_DIVISOR = 32
 
 
 def stage_split(store: Location, task: VolumeTask, settings: TaskSettings, *, workers: int,
