@@ -201,3 +201,21 @@ def test_header_dataset_equals_dcmread(path: Path, tmp_path: Path) -> None:
         got = header_dataset(plain, gzipped=False)
         assert list(got.keys()) == list(expected.keys())
         assert all(got[t].value == expected[t].value for t in expected.keys())
+
+
+@pytest.mark.parametrize("head_bytes", [200, 1024, 4096])
+def test_files_larger_than_what_is_walked_read_the_same(head_bytes: int, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of a file larger than the walk reads (16 MiB by default), only its head is walked and its pixel data is
+    streamed from disk; a header running past the head is left to dcmread. Every shipped file, read so."""
+    from labzarr.readers import _dicom_header
+
+    monkeypatch.setattr(_dicom_header, "_WALK_BYTES", head_bytes)
+    walked_heads = 0
+    for i, path in enumerate(SHIPPED):
+        buf = _bytes(path)
+        plain = tmp_path / f"{i}.dcm"
+        plain.write_bytes(buf)
+        assert _outcome(plain, walk=True) == _outcome(plain, walk=False), path.name
+        walked_heads += len(buf) > head_bytes and walk_header(buf[:head_bytes], name="", whole=False) is not None
+    assert walked_heads >= {200: 0, 1024: 5, 4096: 25}[head_bytes]  # the streamed path is taken, not skipped
