@@ -110,11 +110,12 @@ def test_headers_read_with_shared_decoded_values_equal_dcmreads(tmp_path: Path) 
 
 @pytest.mark.parametrize("fraction", [0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.8, 0.999])
 @pytest.mark.parametrize("path", [CT5N[0], PYDICOM_DATA / "MR_small.dcm", PYDICOM_DATA / "rtstruct.dcm",
-                                  PYDICOM_DATA / "JPEG2000.dcm", NICOM_DATA / "philips_mprage.dcm.gz",
-                                  NICOM_DATA / "siemens_dwi_0.dcm.gz"],
+                                  PYDICOM_DATA / "JPEG2000.dcm", NICOM_DATA / "siemens_dwi_0.dcm.gz"],
                          ids=lambda p: p.name)
 def test_a_cut_file_reads_the_same_either_way(path: Path, fraction: float, tmp_path: Path) -> None:
-    """Cut anywhere (inside the File Meta, a sequence, an element, the pixels): the same header or rejection."""
+    """Cut anywhere (inside the File Meta, a sequence, an element, the pixels): the same header or rejection.
+    (nibabel's enhanced Philips MPRAGE is left out: its header is most of the file, so a cut one is never walked,
+    and dcmread takes a second over each.)"""
     buf = _bytes(path)
     cut = tmp_path / "cut.dcm"
     cut.write_bytes(buf[: max(133, int(len(buf) * fraction))])
