@@ -34,8 +34,8 @@ import pydicom.uid
 from pydicom import config
 from pydicom.charset import convert_encodings, default_encoding
 from pydicom.datadict import dictionary_VR
-from pydicom.dataelem import DataElement, RawDataElement, convert_raw_data_element, empty_value_for_VR
-from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
+from pydicom.dataelem import DataElement, RawDataElement, empty_value_for_VR
+from pydicom.dataset import FileDataset, FileMetaDataset
 from pydicom.filebase import DicomBytesIO
 from pydicom.filereader import read_sequence
 from pydicom.tag import BaseTag
@@ -124,7 +124,7 @@ def _walk_file(buf: bytes, name: str, whole: bool, values: DecodedValues | None)
     meta_elements, pos, _ = _elements(buf, 132, implicit=False, little=True, meta=True, whole=whole)
     if not meta_elements:
         raise _Unwalkable("no File Meta group")
-    meta = FileMetaDataset(Dataset(meta_elements))
+    meta = FileMetaDataset(meta_elements)
     meta.set_original_encoding(is_implicit_vr=False, is_little_endian=True, character_encoding=default_encoding)
     syntax = meta.get("TransferSyntaxUID")
     if syntax is None or pos + 8 > len(buf):
@@ -145,13 +145,10 @@ def _walk_file(buf: bytes, name: str, whole: bool, values: DecodedValues | None)
     raw: dict[BaseTag, _Key] = {}
     elements, pixel_at, _ = _elements(buf, pos, implicit=implicit, little=little, meta=False, whole=whole,
                                       values=values, raw=raw)
-    dataset = Dataset(elements)
-    charset = elements.get(BaseTag(_SPECIFIC_CHARACTER_SET))
-    encoding = default_encoding if not isinstance(charset, RawDataElement) else convert_encodings(
-        convert_raw_data_element(charset).value)  # as read_dataset sets it
-    dataset.set_original_encoding(implicit, little, encoding)
-    ds = FileDataset(name, dataset, buf[:128], meta, implicit, little)
-    ds.set_original_encoding(implicit, little, dataset._character_set)
+    # dcmread wraps the elements in a Dataset first and gives the FileDataset that Dataset's character set:
+    # the same elements, the same default parent encoding, so the FileDataset's own character set is it.
+    ds = FileDataset(name, elements, buf[:128], meta, implicit, little)
+    ds.set_original_encoding(implicit, little, ds._character_set)
     return Walked(ds, pixel_at, raw)
 
 
