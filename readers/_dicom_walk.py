@@ -94,10 +94,6 @@ class DecodedValues:
                 self._decoded[key] = elem
 
 
-def _cacheable(group: int, vr: str | None, length: int) -> bool:
-    return not group & 1 and vr != "SQ" and 0 < length <= _CACHED_BYTES
-
-
 @dataclass(frozen=True, slots=True)
 class Walked:
     """A walked header: the dataset `dcmread(stop_before_pixels=True)` would return, and `pixel_at`, the offset of
@@ -168,6 +164,7 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
     end = len(buf)
     new, raw_type = tuple.__new__, RawDataElement  # a RawDataElement without its Python-level __new__
     vrs, pixel_tags, defaults = _VRS, _PIXEL_TAGS, _DEFAULTS
+    lookup = values.get if values is not None else None
     while True:
         if pos + 8 > end:
             if whole and pos == end:
@@ -208,9 +205,10 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
             if tag == _SPECIFIC_CHARACTER_SET:
                 encoding = convert_encodings(convert_string(value or b"", little))
                 shared = encoding if isinstance(encoding, str) else tuple(encoding)
-            if raw is not None and _cacheable(group, vr, length):
-                cache_key = (tag, vr, cast(bytes, value), implicit, little, shared)
-                hit = values.get(cache_key) if values is not None else None
+            # Worth sharing: a short value of a public (even-group) element that is not a sequence.
+            if raw is not None and not group & 1 and 0 < length <= _CACHED_BYTES and vr != "SQ":
+                cache_key: _Key = (tag, vr, value, implicit, little, shared)  # type: ignore[assignment]  # length > 0: bytes
+                hit = lookup(cache_key) if lookup is not None else None
                 if hit is not None:
                     out[key] = hit
                     continue
