@@ -31,12 +31,14 @@ layout with `[store] statistics = false` (the baseline) and `true`, alternated, 
 MB/s and in MB per CPU-second of all processes; the accumulator alone on one reoriented slab; and counting that
 slab's values with numpy's bincount against labzarr's compiled loop (convert/_counting.py).
 
-A fourth group, the writer's C-order copy: a reoriented slab (x fastest in memory) made C-contiguous by
-numpy in one pass, against labzarr's copy tile by tile.
+A fourth and fifth group, the writer's C-order copy: a reoriented slab (x fastest in memory, x and y
+flipped) made C-contiguous whole and chunk by chunk, by numpy in one pass, tile by tile with the flips left
+in (labzarr before 2026-12-05), and by labzarr's copy.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -352,15 +354,33 @@ def _apart(base: float, value: float) -> str:
 
 
 def _copy_rows() -> list[Result]:
-    """The C-order copy group: a reoriented slab (x fastest in memory) made C-contiguous, as the writer does."""
-    group = "C-order copy of a reoriented 512x512x64 int16 slab (convert/write/writer.py)"
-    slab = np.asfortranarray(_ct_planes((512, 512, 64), 0, 0, 64))[np.newaxis]  # (1, x, y, z), x fastest
+    """The C-order copy groups: a reoriented slab (x fastest in memory, x and y flipped as a radiological
+    volume's are) made C-contiguous, as the writer does for unsharded arrays; and the same slab's 32^3 chunks
+    copied one by one, as the shard writer does. Each against numpy's one pass and against copying each tile in
+    its memory order with the flips left in (what labzarr did before it read flipped axes forwards)."""
+    slab = np.asfortranarray(_ct_planes((512, 512, 64), 0, 0, 64))[np.newaxis][:, ::-1, ::-1, :]
     mb = slab.nbytes / MB
-    numpy_s, _ = median_p90(time_calls(lambda: np.ascontiguousarray(slab), 5))
-    tiles_s, _ = median_p90(time_calls(lambda: c_order_copy(slab), 5))
-    return [Result("numpy ascontiguousarray (one pass across the cache)", mb / numpy_s, "MB/s", baseline=True,
-                   group=group),
-            Result("labzarr c_order_copy (64^3 tiles, each transposed in cache)", mb / tiles_s, "MB/s", group=group)]
+    chunks = [slab[:, i:i + 32, j:j + 32, k:k + 32] for i in range(0, 512, 32) for j in range(0, 512, 32)
+              for k in range(0, 64, 32)]
+
+    def flips_left_in(view: np.ndarray) -> np.ndarray:
+        out = np.empty(view.shape, view.dtype)
+        for starts in itertools.product(*(range(0, n, 64) for n in view.shape)):
+            sel = tuple(slice(s, s + 64) for s in starts)
+            out[sel] = view[sel].copy(order="K")
+        return out
+
+    out: list[Result] = []
+    for group, run in (
+            ("C-order copy of a reoriented 512x512x64 int16 slab (convert/write/writer.py)", lambda f: f(slab)),
+            ("the same slab's 32^3 chunks made C-contiguous one by one (the shard writer's copy)",
+             lambda f: [f(c) for c in chunks])):
+        for label, copy in (("numpy ascontiguousarray (one pass)", np.ascontiguousarray),
+                            ("64^3 tiles in memory order, flips left in (before)", flips_left_in),
+                            ("labzarr c_order_copy (flipped axes read forwards)", c_order_copy)):
+            seconds, _ = median_p90(time_calls(lambda copy=copy, run=run: run(copy), 5))
+            out.append(Result(label, mb / seconds, "MB/s", baseline=copy is np.ascontiguousarray, group=group))
+    return out
 
 
 def _peak_rows(raw: Path, root: Path) -> list[Result]:

@@ -66,14 +66,24 @@ def store_io(store: Location, what: str) -> Iterator[None]:
 
 
 def c_order_copy(view: npt.NDArray[Any], dtype: np.dtype[Any] | None = None) -> npt.NDArray[Any]:
-    """A C-contiguous copy of any strided `view` (optionally cast to `dtype`), tile by tile."""
+    """A C-contiguous copy of any strided `view` (optionally cast to `dtype`), tile by tile: each tile copied in
+    its memory order (long runs), then into C order from cache.
+
+    Flipped axes (negative strides, as reorientation leaves them) are read forwards and written backwards
+    instead: numpy's memory-order copy of a view with negative strides is much slower than of the same view
+    flipped back (bench/convert.py, the C-order copy groups)."""
     out: npt.NDArray[Any] = np.empty(view.shape, dtype=dtype or view.dtype)
     if view.flags.c_contiguous:
         out[...] = view
         return out
+    flipped = tuple(axis for axis, stride in enumerate(view.strides) if stride < 0)
+    source, target = (np.flip(view, flipped), np.flip(out, flipped)) if flipped else (view, out)
+    if all(n <= _TILE for n in view.shape):  # one tile: a chunk, as the shard writer copies them
+        target[...] = source.copy(order="K")
+        return out
     for starts in itertools.product(*(range(0, n, _TILE) for n in view.shape)):
         sel = tuple(slice(s, s + _TILE) for s in starts)
-        out[sel] = view[sel].copy(order="K")
+        target[sel] = source[sel].copy(order="K")
     return out
 
 

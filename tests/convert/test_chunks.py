@@ -44,6 +44,25 @@ def test_c_order_copy_of_any_view() -> None:
         np.testing.assert_array_equal(out, view[np.newaxis])
 
 
+@pytest.mark.parametrize("shape", [(1, 32, 32, 32), (2, 40, 70, 20), (1, 130, 70, 90)],
+                         ids=["one-chunk", "one-tile", "many-tiles"])
+def test_c_order_copy_equals_numpy_for_every_flip_and_axis_order(shape: tuple[int, ...]) -> None:
+    """Flipped axes are read forwards and written backwards; whatever the flips, order, dtype or tile count,
+    the copy is numpy's."""
+    import itertools
+
+    base = np.random.default_rng(1).integers(-2000, 2000, (3, 140, 80, 100)).astype(np.int16)
+    region = base[tuple(slice(1, 1 + n) for n in shape)]
+    for order in ((0, 1, 2, 3), (0, 3, 2, 1), (2, 0, 3, 1)):
+        buffer = np.ascontiguousarray(region.transpose(order)).transpose(np.argsort(order))  # memory in `order`
+        for flips in itertools.product((1, -1), repeat=4):
+            view = buffer[tuple(slice(None, None, f) for f in flips)]
+            for dtype in (None, np.dtype(np.float32)):
+                out = c_order_copy(view, dtype)
+                assert out.flags.c_contiguous and out.dtype == (dtype or view.dtype)
+                np.testing.assert_array_equal(out, np.ascontiguousarray(view, dtype=dtype))
+
+
 @pytest.mark.parametrize("name", ["lps", "sagittal"])
 def test_streamed_array_equals_canonical_and_content_hash_recomputes(tmp_path: Path, name: str) -> None:
     rng = np.random.default_rng(3)
