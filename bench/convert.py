@@ -29,7 +29,8 @@ peak above its baseline, against the 256 MB bound of tests/convert/test_memory.p
 A third group, statistics off and on: the four 512x512x300 volumes converted by 2 workers in the default
 layout with `[store] statistics = false` (the baseline) and `true`, alternated, best of five each, in wall
 MB/s and in MB per CPU-second of all processes; the accumulator alone on one reoriented slab; and counting that
-slab's values with numpy's bincount against labzarr's compiled loop (convert/_counting.py).
+slab's values with numpy's bincount against labzarr's compiled loop (convert/_counting.py), and what loading
+that loop costs a fresh worker (the conversions above load it beforehand, with the other imports).
 
 A fourth and fifth group, the writer's C-order copy: a reoriented slab (x fastest in memory, x and y
 flipped) made C-contiguous whole and chunk by chunk, by numpy in one pass, tile by tile with the flips left
@@ -57,7 +58,7 @@ from common import Result, median_p90, time_calls
 from distributed import Client, LocalCluster
 from isal import isal_zlib
 
-from labzarr.convert._counting import count_into
+from labzarr.convert._counting import COMPILED_FROM, count_into
 from labzarr.convert.demo import write_spec
 from labzarr.convert.intensity import BLOCK, Accumulator
 from labzarr.convert.run.driver import execute, local_cluster_config
@@ -213,8 +214,10 @@ def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
     with dask.config.set(local_cluster_config(crash_retries=1)), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                          memory_limit=0) as cluster, Client(cluster) as client:
-        # imports are the baseline, not the conversion
+        # imports are the baseline, not the conversion: the modules, and the statistics' compiled counting loop
+        # (which a worker otherwise loads at its first large slab; the statistics group shows what that costs)
         client.run(lambda: __import__("labzarr.convert.run.volume_task"))
+        client.run(_load_counting_loop)
         runs = []
         for _ in range(repeat):
             shutil.rmtree(store, ignore_errors=True)
@@ -228,6 +231,20 @@ def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
             assert result.summary["counts"]["ok"] == len(result.rows), result.rows
             runs.append(_Run(wall, cpu, tuple((peaks[w] - base[w], base[w]) for w in sorted(peaks))))
     return min(runs, key=lambda r: r.wall)
+
+
+def _load_counting_loop() -> None:
+    from labzarr.convert._counting import _compiled
+
+    _compiled()
+
+
+def _counting_loop_load_seconds() -> float:
+    """Wall seconds a fresh process takes to import numba and load the cached counting loop (best of 3)."""
+    code = ("import time, labzarr.convert._counting as c; t = time.perf_counter(); c._compiled(); "
+            "print(time.perf_counter() - t)")
+    return min(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                    check=True).stdout.split()[-1]) for _ in range(3))
 
 
 def _gunzip(paths: list[Path], module: object) -> float:
@@ -346,7 +363,10 @@ def _statistics_rows(raw: Path, root: Path, total: float) -> list[Result]:
             Result("counting its values: numpy bincount in 2^18 blocks", mb / numpy_s, "MB/s", group=group,
                    note="copies each block to intp, then counts"),
             Result("counting its values: labzarr's count_into", mb / loop_s, "MB/s", group=group,
-                   note="convert/_counting.py, compiled, in place")]
+                   note="convert/_counting.py, compiled, in place"),
+            Result("loading that compiled loop in a fresh process", _counting_loop_load_seconds(), "s",
+                   higher_is_better=False, group=group,
+                   note=f"once per worker, at its first slab of >= {COMPILED_FROM:,} values; bincount below")]
 
 
 def _apart(base: float, value: float) -> str:

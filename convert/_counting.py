@@ -1,42 +1,77 @@
-"""Counting 8- and 16-bit codes into a dense histogram: `count_into(codes, dense)` adds what `np.bincount` would.
+"""Counting 8- and 16-bit codes into a dense histogram: what `np.bincount` adds, by the cheaper of two ways.
 
-Why not `np.bincount`: it first copies its input to intp (8 bytes a value) and
-then counts, and on CT-like data (long runs of one air value) it is several
-times slower than a plain compiled loop over the codes in place; the
-statistics group of `make bench` (bench/convert.py) measures both on the same
-slab, and docs/benchmarks.md keeps the figures. Statistics are taken from every
-slab a worker writes, so this loop is on the conversion's critical path.
+Why not always `np.bincount`: it first copies its input to intp (8 bytes a value) and then counts, and on
+CT-like data (long runs of one air value) it is several times slower than a plain compiled loop over the codes
+in place; the statistics group of `make bench` (bench/convert.py) measures both on the same slab, and
+docs/benchmarks.md keeps the figures. Statistics are taken from every slab a worker writes, so for a large
+volume this loop is on the conversion's critical path.
 
-The loop is compiled by numba for exactly two signatures (uint8 and uint16
-codes, any strides, into a C-contiguous int64 array), at import, cached on disk
-beside this file when that is writable. It is tested value for value against
+Why not always the compiled loop: it is compiled by numba, and importing numba and loading the cached loop
+costs a process a fixed part of a second, more than the loop saves on anything but large slabs. So
+`counter(n)` hands out numpy's bincount for slabs under `COMPILED_FROM` values and the compiled loop from
+there on, importing numba at that first large slab only: a run of small items never loads it.
+
+The loop is compiled for exactly two signatures (uint8 and uint16 codes, any strides, into a C-contiguous
+int64 array), cached on disk beside this file when that is writable; `_compiled` keeps the one loaded copy a
+process needs (a memo of a pure function, not configuration). Both ways are tested value for value against
 `np.bincount` (tests/convert/test_counting.py).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["count_into"]
+__all__ = ["COMPILED_FROM", "Count", "bincount_into", "count_into", "counter"]
+
+COMPILED_FROM = 1 << 22  # values in one slab from which the compiled loop is worth loading
+
+Count = Callable[[npt.NDArray[Any], npt.NDArray[np.int64]], None]
 
 
-@numba.njit(["void(uint8[:], int64[::1])", "void(uint16[:], int64[::1])"], nogil=True, cache=True)
-def _count(codes: Any, dense: Any) -> None:  # pragma: no cover - compiled; covered through count_into
-    for i in range(codes.size):
-        dense[codes[i]] += 1
+def counter(values: int) -> Count:
+    """How to count a slab of `values` codes: `bincount_into` below `COMPILED_FROM`, else `count_into`."""
+    return count_into if values >= COMPILED_FROM else bincount_into
+
+
+def bincount_into(codes: npt.NDArray[Any], dense: npt.NDArray[np.int64]) -> None:
+    """`count_into` by numpy's bincount (an intp copy of `codes`, then the count)."""
+    bins = _check(codes, dense)
+    dense[:bins] += np.bincount(codes.reshape(-1), minlength=bins)
 
 
 def count_into(codes: npt.NDArray[Any], dense: npt.NDArray[np.int64]) -> None:
-    """Add the number of times each code occurs in the 1-D `codes` to `dense[code]` (len(dense) > every code)."""
-    if codes.ndim != 1 or codes.dtype.kind != "u" or codes.dtype.itemsize > 2:
-        raise TypeError(f"count_into takes 1-D uint8 or uint16 codes, not {codes.ndim}-D {codes.dtype}")
-    if dense.dtype != np.int64 or not dense.flags.c_contiguous or len(dense) < (1 << (8 * codes.dtype.itemsize)):
-        raise TypeError(f"count_into counts into a C-contiguous int64 array of {1 << (8 * codes.dtype.itemsize)} "
-                        f"bins, not {dense.dtype} of {len(dense)}")
+    """Add the number of times each code occurs in the 1-D `codes` to `dense[code]` (len(dense) > every code),
+    by the compiled loop (numba is imported on the first call)."""
+    _check(codes, dense)
     if not codes.dtype.isnative:  # count values, as bincount does, not their swapped bytes
         codes = codes.astype(codes.dtype.newbyteorder("="))
-    _count(codes, dense)
+    _compiled()(codes, dense)
+
+
+def _check(codes: npt.NDArray[Any], dense: npt.NDArray[np.int64]) -> int:
+    """The bins `codes` can fall in; TypeError for what would be counted out of `dense`'s bounds."""
+    if codes.ndim != 1 or codes.dtype.kind != "u" or codes.dtype.itemsize > 2:
+        raise TypeError(f"count_into takes 1-D uint8 or uint16 codes, not {codes.ndim}-D {codes.dtype}")
+    bins = 1 << (8 * codes.dtype.itemsize)
+    if dense.dtype != np.int64 or not dense.flags.c_contiguous or len(dense) < bins:
+        raise TypeError(f"count_into counts into a C-contiguous int64 array of {bins} bins, not {dense.dtype} "
+                        f"of {len(dense)}")
+    return bins
+
+
+@functools.cache
+def _compiled() -> Count:
+    import numba
+
+    @numba.njit(["void(uint8[:], int64[::1])", "void(uint16[:], int64[::1])"], nogil=True, cache=True)
+    def count(codes: Any, dense: Any) -> None:  # pragma: no cover - compiled
+        for i in range(codes.size):
+            dense[codes[i]] += 1
+
+    loop: Count = count
+    return loop

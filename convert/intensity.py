@@ -6,9 +6,9 @@ parts of a split volume (`plan/parts.py`): a part hands its `partial()` to the
 driver, which `absorb`s them in file order, so a split volume records exactly
 the statistics of the same volume converted whole.
 
-- 8- and 16-bit integers (and booleans) are counted per value, in place
-  (`_counting.count_into`, a compiled loop: numpy's bincount copies every
-  block to intp first); count, mean and M2 then follow exactly from the counts in integer
+- 8- and 16-bit integers (and booleans) are counted per value (`_counting`:
+  a compiled loop for large slabs, numpy's bincount for small ones); count,
+  mean and M2 then follow exactly from the counts in integer
   arithmetic, correctly rounded once at the end.
 - Anything else is counted in the histogram's bins (the top 16 bits of each
   value's float32), and its moments are taken in float64 per slab (blocks
@@ -35,7 +35,7 @@ from labzarr.readers import Slab
 from labzarr.store import ChannelStats, Histogram, ItemStats
 from labzarr.store.stats import BINS, NONFINITE, codes_to_ordinals, ordinals
 
-from ._counting import count_into
+from ._counting import counter
 
 __all__ = ["BLOCK", "Accumulator", "ChannelPartial", "ClassAccumulator", "PartialStats", "measure"]
 
@@ -141,8 +141,9 @@ class Accumulator:
             values = values.astype(self.dtype)
         if self._exact:
             unsigned = np.dtype(f"u{self.dtype.itemsize}")
+            count = counter(values.size)
             for block in _blocks(values):
-                count_into(block.view(unsigned), dense)
+                count(block.view(unsigned), dense)
             new = ChannelPartial(*_sparse(dense), slabs=old.slabs)
         else:
             new = self._add_float(old, values, dense)

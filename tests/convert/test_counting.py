@@ -1,11 +1,15 @@
-"""The statistics' counting loop against numpy's bincount: same counts for every code width, stride and order."""
+"""The statistics' two ways of counting against numpy's bincount: the same counts for every code width, stride and
+order; and the compiled loop loaded only for a large slab."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from labzarr.convert._counting import count_into
+from labzarr.convert._counting import COMPILED_FROM, bincount_into, count_into, counter
 
 
 def _codes(dtype: str, n: int, seed: int) -> np.ndarray:
@@ -16,13 +20,14 @@ def _codes(dtype: str, n: int, seed: int) -> np.ndarray:
                           ).astype(dtype)
 
 
+@pytest.mark.parametrize("count", [count_into, bincount_into], ids=["compiled", "numpy"])
 @pytest.mark.parametrize("dtype", ["u1", "<u2", ">u2"])
 @pytest.mark.parametrize("step", [1, 3, -2], ids=["contiguous", "strided", "reversed"])
-def test_counts_equal_bincount(dtype: str, step: int) -> None:
+def test_counts_equal_bincount(count, dtype: str, step: int) -> None:
     codes = _codes(dtype, 50_000, seed=abs(step))[::step]
     bins = 1 << (8 * codes.dtype.itemsize)
     dense = np.arange(bins, dtype=np.int64)  # counts are added to what is there
-    count_into(codes, dense)
+    count(codes, dense)
     expected = np.arange(bins, dtype=np.int64) + np.bincount(codes.astype(np.int64), minlength=bins)
     np.testing.assert_array_equal(dense, expected)
 
@@ -41,5 +46,21 @@ def test_empty_codes_add_nothing() -> None:
     (np.zeros(4, np.uint8), np.zeros(512, np.int64)[::2], "C-contiguous"),
 ], ids=["2d", "signed", "too-few-bins", "int32-counts", "strided-counts"])
 def test_refuses_what_it_would_count_out_of_bounds(codes: np.ndarray, dense: np.ndarray, match: str) -> None:
-    with pytest.raises(TypeError, match=match):
-        count_into(codes, dense)
+    for count in (count_into, bincount_into):
+        with pytest.raises(TypeError, match=match):
+            count(codes, dense)
+
+
+def test_the_compiled_loop_is_for_large_slabs_only() -> None:
+    assert counter(COMPILED_FROM - 1) is bincount_into and counter(COMPILED_FROM) is count_into
+
+
+def test_statistics_of_small_items_never_load_numba() -> None:
+    """Loading numba costs a worker more than the loop saves on small items: a run of them never loads it."""
+    code = ("import sys, numpy as np\n"
+            "from labzarr.convert.intensity import measure\n"
+            "s = measure(np.arange(-500, 500, dtype=np.int16).reshape(1, 10, 10, 10))\n"
+            "assert s.channels[0].count == 1000 and s.channels[0].min == -500\n"
+            "print('numba' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
