@@ -2,9 +2,10 @@
 
 Why not `pydicom.dcmread(stop_before_pixels=True)`: its element generator
 works through a file object (a read, a tell and checks for every element) and
-took about ten times as long as this walk over the same bytes; probing reads
+takes well over twice as long as this walk over the same bytes; probing reads
 the header of every file of a delivery, so on a series of many small slices
-that was most of a conversion (`bench/dicom.py`, docs/benchmarks.md).
+that is much of a conversion (`bench/dicom.py` reads headers both ways;
+docs/benchmarks.md keeps the figures).
 
 Invariant: the walk yields what pydicom's reader yields, element for element:
 pydicom `RawDataElement`s (same tag, VR, length, value bytes, value offset and
