@@ -156,15 +156,17 @@ class ChannelStats:
         if not self.count or not counts.size:
             return tuple(math.nan for _ in qs)
         cum = np.cumsum(counts)
+        top = int(cum[-1]) - 1
+        ranks = [q / 100 * top for q in qs]
+        # Every percentile's bin and its edges at once (one call each, not one per percentile).
+        bins = np.minimum(np.searchsorted(cum, ranks, side="right"), len(cum) - 1)
+        lows, highs = bin_edges(ords[bins])
         out = []
-        for q in qs:
-            rank = q / 100 * (int(cum[-1]) - 1)
-            if rank <= 0 or rank >= int(cum[-1]) - 1:  # the extremes are known exactly
+        for rank, i, lo_e, hi_e in zip(ranks, bins.tolist(), lows.tolist(), highs.tolist()):
+            if rank <= 0 or rank >= top:  # the extremes are known exactly
                 out.append(self.min if rank <= 0 else self.max)
                 continue
-            i = min(int(np.searchsorted(cum, rank, side="right")), len(cum) - 1)
             before, n = int(cum[i] - counts[i]), int(counts[i])
-            lo_e, hi_e = (float(e[0]) for e in bin_edges(ords[i : i + 1]))
             if self.integral:  # the integers in the bin ([lo, hi) when positive, (lo, hi] when negative)
                 if ords[i] >= 0:
                     first, last = math.ceil(lo_e), math.ceil(hi_e) - 1 if math.isfinite(hi_e) else math.floor(self.max)
