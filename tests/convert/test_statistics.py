@@ -14,8 +14,8 @@ import pytest
 import torch
 import zarr
 
-from labzarr.convert.demo import NIBABEL_DATA
 from labzarr.convert._counting import _compiled
+from labzarr.convert.demo import NIBABEL_DATA
 from labzarr.convert.intensity import Accumulator
 from labzarr.convert.run.driver import execute
 from labzarr.convert.spec import load_spec
