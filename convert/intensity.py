@@ -209,16 +209,15 @@ class Accumulator:
             values = p.codes.copy()
             if self.dtype.kind == "i":
                 values[values >= self._bins // 2] -= self._bins
-            v, c = values.tolist(), p.counts.tolist()
-            n = sum(c)
+            counts = p.counts
+            n = int(counts.sum())
             if not n:
                 return ChannelStats(count=0, mean=0.0, m2=0.0, min=0.0, max=0.0, integral=integral)
-            s = sum(map(operator.mul, v, c))
-            q = sum(x * x * k for x, k in zip(v, c))
+            s, q = _exact_sums(values, counts, n)
             # Python's int / int is correctly rounded: the exact mean and M2, rounded once.
             return ChannelStats(count=n, mean=s / n, m2=(q * n - s * s) / n,
-                                min=float(min(v)), max=float(max(v)), histogram=Histogram.of(ordinals(values), c),
-                                integral=integral)
+                                min=float(values.min()), max=float(values.max()),
+                                histogram=Histogram.of(ordinals(values), counts.tolist()), integral=integral)
         parts = [ChannelStats(count=k, mean=m, m2=q, min=p.min, max=p.max) for k, m, q in p.slabs]
         merged = ChannelStats.merge(parts) if parts else None
         hist = Histogram.of(codes_to_ordinals(p.codes), p.counts)
@@ -226,6 +225,16 @@ class Accumulator:
             return ChannelStats(count=0, mean=0.0, m2=0.0, min=0.0, max=0.0, nan=p.nan, inf=p.inf, integral=integral)
         return ChannelStats(count=merged.count, mean=merged.mean, m2=merged.m2, min=p.min, max=p.max, histogram=hist,
                             nan=p.nan, inf=p.inf, integral=integral)
+
+
+def _exact_sums(values: npt.NDArray[np.int64], counts: npt.NDArray[np.int64], n: int) -> tuple[int, int]:
+    """The exact sums of value x count and value² x count. Every partial sum of value² x count is at most
+    max|value|² x n, so where that fits in int64 numpy's dot products are exact; beyond it, Python's ints."""
+    top = int(np.abs(values).max())
+    if top * top * n < 1 << 63:
+        return int(np.dot(values, counts)), int(np.dot(values * values, counts))
+    v, c = values.tolist(), counts.tolist()
+    return sum(map(operator.mul, v, c)), sum(x * x * k for x, k in zip(v, c))
 
 
 def measure(data: npt.NDArray[Any]) -> ItemStats:

@@ -39,7 +39,7 @@ from ..plan.build import VolumeTask
 from ..plan.parts import VolumePart
 from ..plan.samples import SampleTask
 from ..plan.stacks import ShardTask
-from ..write.arrays import StoreWriteError, Superseded
+from ..write.arrays import StoreWriteError, Superseded, compact_metadata
 from .faults import fault_report, report_path, summarize_report
 from .settings import TaskSettings
 
@@ -67,7 +67,7 @@ def report_key(job: Job) -> str:
 def on_worker(job: Job, settings: TaskSettings) -> Iterator[None]:
     """Run `job`'s body with its fault report armed: a fatal signal (or a hang) leaves its stacks there."""
     with fault_report(report_path(settings.reports(), report_key(job)), hang_after=settings.hang_report_after,
-                      enabled=settings.fault_reports):
+                      enabled=settings.fault_reports), compact_metadata():
         yield
 
 

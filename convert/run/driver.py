@@ -46,6 +46,7 @@ from ..progress import Progress, ProgressEvent
 from ..spec import Spec, load_spec
 from ..survey import readable
 from ..write.arrays import (
+    compact_metadata,
     index_items,
     item_statistics,
     open_root,
@@ -281,7 +282,7 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     for `convert_delivery`.
     """
     _create_folder(spec.delivery.store)
-    with _store_errors(spec.delivery.store), store_lock(spec.delivery.store) as lock:
+    with _store_errors(spec.delivery.store), store_lock(spec.delivery.store) as lock, compact_metadata():
         return _execute(spec, client, lock, progress=progress, started=started, labels=labels, repair=repair or {})
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ from .lock import lock_owner
 from .state import STATE, staging_dir, trash_dir
 
 __all__ = ["STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_paths",
-           "begin_array", "carry_shard", "codecs", "create_stack", "discard", "fill_missing_shards", "group_paths",
+           "begin_array", "carry_shard", "codecs", "compact_metadata", "create_stack", "discard", "fill_missing_shards", "group_paths",
            "index_items", "install", "item_statistics", "open_root", "remove_array", "remove_stale", "set_array_labels",
            "staging_folder",
            "write_index", "write_slots", "write_statistics"]
@@ -51,6 +52,19 @@ __all__ = ["STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_
 log = logging.getLogger(__name__)
 
 STACK_AXES = ("n", "c", "y", "x")
+
+
+@contextmanager
+def compact_metadata() -> Iterator[None]:
+    """Have zarr write its metadata documents (`zarr.json`) unindented while the block runs.
+
+    zarr indents them by default, and an indented `json.dumps` runs Python's pure-Python encoder: an item's
+    attributes hold every channel's histogram, so on a 100-volume DWI each write of its `zarr.json` took
+    several times longer, and 3.7x the bytes (bench/dicom.py; docs/benchmarks.md). Readers do not care.
+    zarr's config is process-wide: the setting is restored on leaving, and only changes whitespace meanwhile.
+    """
+    with zarr.config.set({"json_indent": None}):
+        yield
 
 
 def codecs(spec: StoreSpec) -> tuple[BytesBytesCodec, ...]:
