@@ -43,11 +43,10 @@ from ..spec import StoreSpec
 from .lock import lock_owner
 from .state import STATE, staging_dir, trash_dir
 
-__all__ = ["STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_paths",
-           "begin_array", "carry_shard", "codecs", "compact_metadata", "create_stack", "discard", "fill_missing_shards", "group_paths",
+__all__ = ["STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_paths", "begin_array", "carry_shard",
+           "codecs", "compact_metadata", "create_stack", "discard", "fill_missing_shards", "group_paths",
            "index_items", "install", "item_statistics", "open_root", "remove_array", "remove_stale", "set_array_labels",
-           "staging_folder",
-           "write_index", "write_slots", "write_statistics"]
+           "staging_folder", "write_index", "write_slots", "write_statistics"]
 
 log = logging.getLogger(__name__)
 
