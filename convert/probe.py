@@ -19,6 +19,7 @@ from pathlib import Path
 
 from labzarr.readers import (
     READERS,
+    ByFields,
     DecodedValues,
     DicomHeader,
     DicomReader,
@@ -42,7 +43,7 @@ _HASH_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
-class Probe:
+class Probe(ByFields):
     """What one file is: `kind` is a reader's kind, or None for content no reader knows."""
 
     rel: str

@@ -21,12 +21,13 @@ from .jpeg import JpegReader
 from .nifti import NiftiReader, NiftiSource
 from .png import PngReader
 from .reasons import Reason, Rejected
-from .records import Limits, Plane, Slab, Volume, VolumeHeader
+from .records import ByFields, Limits, Plane, Slab, Volume, VolumeHeader
 from .registry import READERS, LabelMapReader, PlanarReader, Reader, as_planar, load_reader, reader_for, readers_with
 from .slabs import MemorySource, StreamingReader, VolumeSource, assemble, open_source
 from .tiff import TiffReader
 
 __all__ = [
+    "ByFields",
     "ColumnRef",
     "DecodedValues",
     "DicomHeader",

@@ -32,6 +32,7 @@ from pydicom.pixels.utils import get_expected_length
 from ._dicom_walk import DecodedValues, walk_header
 from ._head import Head
 from .reasons import Reason, Rejected
+from .records import ByFields
 
 __all__ = ["Defect", "DicomHeader", "Frame", "csa_items", "header_dataset", "open_dicom", "read_dicom_header",
            "transfer_syntax"]
@@ -48,7 +49,7 @@ _LONG_VRS = (b"OB", b"OW", b"OF", b"OD", b"OL", b"OV", b"UN")  # explicit VRs wi
 
 
 @dataclass(frozen=True, slots=True)
-class Defect:
+class Defect(ByFields):
     """Why a file whose header was read still cannot be decoded: a reason and its measured detail."""
 
     reason: Reason
@@ -56,7 +57,7 @@ class Defect:
 
 
 @dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(ByFields):
     """One 2D image of a file and where it lies.
 
     `position` is ImagePositionPatient (LPS mm) of its first pixel, `orientation` the
@@ -88,7 +89,7 @@ class Frame:
 
 
 @dataclass(frozen=True, slots=True)
-class DicomHeader:
+class DicomHeader(ByFields):
     """What planning needs from one DICOM file; `frames` is empty when it holds no pixel data."""
 
     sop_class: str
