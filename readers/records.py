@@ -26,7 +26,8 @@ class ByFields:
     __slots__ = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), tuple([getattr(self, name) for name in self.__slots__])  # type: ignore[attr-defined]
+        names: tuple[str, ...] = self.__slots__  # the dataclass's own slots: its fields, in order
+        return type(self), tuple([getattr(self, name) for name in names])
 
 
 @dataclass(frozen=True, slots=True)
