@@ -10,6 +10,7 @@ slice has one, a multi-frame object one per frame, a Siemens mosaic one per tile
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import math
@@ -24,10 +25,13 @@ from typing import IO, Any, cast
 import pydicom
 import pydicom.uid
 import xxhash
+from pydicom.datadict import tag_for_keyword
+from pydicom.dataelem import DataElement
 from pydicom.dataset import Dataset
 from pydicom.errors import InvalidDicomError
 from pydicom.pixels.decoders.base import get_decoder
 from pydicom.pixels.utils import get_expected_length
+from pydicom.tag import BaseTag
 
 from ._dicom_walk import DecodedValues, walk_header
 from ._head import Head
@@ -244,6 +248,25 @@ def _encoding(ds: Dataset) -> tuple[bool, bool]:
     return bool(implicit), bool(little) if little is not None else True
 
 
+def _get(ds: Dataset, keyword: str, default: Any = None) -> Any:
+    """`ds.get(keyword, default)` for a DICOM keyword, the same value by the same conversion, without pydicom's
+    attribute machinery (keyword to tag on every call): a header reads some 50 values of every file, and this
+    took about a fifth of reading one (docs/benchmarks.md)."""
+    tag = _tag_of(keyword)
+    elem = ds.get_item(tag) if tag is not None else None  # not a keyword of one tag (60xx overlays): as `get`
+    if elem is None:
+        return default
+    if isinstance(elem, DataElement):
+        return elem.value
+    return ds[tag].value  # raw: converted (and kept) by pydicom, as `get` would
+
+
+@functools.cache
+def _tag_of(keyword: str) -> BaseTag | None:
+    tag = tag_for_keyword(keyword)
+    return BaseTag(tag) if tag is not None else None
+
+
 def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
     """pydicom returns whatever it parsed before the end of a cut file; find the cut here."""
     meta = getattr(ds, "file_meta", None)
@@ -271,18 +294,18 @@ def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
 
 
 def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size: int, *, gzipped: bool) -> DicomHeader:
-    sop_class = str(ds.get("SOPClassUID", "") or getattr(getattr(ds, "file_meta", None), "MediaStorageSOPClassUID", "")
-                    or "")
+    meta_class = getattr(getattr(ds, "file_meta", None), "MediaStorageSOPClassUID", "")
+    sop_class = str(_get(ds, "SOPClassUID", "") or meta_class or "")
     base = DicomHeader(
         sop_class=sop_class,
         sop_class_name=pydicom.uid.UID(sop_class).name if sop_class else "no SOP Class UID",
-        modality=str(ds.get("Modality", "") or ""),
-        manufacturer=str(ds.get("Manufacturer", "") or ""),
-        study_uid=str(ds.get("StudyInstanceUID", "") or ""),
-        series_uid=str(ds.get("SeriesInstanceUID", "") or ""),
-        series_number=_int(ds.get("SeriesNumber")),
-        instance_number=_int(ds.get("InstanceNumber")),
-        sop_instance=str(ds.get("SOPInstanceUID", "") or ""),
+        modality=str(_get(ds, "Modality", "") or ""),
+        manufacturer=str(_get(ds, "Manufacturer", "") or ""),
+        study_uid=str(_get(ds, "StudyInstanceUID", "") or ""),
+        series_uid=str(_get(ds, "SeriesInstanceUID", "") or ""),
+        series_number=_int(_get(ds, "SeriesNumber")),
+        instance_number=_int(_get(ds, "InstanceNumber")),
+        sop_instance=str(_get(ds, "SOPInstanceUID", "") or ""),
         transfer_syntax=str(ts),
         gzipped=gzipped,
     )
@@ -293,36 +316,36 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     for key in ("Rows", "Columns", "BitsAllocated"):
         if ds.get(key) in (None, "", 0):
             raise Rejected(Reason.BAD_HEADER, f"Pixel Data present but {key} is missing or 0")
-    if ds.get("ModalityLUTSequence") is not None:
+    if _get(ds, "ModalityLUTSequence") is not None:
         raise Rejected(Reason.UNSUPPORTED_FORMAT, "a Modality LUT Sequence (non-linear rescale) is not applied by this "
                                                   "converter; expected RescaleSlope/RescaleIntercept")
-    n_frames = _int(ds.get("NumberOfFrames")) or 1
-    photometric = str(ds.get("PhotometricInterpretation", "") or "")
+    n_frames = _int(_get(ds, "NumberOfFrames")) or 1
+    photometric = str(_get(ds, "PhotometricInterpretation", "") or "")
     mosaic, frames = _frames(ds, n_frames)
-    if "PHILIPS" in str(ds.get("Manufacturer", "") or "").upper():  # dcm2niix reads 2005,100E only for Philips
+    if "PHILIPS" in str(_get(ds, "Manufacturer", "") or "").upper():  # dcm2niix reads 2005,100E only for Philips
         frames = _philips_scale(ds, frames)
-    if ds.get("PixelData") is not None and pixel_at < 0:  # deflated: pydicom already holds the inflated value
+    if _get(ds, "PixelData") is not None and pixel_at < 0:  # deflated: pydicom already holds the inflated value
         digest, defect = xxhash.xxh3_128_hexdigest(ds.PixelData), None
     else:
         digest, defect = _scan_pixels(fp, ds, ts, length, value_at, size, n_frames)
     defect = defect or _decoder_defect(ts)
-    spacing_2d = _floats(ds.get("PixelSpacing") or ds.get("ImagerPixelSpacing"), 2)
+    spacing_2d = _floats(_get(ds, "PixelSpacing") or _get(ds, "ImagerPixelSpacing"), 2)
     little = _encoding(ds)[1]
     native = (value_at >= 0 and not gzipped and defect is None and length != 0xFFFFFFFF and mosaic is None
               and ts.is_transfer_syntax and not ts.is_encapsulated and int(ds.BitsAllocated) in (8, 16, 32, 64)
               # big-endian OW words hold 8-bit values byte-swapped in pairs: left to pydicom
               and not (int(ds.BitsAllocated) == 8 and not little)
               and (photometric in ("MONOCHROME1", "MONOCHROME2")
-                   or (photometric == "RGB" and int(ds.get("PlanarConfiguration") or 0) == 0)))
+                   or (photometric == "RGB" and int(_get(ds, "PlanarConfiguration") or 0) == 0)))
     return replace(
-        base, rows=int(ds.Rows), columns=int(ds.Columns), samples=int(ds.get("SamplesPerPixel", 1) or 1),
-        bits_allocated=int(ds.BitsAllocated), bits_stored=int(ds.get("BitsStored") or ds.BitsAllocated),
-        signed=int(ds.get("PixelRepresentation", 0) or 0) == 1, float_pixels=tag != _PIXEL_TAGS[0],
+        base, rows=int(ds.Rows), columns=int(ds.Columns), samples=int(_get(ds, "SamplesPerPixel", 1) or 1),
+        bits_allocated=int(ds.BitsAllocated), bits_stored=int(_get(ds, "BitsStored") or ds.BitsAllocated),
+        signed=int(_get(ds, "PixelRepresentation", 0) or 0) == 1, float_pixels=tag != _PIXEL_TAGS[0],
         photometric=photometric, frames=frames, mosaic=mosaic,
         spacing_2d=(spacing_2d[0], spacing_2d[1]) if spacing_2d else None,
-        thickness=_float(ds.get("SliceThickness")),
-        palette_bits=_int(_list(ds.get("RedPaletteColorLookupTableDescriptor"))[2:3] or None) or 0,
-        pixel_hash=digest, defect=defect, enhanced=ds.get("PerFrameFunctionalGroupsSequence") is not None,
+        thickness=_float(_get(ds, "SliceThickness")),
+        palette_bits=_int(_list(_get(ds, "RedPaletteColorLookupTableDescriptor"))[2:3] or None) or 0,
+        pixel_hash=digest, defect=defect, enhanced=_get(ds, "PerFrameFunctionalGroupsSequence") is not None,
         native_at=value_at if native else -1, big_endian=not little,
     )
 
@@ -433,7 +456,7 @@ def _decoder_defect(ts: pydicom.uid.UID) -> Defect | None:
 
 
 def _frames(ds: Dataset, n_frames: int) -> tuple[int | None, tuple[Frame, ...]]:
-    if ds.get("PerFrameFunctionalGroupsSequence") is not None:
+    if _get(ds, "PerFrameFunctionalGroupsSequence") is not None:
         return None, _enhanced_frames(ds, n_frames)
     mosaic, frames = _classic_frames(ds, n_frames)
     what = _classic_kind(ds)
@@ -450,23 +473,23 @@ _PHILIPS_GRADIENT = (0x200510B0, 0x200510B1, 0x200510B2)  # Philips "Diffusion D
 def _classic_kind(ds: Dataset) -> dict[str, object]:
     """What a classic file's frames are (see `Frame`): ImageType, its complex component (the third value, as
     Siemens and Philips write M/P/R/I), and the diffusion b-value and gradient (public tags, else Philips')."""
-    image_type = tuple(str(v).strip().upper() for v in _list(ds.get("ImageType")))
+    image_type = tuple(str(v).strip().upper() for v in _list(_get(ds, "ImageType")))
     out: dict[str, object] = {}
     if image_type:
         out["image_type"] = image_type
         component = _COMPONENTS.get(image_type[2] if len(image_type) > 2 else "", "")
         if component:
             out["component"] = component
-    philips = "PHILIPS" in str(ds.get("Manufacturer", "") or "").upper()
+    philips = "PHILIPS" in str(_get(ds, "Manufacturer", "") or "").upper()
     little = _encoding(ds)[1]
-    b = _float(ds.get("DiffusionBValue"))
+    b = _float(_get(ds, "DiffusionBValue"))
     if b is None and philips:
         b = _private_float(ds, _PHILIPS_B, little)
-    gradient = _floats(ds.get("DiffusionGradientOrientation"), 3)
+    gradient = _floats(_get(ds, "DiffusionGradientOrientation"), 3)
     if gradient is None and philips:
         parts = [_private_float(ds, t, little) for t in _PHILIPS_GRADIENT]
         gradient = tuple(v for v in parts if v is not None) if all(v is not None for v in parts) else None
-    if b is None and "SIEMENS" in str(ds.get("Manufacturer", "") or "").upper():
+    if b is None and "SIEMENS" in str(_get(ds, "Manufacturer", "") or "").upper():
         b, gradient = _siemens_diffusion(ds)
     if b is not None:
         out["bvalue"] = b
@@ -510,10 +533,10 @@ def _classic_frames(ds: Dataset, n_frames: int) -> tuple[int | None, tuple[Frame
     if mosaic is not None:
         return mosaic
     slope, intercept = _rescale(ds)
-    position = _floats(ds.get("ImagePositionPatient"), 3)
-    orientation = _floats(ds.get("ImageOrientationPatient"), 6)
-    spacing = _floats(ds.get("PixelSpacing"), 2)
-    echo = _float(ds.get("EchoNumbers"))
+    position = _floats(_get(ds, "ImagePositionPatient"), 3)
+    orientation = _floats(_get(ds, "ImageOrientationPatient"), 6)
+    spacing = _floats(_get(ds, "PixelSpacing"), 2)
+    echo = _float(_get(ds, "EchoNumbers"))
     order = _classic_order(ds)
     if n_frames == 1:
         return None, (_frame(0, position, orientation, spacing, slope, intercept, echo, order),)
@@ -553,7 +576,7 @@ def _philips_scale(ds: Dataset, frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
     else the file's own."""
     little = _encoding(ds)[1]
     top = _private_float(ds, _PHILIPS_SCALE_SLOPE, little)
-    per_frame = ds.get("PerFrameFunctionalGroupsSequence")
+    per_frame = _get(ds, "PerFrameFunctionalGroupsSequence")
     out = []
     for f in frames:
         ss = top
@@ -587,16 +610,16 @@ def _classic_order(ds: Dataset) -> tuple[float, ...]:
 
 
 def _rescale(ds: Dataset | Any) -> tuple[float, float]:
-    slope = _float(ds.get("RescaleSlope"))
-    intercept = _float(ds.get("RescaleIntercept"))
-    if ds.get("DoseGridScaling") is not None and slope is None:  # RT Dose: stored value x scaling = dose (Gy)
-        slope = _float(ds.get("DoseGridScaling"))
+    slope = _float(_get(ds, "RescaleSlope"))
+    intercept = _float(_get(ds, "RescaleIntercept"))
+    if _get(ds, "DoseGridScaling") is not None and slope is None:  # RT Dose: stored value x scaling = dose (Gy)
+        slope = _float(_get(ds, "DoseGridScaling"))
     return (slope if slope not in (None, 0.0) else 1.0), (intercept or 0.0)
 
 
 def _enhanced_frames(ds: Dataset, n_frames: int) -> tuple[Frame, ...]:
     per_frame = ds.PerFrameFunctionalGroupsSequence
-    shared = ds.get("SharedFunctionalGroupsSequence")
+    shared = _get(ds, "SharedFunctionalGroupsSequence")
     shared0 = shared[0] if shared else Dataset()
     if len(per_frame) != n_frames:
         raise Rejected(Reason.BAD_HEADER, f"{len(per_frame)} per-frame functional groups for "
@@ -661,7 +684,7 @@ def _group(item: Dataset, shared: Dataset, sequence: str, key: str) -> Any:
 
 def _mosaic(ds: Dataset) -> tuple[int, tuple[Frame, ...]] | None:
     """A Siemens mosaic: nibabel's CSA reader gives the tile count, slice normal and corrected origin."""
-    image_type = [str(v).upper() for v in _list(ds.get("ImageType"))]
+    image_type = [str(v).upper() for v in _list(_get(ds, "ImageType"))]
     if "MOSAIC" not in image_type:
         return None
     from nibabel.nicom import csareader, dicomwrappers
@@ -683,16 +706,16 @@ def _mosaic(ds: Dataset) -> tuple[int, tuple[Frame, ...]] | None:
         # Real mosaics are whole tiles; dcm2niix reads such a file with a fractional row stride, nibabel fails.
         raise Rejected(Reason.BAD_HEADER, f"mosaic of {n_tiles} tiles: {int(ds.Rows)}x{int(ds.Columns)} pixels is not "
                                           f"a whole number of {grid}x{grid} tiles")
-    orientation = _floats(ds.get("ImageOrientationPatient"), 6)
-    spacing = _floats(ds.get("PixelSpacing"), 2)
+    orientation = _floats(_get(ds, "ImageOrientationPatient"), 6)
+    spacing = _floats(_get(ds, "PixelSpacing"), 2)
     if origin is None or orientation is None or spacing is None:
         raise Rejected(Reason.BAD_HEADER, "Siemens mosaic without ImagePositionPatient, ImageOrientationPatient "
                                           "or PixelSpacing")
     if normal is None:
         normal = _normal(orientation)
-    step = _float(ds.get("SpacingBetweenSlices")) or _float(ds.get("SliceThickness")) or 1.0
+    step = _float(_get(ds, "SpacingBetweenSlices")) or _float(_get(ds, "SliceThickness")) or 1.0
     slope, intercept = _rescale(ds)
-    echo, order = _float(ds.get("EchoNumbers")), _classic_order(ds)
+    echo, order = _float(_get(ds, "EchoNumbers")), _classic_order(ds)
     frames = tuple(
         _frame(k, tuple(float(o) + k * step * float(n) for o, n in zip(origin, normal)), orientation, spacing,
                slope, intercept, echo, order + (float(k),))

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pydicom
 import pytest
+from pydicom.datadict import keyword_for_tag
+from pydicom.dataelem import DataElement
 
 from labzarr.readers import Rejected, read_head
-from labzarr.readers._dicom_header import read_header
+from labzarr.readers._dicom_header import _get, read_header
 from labzarr.readers._dicom_walk import DecodedValues, walk_header
 
 from ..dicom_data import CT5N, NICOM_DATA, PYDICOM_DATA
@@ -220,3 +222,23 @@ def test_files_larger_than_what_is_walked_read_the_same(head_bytes: int, tmp_pat
         assert _outcome(plain, walk=True) == _outcome(plain, walk=False), path.name
         walked_heads += len(buf) > head_bytes and walk_header(buf[:head_bytes], name="", whole=False) is not None
     assert walked_heads >= {200: 0, 1024: 5, 4096: 25}[head_bytes]  # the streamed path is taken, not skipped
+
+
+_ABSENT = ("NumberOfFrames", "ModalityLUTSequence", "DoseGridScaling", "PerFrameFunctionalGroupsSequence")
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if _dcmread(_bytes(p))[0] is not None], ids=lambda p: p.name)
+def test_the_headers_value_lookup_equals_pydicoms_get(path: Path) -> None:
+    # Two reads of the file: `_get` meets raw (not yet converted) elements, as on a freshly walked header.
+    buf = _bytes(path)
+    ours, theirs = _dcmread(buf)[0], _dcmread(buf)[0]
+    assert ours is not None and theirs is not None
+    keywords = [k for k in map(keyword_for_tag, ours.keys()) if k] + list(_ABSENT)
+    rows_raw = 0x00280010 in ours and not isinstance(ours.get_item(0x00280010), DataElement)
+    missing = object()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for keyword in keywords:
+            assert _get(ours, keyword, missing) == theirs.get(keyword, missing), keyword
+    if path.name == "CT_small.dcm":  # the lookup met Rows raw and converted it in place, as pydicom does
+        assert rows_raw and isinstance(ours.get_item(0x00280010), DataElement)
