@@ -314,7 +314,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         return base
     tag, length, value_at = pixel
     for key in ("Rows", "Columns", "BitsAllocated"):
-        if ds.get(key) in (None, "", 0):
+        if _get(ds, key) in (None, "", 0):
             raise Rejected(Reason.BAD_HEADER, f"Pixel Data present but {key} is missing or 0")
     if _get(ds, "ModalityLUTSequence") is not None:
         raise Rejected(Reason.UNSUPPORTED_FORMAT, "a Modality LUT Sequence (non-linear rescale) is not applied by this "
@@ -322,7 +322,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     n_frames = _int(_get(ds, "NumberOfFrames")) or 1
     photometric = str(_get(ds, "PhotometricInterpretation", "") or "")
     mosaic, frames = _frames(ds, n_frames)
-    if "PHILIPS" in str(_get(ds, "Manufacturer", "") or "").upper():  # dcm2niix reads 2005,100E only for Philips
+    if "PHILIPS" in base.manufacturer.upper():  # dcm2niix reads 2005,100E only for Philips
         frames = _philips_scale(ds, frames)
     if _get(ds, "PixelData") is not None and pixel_at < 0:  # deflated: pydicom already holds the inflated value
         digest, defect = xxhash.xxh3_128_hexdigest(ds.PixelData), None
