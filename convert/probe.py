@@ -40,6 +40,7 @@ __all__ = ["Probe", "probe_files"]
 log = logging.getLogger(__name__)
 
 _HASH_BLOCK = 1 << 20
+_WHOLE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,8 @@ def _probe_or_error(rel: str, path: Path, readers: Sequence[Reader], values: Dec
 
 
 def _probe(rel: str, path: Path, readers: Sequence[Reader], values: DecodedValues) -> Probe:
-    head = read_head(path)
+    # Every byte is hashed anyway: a file up to _WHOLE_BYTES is read once, for its hash and its reader alike.
+    head = read_head(path, whole_up_to=_WHOLE_BYTES)
     gzip_error = None
     if head.gzipped and not head.data:
         try:
@@ -98,7 +100,7 @@ def _probe(rel: str, path: Path, readers: Sequence[Reader], values: DecodedValue
     return Probe(
         rel=rel,
         size=head.size,
-        sha256=_sha256(path),
+        sha256=hashlib.sha256(head.whole).hexdigest() if head.whole is not None else _sha256(path),
         kind=reader.kind if reader else None,
         text=looks_like_text(head.data),
         gzipped=head.gzipped,

@@ -32,8 +32,9 @@ from pydicom.errors import InvalidDicomError
 from pydicom.pixels.decoders.base import get_decoder
 from pydicom.pixels.utils import get_expected_length
 from pydicom.tag import BaseTag
+from pydicom.valuerep import IS
 
-from ._dicom_walk import DecodedValues, walk_header
+from ._dicom_walk import DecodedValues, tag_key, walk_header
 from ._head import Head
 from .reasons import Reason, Rejected
 from .records import ByFields
@@ -155,9 +156,10 @@ class DicomHeader(ByFields):
 
 
 @contextmanager
-def open_dicom(path: Path, *, gzipped: bool) -> Iterator[IO[bytes]]:
-    """Open `path` for reading, through gzip when the file is a gzip stream (e.g. nibabel's `.dcm.gz`)."""
-    with path.open("rb") as raw:
+def open_dicom(path: Path, *, gzipped: bool, whole: bytes | None = None) -> Iterator[IO[bytes]]:
+    """Open `path` for reading, through gzip when the file is a gzip stream (e.g. nibabel's `.dcm.gz`); `whole`:
+    its bytes, already read."""
+    with path.open("rb") if whole is None else io.BytesIO(whole) as raw:
         if not gzipped:
             yield raw
             return
@@ -192,14 +194,14 @@ def read_header(path: Path, head: Head, *, walk: bool, values: DecodedValues | N
     read by `dcmread` always: the reference the walk is tested against."""
     preamble = head.data[128:132] == b"DICM"
     try:
-        with open_dicom(path, gzipped=head.gzipped) as fp, warnings.catch_warnings():
+        with open_dicom(path, gzipped=head.gzipped, whole=head.whole) as fp, warnings.catch_warnings():
             # pydicom warns (and carries on) about every non-conformant value; planning reports what matters.
             warnings.simplefilter("ignore")
             size = fp.seek(0, io.SEEK_END)
             fp.seek(0)
             walked = None
             if walk and preamble and not head.gzipped:
-                buf = fp.read(min(size, _WALK_BYTES))
+                buf = head.whole if head.whole is not None and size <= _WALK_BYTES else fp.read(min(size, _WALK_BYTES))
                 walked = walk_header(buf, name=str(path), whole=len(buf) == size, values=values)
                 if walked is not None and len(buf) == size:
                     fp = io.BytesIO(buf)  # the pixel scan below reads the same bytes again from memory
@@ -264,7 +266,7 @@ def _get(ds: Dataset, keyword: str, default: Any = None) -> Any:
 @functools.cache
 def _tag_of(keyword: str) -> BaseTag | None:
     tag = tag_for_keyword(keyword)
-    return BaseTag(tag) if tag is not None else None
+    return tag_key(tag) if tag is not None else None
 
 
 def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
@@ -296,11 +298,12 @@ def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
 def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size: int, *, gzipped: bool) -> DicomHeader:
     meta_class = getattr(getattr(ds, "file_meta", None), "MediaStorageSOPClassUID", "")
     sop_class = str(_get(ds, "SOPClassUID", "") or meta_class or "")
-    base = DicomHeader(
+    manufacturer = str(_get(ds, "Manufacturer", "") or "")
+    base = dict(
         sop_class=sop_class,
-        sop_class_name=pydicom.uid.UID(sop_class).name if sop_class else "no SOP Class UID",
+        sop_class_name=_uid_name(sop_class) if sop_class else "no SOP Class UID",
         modality=str(_get(ds, "Modality", "") or ""),
-        manufacturer=str(_get(ds, "Manufacturer", "") or ""),
+        manufacturer=manufacturer,
         study_uid=str(_get(ds, "StudyInstanceUID", "") or ""),
         series_uid=str(_get(ds, "SeriesInstanceUID", "") or ""),
         series_number=_int(_get(ds, "SeriesNumber")),
@@ -311,18 +314,19 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     )
     pixel = _pixel_element(ds, ts, fp, pixel_at)
     if pixel is None:
-        return base
+        return DicomHeader(**base)  # type: ignore[arg-type]
     tag, length, value_at = pixel
     for key in ("Rows", "Columns", "BitsAllocated"):
         if _get(ds, key) in (None, "", 0):
             raise Rejected(Reason.BAD_HEADER, f"Pixel Data present but {key} is missing or 0")
+    rows, columns, bits = int(_get(ds, "Rows")), int(_get(ds, "Columns")), int(_get(ds, "BitsAllocated"))
     if _get(ds, "ModalityLUTSequence") is not None:
         raise Rejected(Reason.UNSUPPORTED_FORMAT, "a Modality LUT Sequence (non-linear rescale) is not applied by this "
                                                   "converter; expected RescaleSlope/RescaleIntercept")
     n_frames = _int(_get(ds, "NumberOfFrames")) or 1
     photometric = str(_get(ds, "PhotometricInterpretation", "") or "")
     mosaic, frames = _frames(ds, n_frames)
-    if "PHILIPS" in base.manufacturer.upper():  # dcm2niix reads 2005,100E only for Philips
+    if "PHILIPS" in manufacturer.upper():  # dcm2niix reads 2005,100E only for Philips
         frames = _philips_scale(ds, frames)
     if _get(ds, "PixelData") is not None and pixel_at < 0:  # deflated: pydicom already holds the inflated value
         digest, defect = xxhash.xxh3_128_hexdigest(ds.PixelData), None
@@ -332,14 +336,14 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     spacing_2d = _floats(_get(ds, "PixelSpacing") or _get(ds, "ImagerPixelSpacing"), 2)
     little = _encoding(ds)[1]
     native = (value_at >= 0 and not gzipped and defect is None and length != 0xFFFFFFFF and mosaic is None
-              and ts.is_transfer_syntax and not ts.is_encapsulated and int(ds.BitsAllocated) in (8, 16, 32, 64)
+              and ts.is_transfer_syntax and not ts.is_encapsulated and bits in (8, 16, 32, 64)
               # big-endian OW words hold 8-bit values byte-swapped in pairs: left to pydicom
-              and not (int(ds.BitsAllocated) == 8 and not little)
+              and not (bits == 8 and not little)
               and (photometric in ("MONOCHROME1", "MONOCHROME2")
                    or (photometric == "RGB" and int(_get(ds, "PlanarConfiguration") or 0) == 0)))
-    return replace(
-        base, rows=int(ds.Rows), columns=int(ds.Columns), samples=int(_get(ds, "SamplesPerPixel", 1) or 1),
-        bits_allocated=int(ds.BitsAllocated), bits_stored=int(_get(ds, "BitsStored") or ds.BitsAllocated),
+    return DicomHeader(
+        **base, rows=rows, columns=columns, samples=int(_get(ds, "SamplesPerPixel", 1) or 1),  # type: ignore[arg-type]
+        bits_allocated=bits, bits_stored=int(_get(ds, "BitsStored") or bits),
         signed=int(_get(ds, "PixelRepresentation", 0) or 0) == 1, float_pixels=tag != _PIXEL_TAGS[0],
         photometric=photometric, frames=frames, mosaic=mosaic,
         spacing_2d=(spacing_2d[0], spacing_2d[1]) if spacing_2d else None,
@@ -348,6 +352,12 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         pixel_hash=digest, defect=defect, enhanced=_get(ds, "PerFrameFunctionalGroupsSequence") is not None,
         native_at=value_at if native else -1, big_endian=not little,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _uid_name(uid: str) -> str:
+    """pydicom's name of a UID (a SOP class's): one lookup and validation per distinct UID, not per file."""
+    return pydicom.uid.UID(uid).name
 
 
 def _pixel_element(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], at: int) -> tuple[int, int, int] | None:
@@ -388,7 +398,7 @@ def _scan_pixels(fp: IO[bytes], ds: Dataset, ts: pydicom.uid.UID, length: int, v
     fp.seek(value_at)
     if length != 0xFFFFFFFF:
         try:
-            expected = get_expected_length(ds, unit="bytes")
+            expected = _expected_bytes(ds)
         except (AttributeError, ValueError, TypeError) as exc:
             return "", Defect(Reason.BAD_HEADER, f"cannot size the pixel data from the header: {exc}")
         got = _hash_stream(fp, h, length)
@@ -423,6 +433,34 @@ def _scan_pixels(fp: IO[bytes], ds: Dataset, ts: pydicom.uid.UID, length: int, v
     if items < 2:  # the first item is the Basic Offset Table: no fragment means no image
         return h.hexdigest(), Defect(Reason.TRUNCATED, "encapsulated pixel data holds no compressed fragment")
     return h.hexdigest(), None
+
+
+_SIZED_BY = ("Rows", "Columns", "SamplesPerPixel", "NumberOfFrames", "BitsAllocated", "PhotometricInterpretation")
+
+
+def _expected_bytes(ds: Dataset) -> int:
+    """pydicom's `get_expected_length(ds, unit="bytes")`, computed once per distinct set of the values it reads
+    (the files of a series share them); a dataset that lacks one, or holds one of another type (a number
+    that did not parse, several values), is sized by pydicom directly, which decides what that means."""
+    *numbers, photometric = (_get(ds, k, _ABSENT) for k in _SIZED_BY)
+    frames = numbers.pop(3)
+    if (all(type(v) is int for v in numbers) and (frames is _ABSENT or type(frames) is IS)
+            and type(photometric) is str):
+        return _expected_length(*numbers, None if frames is _ABSENT else int(cast(IS, frames)), photometric)
+    return get_expected_length(ds, unit="bytes")  # an odd header: its own answer, or its own error
+
+
+_ABSENT = object()
+
+
+@functools.lru_cache(maxsize=256)
+def _expected_length(rows: int, columns: int, samples: int, bits: int, frames: int | None, photometric: str) -> int:
+    ds = Dataset()
+    ds.Rows, ds.Columns, ds.SamplesPerPixel, ds.BitsAllocated = rows, columns, samples, bits
+    ds.PhotometricInterpretation = photometric
+    if frames is not None:
+        ds.NumberOfFrames = frames
+    return int(get_expected_length(ds, unit="bytes"))
 
 
 def _hash_stream(fp: IO[bytes], h: Any, n: int) -> int:
@@ -605,7 +643,7 @@ def _private_float(ds: Dataset, tag: int, little: bool) -> float | None:
 def _classic_order(ds: Dataset) -> tuple[float, ...]:
     # Acquisition order of repeats at one position (fMRI time points, DWI directions), as dcm2niix sorts them:
     # temporal position, then acquisition number, then instance number, then trigger time.
-    return tuple(_float(ds.get(k)) or 0.0 for k in
+    return tuple(_float(_get(ds, k)) or 0.0 for k in
                  ("TemporalPositionIdentifier", "AcquisitionNumber", "InstanceNumber", "TriggerTime"))
 
 

@@ -27,28 +27,34 @@ the walk against `dcmread` on every DICOM file pydicom and nibabel ship.
 
 from __future__ import annotations
 
+import bisect
+import functools
+import os
 import struct
 from dataclasses import dataclass, field
-from typing import BinaryIO, cast
+from typing import BinaryIO, TypeVar, cast
 
+import numpy as np
 import pydicom.uid
 from pydicom import config
 from pydicom.charset import convert_encodings, default_encoding
 from pydicom.datadict import dictionary_VR
 from pydicom.dataelem import DataElement, RawDataElement, empty_value_for_VR
-from pydicom.dataset import FileDataset, FileMetaDataset
+from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
 from pydicom.filebase import DicomBytesIO
 from pydicom.filereader import read_sequence
 from pydicom.tag import BaseTag
 from pydicom.valuerep import EXPLICIT_VR_LENGTH_32, VR
 from pydicom.values import convert_string
 
-__all__ = ["DecodedValues", "Walked", "walk_header"]
+__all__ = ["DecodedValues", "Walked", "tag_key", "walk_header"]
 
 _PIXEL_TAGS = frozenset((0x7FE00010, 0x7FE00008, 0x7FE00009))  # Pixel Data, Float and Double Float Pixel Data
 _SPECIFIC_CHARACTER_SET = 0x00080005
 _ITEM_DELIMITER, _ITEM = 0xFFFEE00D, 0xFFFEE000
 _UNDEFINED = 0xFFFFFFFF
+# Elements a walk against a template never reads alone: they change how the rest is read.
+_OWN_WALK = frozenset((_SPECIFIC_CHARACTER_SET, 0x00020010))  # and the Transfer Syntax UID
 _CACHED_BYTES = 256  # longer values (text blobs, private data) are seldom repeated and costly to key on
 _VRS = {str(vr).encode(): (str(vr), vr in EXPLICIT_VR_LENGTH_32) for vr in VR}  # VR bytes: (VR, 4-byte length)
 # Elements are made as tuples of all of RawDataElement's fields (its generated __new__ costs as much as the
@@ -59,10 +65,18 @@ if RawDataElement._fields[: len(_FILLED)] != _FILLED:
 _DEFAULTS = tuple(RawDataElement._field_defaults[f] for f in RawDataElement._fields[len(_FILLED):])
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def tag_key(tag: int) -> BaseTag:
+    """The one BaseTag object of a tag value that walked datasets are keyed by: a lookup by the very key object
+    skips `BaseTag.__eq__`, Python code that a dict otherwise calls on every hit (some 140 a DICOM header read)."""
+    return BaseTag(tag)
+
+
 class _Unwalkable(Exception):
     """This file is left to `dcmread`."""
 
 
+DatasetT = TypeVar("DatasetT", bound=Dataset)
 _Key = tuple[int, str | None, bytes, bool, bool, str | tuple[str, ...]]  # tag, VR, value, implicit, little, encoding
 
 
@@ -80,13 +94,17 @@ class DecodedValues:
     def __init__(self, *, limit: int = 4096) -> None:
         self._decoded: dict[_Key, DataElement] = {}
         self._limit = limit
+        self.template: _Template | None = None  # the last file walked whole: later files are walked against it
 
     def get(self, key: _Key) -> DataElement | None:
         """The decoded element of an earlier file with this (tag, VR, value, implicit, little, encoding)."""
         return self._decoded.get(key)
 
     def learn(self, walked: Walked) -> None:
-        """Keep what pydicom decoded of `walked` (after its header was read) for the next files."""
+        """Keep what pydicom decoded of `walked` (after its header was read) for the next files; a file walked
+        element by element becomes the template the next files are compared with."""
+        if walked.layout is not None and walked.pixel_at + 4 <= len(walked.buffer):
+            self.template = _Template.of(walked, walked.layout)
         for tag, key in walked.raw.items():
             if len(self._decoded) >= self._limit:
                 return
@@ -96,21 +114,67 @@ class DecodedValues:
 
 
 @dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where a walked file's elements lie: each of `starts` (the File Meta group's `n_meta` first, then the data
+    set's) ends where the next starts, the last at the pixel data element; `encoding` is the data set's."""
+
+    starts: tuple[int, ...]
+    n_meta: int
+    implicit: bool
+    little: bool
+    encoding: str | list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Walked:
     """A walked header: the dataset `dcmread(stop_before_pixels=True)` would return, and `pixel_at`, the offset of
     its top-level pixel data element (where `dcmread` leaves the file), or the end of the file when it has none.
-    `raw`: the elements it holds raw that `DecodedValues` may keep once decoded, with their keys there."""
+    `raw`: the elements it holds raw that `DecodedValues` may keep once decoded, with their keys there.
+    `layout`: where its elements lie, for a file walked element by element that can serve as a template."""
 
     dataset: FileDataset
     pixel_at: int
     raw: dict[BaseTag, _Key] = field(default_factory=dict)
+    layout: _Layout | None = None
+    buffer: bytes = b""  # the bytes walked, with a layout
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    """A file of the batch walked element by element, with its elements as its header read left them (decoded
+    where read): a later file is compared with its bytes (`_walk_like`), and the elements found byte for byte
+    the same are its very objects."""
+
+    data: np.ndarray  # the template's bytes up to its pixel data element's tag, as uint8
+    starts: tuple[int, ...]
+    end: int  # where its last element ends: its pixel data element
+    keys: tuple[BaseTag, ...]
+    elements: tuple[RawDataElement | DataElement, ...]
+    layout: _Layout
+    meta: FileMetaDataset
+    dataset: FileDataset
+
+    @staticmethod
+    def of(walked: Walked, layout: _Layout) -> _Template:
+        ds = walked.dataset
+        keys = (*ds.file_meta.keys(), *ds.keys())
+        elements = (*(ds.file_meta.get_item(k) for k in ds.file_meta.keys()), *(ds.get_item(k) for k in ds.keys()))
+        data = np.frombuffer(walked.buffer, np.uint8, count=walked.pixel_at + 4)
+        return _Template(data, layout.starts, walked.pixel_at, keys, elements, layout, ds.file_meta, ds)
 
 
 def walk_header(buf: bytes, *, name: str, whole: bool, values: DecodedValues | None = None) -> Walked | None:
     """Walk the DICOM file `name` whose first bytes are `buf` (all of it when `whole`), reusing elements `values`
-    holds; None: read it with dcmread."""
+    holds, and against the batch's template where it has one; None: read it with dcmread."""
     if len(buf) < 132 or buf[128:132] != b"DICM":
         return None
+    try:
+        if values is not None and values.template is not None:
+            like = _walk_like(buf, name, values.template, values)
+            if like is not None:
+                return like
+    except _Unwalkable:
+        pass  # walked element by element, which decides
     try:
         return _walk_file(buf, name, whole, values)
     except _Unwalkable:
@@ -118,7 +182,8 @@ def walk_header(buf: bytes, *, name: str, whole: bool, values: DecodedValues | N
 
 
 def _walk_file(buf: bytes, name: str, whole: bool, values: DecodedValues | None) -> Walked:
-    meta_elements, pos, _ = _elements(buf, 132, implicit=False, little=True, meta=True, whole=whole)
+    starts: list[int] | None = [] if values is not None else None
+    meta_elements, pos, _ = _elements(buf, 132, implicit=False, little=True, meta=True, whole=whole, starts=starts)
     if not meta_elements:
         raise _Unwalkable("no File Meta group")
     meta = FileMetaDataset(meta_elements)
@@ -135,36 +200,150 @@ def _walk_file(buf: bytes, name: str, whole: bool, values: DecodedValues | None)
         raise _Unwalkable(f"transfer syntax {ts}")
     else:  # explicit VR little endian, and every encapsulated syntax
         implicit, little = False, True
-    group = struct.unpack_from("<H" if little else ">H", buf, pos)[0]
-    looks_explicit = 0x40 < buf[pos + 4] < 0x5B and 0x40 < buf[pos + 5] < 0x5B
-    if group == 0 or looks_explicit == implicit:  # command-set elements, or a VR switch dcmread would detect
-        raise _Unwalkable("command set, or a data set encoded against its transfer syntax")
+    _check_first(buf, pos, implicit, little)
     raw: dict[BaseTag, _Key] = {}
-    elements, pixel_at, _ = _elements(buf, pos, implicit=implicit, little=little, meta=False, whole=whole,
-                                      values=values, raw=raw)
+    elements, pixel_at, encoding = _elements(buf, pos, implicit=implicit, little=little, meta=False, whole=whole,
+                                             values=values, raw=raw, starts=starts)
     # dcmread wraps the elements in a Dataset first and gives the FileDataset that Dataset's character set:
     # the same elements, the same default parent encoding, so the FileDataset's own character set is it.
     ds = FileDataset(name, elements, buf[:128], meta, implicit, little)
     ds.set_original_encoding(implicit, little, ds._character_set)
-    return Walked(ds, pixel_at, raw)
+    if starts is None or not elements:
+        return Walked(ds, pixel_at, raw)
+    return Walked(ds, pixel_at, raw, _Layout(tuple(starts), len(meta_elements), implicit, little, encoding), buf)
+
+
+def _check_first(buf: bytes, pos: int, implicit: bool, little: bool) -> None:
+    """The data set's first element, at `pos`, must be encoded as the transfer syntax says."""
+    group = struct.unpack_from("<H" if little else ">H", buf, pos)[0]
+    looks_explicit = 0x40 < buf[pos + 4] < 0x5B and 0x40 < buf[pos + 5] < 0x5B
+    if group == 0 or looks_explicit == implicit:  # command-set elements, or a VR switch dcmread would detect
+        raise _Unwalkable("command set, or a data set encoded against its transfer syntax")
+
+
+def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Walked | None:
+    """Walk `buf` against the template `t`: where its bytes equal the template's, so do its elements (the
+    template's own objects, decoded where its header read them); only the elements whose bytes differ are read
+    from `buf`, and a length that differs shifts the rest. None where the two differ in any other way (another
+    element, a sequence, a character set or transfer syntax that differs): `buf` is then walked element by
+    element and becomes the template.
+
+    The same dataset as `_walk_file`'s, but for one thing nothing reads: an element found the same carries the
+    template's `value_tell` (as an element `DecodedValues` shares carries its first file's).
+    """
+    layout = t.layout
+    implicit, little, starts, end = layout.implicit, layout.little, t.starts, t.end
+    data, limit = np.frombuffer(buf, np.uint8), end + 4  # the pixel data element's tag, where the template's is
+    changed: dict[int, RawDataElement | DataElement] = {}
+    raw: dict[BaseTag, _Key] = {}
+    delta, pos = 0, starts[0]
+    while True:
+        at0 = pos - delta  # where the comparison starts, in the template
+        if pos + limit - at0 > len(buf):
+            return None
+        differ = np.flatnonzero(data[pos : pos + limit - at0] != t.data[at0:limit])
+        skip, shifted = at0, False
+        for d in differ.tolist():
+            at = at0 + d
+            if at < skip:  # inside an element already read
+                continue
+            if at >= end:
+                return None  # no pixel data element where the template has its own
+            j = bisect.bisect_right(starts, at) - 1
+            in_meta = j < layout.n_meta
+            start, t_end = starts[j] + delta, starts[j + 1] if j + 1 < len(starts) else end
+            stop = _extent(buf, start, implicit=implicit and not in_meta, little=little or in_meta)
+            if stop is None or t.keys[j] in _OWN_WALK:
+                return None
+            if j == layout.n_meta:
+                _check_first(buf, start, implicit, little)
+            read, _, _ = _elements(buf, start, implicit=implicit and not in_meta, little=little or in_meta,
+                                   meta=in_meta, whole=True, values=None if in_meta else values,
+                                   raw=None if in_meta else raw, stop=stop,
+                                   encoding=default_encoding if in_meta else layout.encoding)
+            if list(read) != [t.keys[j]]:
+                return None
+            changed[j] = read[t.keys[j]]
+            skip = t_end
+            if stop - t_end != delta:  # a length differs: compare the rest shifted
+                delta, pos, shifted = stop - t_end, stop, True
+                break
+        if not shifted:
+            break
+    if end + delta + 12 > len(buf):
+        # a pixel data element cut inside its header: the element-by-element walk decides what that is
+        return None
+    n_meta = layout.n_meta
+    elements = list(t.elements)
+    for j, elem in changed.items():
+        elements[j] = elem
+    meta = t.meta
+    if any(j < n_meta for j in changed):
+        meta = _clone(t.meta, dict(zip(t.keys[:n_meta], elements[:n_meta])))
+    ds = _clone(t.dataset, dict(zip(t.keys[n_meta:], elements[n_meta:])), preamble=buf[:128], file_meta=meta,
+                filename=name, timestamp=_mtime(name))
+    return Walked(ds, end + delta, raw)
+
+
+def _clone(like: DatasetT, elements: dict[BaseTag, RawDataElement | DataElement], **fields: object) -> DatasetT:
+    """A dataset read like `like` (the same class, encoding and character set) holding `elements`: `like`'s
+    attributes with its elements and its per-dataset caches replaced. pydicom's constructors set some twenty
+    attributes through `Dataset.__setattr__`, which took about half of a walk against a template."""
+    ds = like.__class__.__new__(like.__class__)
+    state = dict(vars(like))
+    state.update(_dict=elements, _private_blocks={}, _pixel_array=None, _pixel_array_opts=dict(like._pixel_array_opts),
+                 _pixel_id={}, **fields)
+    vars(ds).update(state)
+    return ds
+
+
+def _mtime(name: str) -> float | None:
+    """What FileDataset records as its `timestamp`."""
+    try:
+        return os.stat(name).st_mtime
+    except OSError:
+        return None
+
+
+def _extent(buf: bytes, pos: int, *, implicit: bool, little: bool) -> int | None:
+    """Where the element at `pos` ends; None for an undefined length, a VR pydicom does not know, or an element
+    past the end of `buf`."""
+    endian = "<" if little else ">"
+    if pos + 8 > len(buf):
+        return None
+    if implicit:
+        length, at = struct.unpack_from(f"{endian}L", buf, pos + 4)[0], pos + 8
+    else:
+        known = _VRS.get(buf[pos + 4 : pos + 6])
+        if known is None:
+            return None
+        if known[1]:
+            if pos + 12 > len(buf):
+                return None
+            length, at = struct.unpack_from(f"{endian}L", buf, pos + 8)[0], pos + 12
+        else:
+            length, at = struct.unpack_from(f"{endian}H", buf, pos + 6)[0], pos + 8
+    return at + length if length != _UNDEFINED and at + length <= len(buf) else None
 
 
 def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool, whole: bool,
-              values: DecodedValues | None = None, raw: dict[BaseTag, _Key] | None = None
+              values: DecodedValues | None = None, raw: dict[BaseTag, _Key] | None = None,
+              starts: list[int] | None = None, stop: int | None = None, encoding: str | list[str] = default_encoding,
               ) -> tuple[dict[BaseTag, RawDataElement | DataElement], int, str | list[str]]:
     """The elements from `pos` on, as pydicom's data_element_generator yields them: (elements, where the walk
     stopped, the character encoding). The File Meta walk (`meta`) stops at the first element not in group 2; the
-    data set's walk stops at a top-level pixel data element, or at the end of a `whole` buffer. An element
-    `values` holds is taken decoded from there; the others `values` may keep are listed in `raw`."""
+    data set's walk stops at a top-level pixel data element, or at the end of a `whole` buffer (at `stop`, when
+    given, as if the buffer ended there). An element `values` holds is taken decoded from there; the others
+    `values` may keep are listed in `raw`. `starts` collects where each element starts. `encoding`: the character
+    set in force where the walk starts."""
     endian = "<" if little else ">"
     head = struct.Struct(f"{endian}HHL" if implicit else f"{endian}HH2sH").unpack_from
     long_length = struct.Struct(f"{endian}L").unpack_from
     out: dict[BaseTag, RawDataElement | DataElement] = {}
-    encoding: str | list[str] = default_encoding
-    shared: str | tuple[str, ...] = default_encoding  # `encoding`, hashable, for the keys of `values`
-    end = len(buf)
+    shared = encoding if isinstance(encoding, str) else tuple(encoding)  # hashable, for the keys of `values`
+    end = len(buf) if stop is None else stop
     new, raw_type = tuple.__new__, RawDataElement  # a RawDataElement without its Python-level __new__
-    vrs, pixel_tags, defaults = _VRS, _PIXEL_TAGS, _DEFAULTS
+    vrs, pixel_tags, defaults, intern = _VRS, _PIXEL_TAGS, _DEFAULTS, tag_key
     lookup = values.get if values is not None else None
     while True:
         if pos + 8 > end:
@@ -196,7 +375,9 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
             return out, pos, encoding
         if tag == _ITEM_DELIMITER:
             raise _Unwalkable("item delimiter at the top level")
-        key = BaseTag(tag)
+        if starts is not None:
+            starts.append(pos)
+        key = intern(tag)
         if length != _UNDEFINED:
             pos = value_at + length
             if pos > end:

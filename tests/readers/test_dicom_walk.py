@@ -8,8 +8,10 @@ must be read as before; files cut anywhere must give the same header or the same
 
 from __future__ import annotations
 
+import copy
 import gzip
 import io
+import shutil
 import warnings
 from pathlib import Path
 
@@ -242,3 +244,140 @@ def test_the_headers_value_lookup_equals_pydicoms_get(path: Path) -> None:
             assert _get(ours, keyword, missing) == theirs.get(keyword, missing), keyword
     if path.name == "CT_small.dcm":  # the lookup met Rows raw and converted it in place, as pydicom does
         assert rows_raw and isinstance(ours.get_item(0x00280010), DataElement)
+
+
+def _variants(tmp_path: Path) -> list[Path]:
+    """Files of one series as scanners vary them, from pydicom's MR_small and CT_small: values of the same and of
+    other lengths (instance numbers past 9 and 99, positions, UIDs), an element more or less, a changed first
+    element of the data set, another character set and transfer syntax, a Philips private tag, a sequence, a cut
+    file, one with no pixel data, and the other template; each file is read after the one before it."""
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence
+    from pydicom.uid import ImplicitVRLittleEndian, generate_uid
+
+    out = []
+
+    def save(ds: pydicom.Dataset, **kwargs: object) -> None:
+        out.append(tmp_path / f"{len(out):03d}.dcm")
+        ds.save_as(out[-1], enforce_file_format=True, **kwargs)
+
+    mr = pydicom.dcmread(PYDICOM_DATA / "MR_small.dcm")
+    for k in (1, 2, 9, 10, 11, 99, 100, 101, 1000):
+        ds = copy.deepcopy(mr)
+        ds.InstanceNumber = k
+        ds.SOPInstanceUID = ds.file_meta.MediaStorageSOPInstanceUID = generate_uid(entropy_srcs=[str(k)])[: 40 + k % 7]
+        ds.ImagePositionPatient = [-10.0 * k, 0.5, 12.25 + k / 3]
+        ds.SliceLocation = k / 7
+        save(ds)
+    buf = out[-1].read_bytes()  # lengths other than the template's, cut inside its pixel data element's header
+    out.append(tmp_path / "cut-in-pixel-header.dcm")
+    out[-1].write_bytes(buf[: _dcmread(buf)[1] + 8])
+    ds = copy.deepcopy(mr)
+    ds.ImageType = ["DERIVED", "SECONDARY", "TRACEW"]  # the data set's first element, another length
+    save(ds)
+    ds = copy.deepcopy(mr)
+    ds.SeriesDescription = "an element the others lack"
+    save(ds)
+    ds = copy.deepcopy(mr)
+    del ds.SliceLocation
+    save(ds)
+    ds = copy.deepcopy(mr)
+    ds.SpecificCharacterSet, ds.PatientName = "ISO_IR 100", "Müller^Jörg"
+    save(ds)
+    ds = copy.deepcopy(mr)
+    ds.PatientName = "Müller^Jörg"  # the same bytes, read in the character set before
+    save(ds)
+    ds = copy.deepcopy(mr)
+    ds.file_meta.TransferSyntaxUID = ImplicitVRLittleEndian
+    save(ds)
+    out.append(tmp_path / "big-endian.dcm")
+    shutil.copyfile(PYDICOM_DATA / "MR_small_bigendian.dcm", out[-1])
+    ds = copy.deepcopy(mr)
+    ds.Manufacturer = "Philips Medical Systems"
+    block = ds.private_block(0x2005, "Philips MR Imaging DD 001", create=True)
+    block.add_new(0x0E, "FL", 0.25)
+    save(ds)
+    ds = copy.deepcopy(mr)
+    ds.Manufacturer = "Philips Medical Systems"
+    block = ds.private_block(0x2005, "Philips MR Imaging DD 001", create=True)
+    block.add_new(0x0E, "FL", 0.5)  # the same length, another value
+    save(ds)
+    ds = copy.deepcopy(mr)
+    item = Dataset()
+    item.CodeValue, item.CodingSchemeDesignator, item.CodeMeaning = "T-A0100", "SRT", "Brain"
+    ds.AnatomicRegionSequence = Sequence([item])
+    save(ds)
+    ds = copy.deepcopy(mr)
+    item = Dataset()
+    item.CodeValue, item.CodingSchemeDesignator, item.CodeMeaning = "T-D3000", "SRT", "Chest"
+    ds.AnatomicRegionSequence = Sequence([item])  # a sequence's contents differ
+    save(ds)
+    ds = copy.deepcopy(mr)
+    ds.Rows = 32  # the pixel data no longer matches the header
+    save(ds)
+    save(copy.deepcopy(mr))
+    out.append(tmp_path / "cut.dcm")
+    out[-1].write_bytes(out[-2].read_bytes()[:-100])  # the template's bytes, cut in the pixel data
+    out.append(tmp_path / "cut-header.dcm")
+    out[-1].write_bytes(out[-3].read_bytes()[:2000])  # and in the header
+    ds = copy.deepcopy(mr)
+    del ds.PixelData
+    save(ds)
+    save(copy.deepcopy(mr))
+    save(pydicom.dcmread(PYDICOM_DATA / "CT_small.dcm"))  # another file altogether: a new template
+    ct = pydicom.dcmread(PYDICOM_DATA / "CT_small.dcm")
+    ct.InstanceNumber = 12345
+    save(ct)
+    return out
+
+
+def test_files_walked_against_the_batchs_template_read_as_dcmread_reads_them(tmp_path: Path) -> None:
+    """Read one after another with one `DecodedValues`, as a probe batch reads them: most files are walked against
+    the template (not vacuous), and every walked dataset and header equals dcmread's."""
+    from labzarr.readers import _dicom_walk
+
+    files = _variants(tmp_path)
+    expected = [_outcome(p, walk=False) for p in files]
+    values = DecodedValues()
+    taken = 0
+    for path, want in zip(files, expected, strict=True):
+        template = values.template
+        buf = path.read_bytes()
+        like = _dicom_walk._walk_like(buf, path.name, template, values) if template is not None else None
+        theirs, stopped = _dcmread(buf)
+        taken += like is not None
+        if like is not None and theirs is not None:  # (a file cut in its pixel data dcmread refuses: outcomes only)
+            assert like.pixel_at == stopped, path.name
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                assert list(like.dataset.keys()) == list(theirs.keys()), path.name
+                assert all(like.dataset[t].value == theirs[t].value for t in theirs.keys()), path.name
+                assert like.dataset.file_meta == theirs.file_meta
+            assert like.dataset.original_encoding == theirs.original_encoding
+            assert like.dataset.original_character_set == theirs.original_character_set
+        assert _outcome(path, walk=True, values=values) == want, path.name
+    assert taken >= 15, f"only {taken} of {len(files)} files were walked against a template"
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if _dcmread(_bytes(p))[0] is not None], ids=lambda p: p.name)
+def test_the_headers_cached_pixel_size_equals_pydicoms(path: Path) -> None:
+    """`_expected_bytes` sizes the pixel data once per distinct geometry: the same answer, or the same failure, as
+    pydicom's `get_expected_length` on the file's own dataset (twice: cold and cached)."""
+    from pydicom.pixels.utils import get_expected_length
+
+    from labzarr.readers._dicom_header import _expected_bytes
+
+    ds = _dcmread(_bytes(path))[0]
+    assert ds is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected: object = get_expected_length(ds, unit="bytes")
+        except Exception as exc:
+            expected = type(exc)
+        for _ in range(2):
+            try:
+                got: object = _expected_bytes(ds)
+            except Exception as exc:
+                got = type(exc)
+            assert got == expected
