@@ -9,7 +9,8 @@ volume this loop is on the conversion's critical path.
 Why not always the compiled loop: it is compiled by numba, and importing numba and loading the cached loop
 costs a process a fixed part of a second, more than the loop saves on anything but large slabs. So
 `counter(n)` hands out numpy's bincount for slabs under `COMPILED_FROM` values and the compiled loop from
-there on, importing numba at that first large slab only: a run of small items never loads it.
+there on, importing numba at that first large slab only: a run of small items never loads it. A worker that has
+loaded it counts every slab with it.
 
 The loop is compiled for exactly two signatures (uint8 and uint16 codes, any strides, into a C-contiguous
 int64 array), cached on disk beside this file when that is writable; `_compiled` keeps the one loaded copy a
@@ -34,8 +35,9 @@ Count = Callable[[npt.NDArray[Any], npt.NDArray[np.int64]], None]
 
 
 def counter(values: int) -> Count:
-    """How to count a slab of `values` codes: `bincount_into` below `COMPILED_FROM`, else `count_into`."""
-    return count_into if values >= COMPILED_FROM else bincount_into
+    """How to count a slab of `values` codes: `bincount_into` below `COMPILED_FROM`, else `count_into`; and
+    `count_into` whatever the size once this process has loaded the loop (the cost is then already paid)."""
+    return count_into if values >= COMPILED_FROM or _compiled.cache_info().currsize else bincount_into
 
 
 def bincount_into(codes: npt.NDArray[Any], dense: npt.NDArray[np.int64]) -> None:

@@ -81,13 +81,18 @@ def walk(raw: Path) -> tuple[FileEntry, ...]:
                 target = link.resolve()
                 if not _inside(target, root):
                     entries.append(FileEntry(_rel(link, raw), link, 0, outside=str(target)))
-        entries += [_entry(here / name, raw, root) for name in filenames]
+        # A file's rel is its folder's (made once per folder) and its NFC name: "/" never composes with a neighbour.
+        prefix = "" if here == raw else _rel(here, raw) + "/"
+        entries += [_entry(here / name, prefix + unicodedata.normalize("NFC", name), root) for name in filenames]
     return _dealias(entries, raw)
 
 
-def _entry(path: Path, raw: Path, root: Path) -> FileEntry:
-    rel = _rel(path, raw)
-    if path.is_symlink():
+def _entry(path: Path, rel: str, root: Path) -> FileEntry:
+    try:
+        st = os.lstat(path)  # one call tells a link and sizes a file
+    except OSError as exc:
+        return FileEntry(rel, path, 0, unreadable=f"cannot stat the file: {exc.strerror}")
+    if stat.S_ISLNK(st.st_mode):
         try:
             target = path.resolve(strict=True)
         except FileNotFoundError:
@@ -96,10 +101,10 @@ def _entry(path: Path, raw: Path, root: Path) -> FileEntry:
             return FileEntry(rel, path, 0, special=f"symlink loop ({os.readlink(path)})")
         if not _inside(target, root):
             return FileEntry(rel, path, 0, outside=str(target))
-    try:
-        st = path.stat()
-    except OSError as exc:
-        return FileEntry(rel, path, 0, unreadable=f"cannot stat the file: {exc.strerror}")
+        try:
+            st = path.stat()
+        except OSError as exc:
+            return FileEntry(rel, path, 0, unreadable=f"cannot stat the file: {exc.strerror}")
     if not stat.S_ISREG(st.st_mode):
         return FileEntry(rel, path, 0, special=_KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file"))
     return FileEntry(rel, path, st.st_size)
@@ -117,7 +122,8 @@ def _dealias(entries: list[FileEntry], raw: Path) -> tuple[FileEntry, ...]:
     out: list[FileEntry] = []
     for rel, group in groups.items():
         # The file whose on-disk name already is NFC keeps the name, else the first by on-disk bytes.
-        group.sort(key=lambda e: (e.path.relative_to(raw).as_posix() != rel, os.fsencode(e.path)))
+        if len(group) > 1:
+            group.sort(key=lambda e: (e.path.relative_to(raw).as_posix() != rel, os.fsencode(e.path)))
         out.append(group[0])
         out += [replace(e, rel=e.path.relative_to(raw).as_posix(), alias_of=rel) for e in group[1:]]
     return tuple(sorted(out, key=lambda e: e.rel))

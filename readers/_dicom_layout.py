@@ -269,8 +269,9 @@ def _volume(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     col_dir = np.array(ref.orientation[3:], dtype=np.float64)
     normal = np.cross(row_dir, col_dir)
     normal /= np.linalg.norm(normal)
-    slots = [_Slot(m, f, float(np.dot(f.position, normal)))  # type: ignore[arg-type]
-             for m in members for f in m.header.frames]
+    placed = [(m, f) for m in members for f in m.header.frames]
+    depths_of = np.array([f.position for _, f in placed], dtype=np.float64) @ normal  # one product, not one a frame
+    slots = [_Slot(m, f, float(d)) for (m, f), d in zip(placed, depths_of, strict=True)]
     positions, warnings = _group_positions(slots)
     n_volumes = _count_volumes(positions)
     n = len(positions)

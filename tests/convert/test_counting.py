@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from labzarr.convert._counting import COMPILED_FROM, bincount_into, count_into, counter
+from labzarr.convert._counting import bincount_into, count_into
 
 
 def _codes(dtype: str, n: int, seed: int) -> np.ndarray:
@@ -51,8 +51,14 @@ def test_refuses_what_it_would_count_out_of_bounds(codes: np.ndarray, dense: np.
             count(codes, dense)
 
 
-def test_the_compiled_loop_is_for_large_slabs_only() -> None:
-    assert counter(COMPILED_FROM - 1) is bincount_into and counter(COMPILED_FROM) is count_into
+def test_the_compiled_loop_is_for_large_slabs_until_a_process_has_loaded_it() -> None:
+    """In a fresh process: bincount below COMPILED_FROM values, the loop from there on; once loaded, the loop."""
+    code = ("from labzarr.convert._counting import COMPILED_FROM, _compiled, bincount_into, count_into, counter\n"
+            "print(counter(COMPILED_FROM - 1) is bincount_into, counter(COMPILED_FROM) is count_into, end=' ')\n"
+            "_compiled()\n"
+            "print(counter(1) is count_into)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "True"]
 
 
 def test_statistics_of_small_items_never_load_numba() -> None:
