@@ -52,6 +52,7 @@ __all__ = ["AXES", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "cr
 _TILE = 64  # voxels per tile edge for the transposing copy: 64^3 x 8 B fits in L2
 _BLOCK_BYTES = 16 << 20  # voxels handed to zarr per call: enough chunks to keep its codec threads busy
 _THREADS = min(8, os.cpu_count() or 1)  # threads encoding one shard's chunks, as zarr's codecs use every core
+_PREFLUSH_BYTES = 4 << 20  # a shard of this many voxel bytes is flushed as soon as it is written (`_preflush`)
 AXES = ("c", "x", "y", "z")
 
 
@@ -141,6 +142,7 @@ class _SlabWriter:
         self._digests: ChunkDigests = {}
         self._pool = ThreadPoolExecutor(max_workers=_THREADS if self._shard else 1, thread_name_prefix="labzarr-write")
         self._pending: Future[ChunkDigests] | None = None
+        self._flush: ThreadPoolExecutor | None = None  # pre-flushes large shards (`_preflush`), started at the first
 
     def write(self, slab: Slab) -> None:
         """Write one slab aligned to the write unit (whole shards, or whole chunks when unsharded)."""
@@ -175,6 +177,23 @@ class _SlabWriter:
             with store_io(self.store, f"cannot write {self.name}"):
                 self._digests.update(codec.write(self.folder, coords, slab.data[sel], pool=self._pool, threads=_THREADS,
                                                  copy=lambda view: c_order_copy(view, self.header.dtype)))
+            if slab.data[sel].nbytes >= _PREFLUSH_BYTES:
+                self._preflush(codec.keys(tuple(int(k) for k in coords)))
+
+    def _preflush(self, key: str) -> None:
+        """Start writing a written shard file to disk now, in the background, while the next shards are encoded:
+        the install's fsync of every file (`arrays.install`, the durability it promises) then finds little left to
+        write instead of the whole volume, on the critical path after the last slab. Only a hint: an error here
+        is left for that fsync to raise."""
+        if self._flush is None:
+            self._flush = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labzarr-flush")
+        self._flush.submit(self.folder.fsync_tree, (key,))
+
+    def _stop_threads(self) -> None:
+        """Stop encoding; the flushes started run to their end (a few shards at most)."""
+        self._pool.shutdown(cancel_futures=True)
+        if self._flush is not None:
+            self._flush.shutdown()
 
     def digests(self) -> ChunkDigests:
         """Each written chunk's digest by chunk index (after waiting for the hashing thread)."""
@@ -220,6 +239,8 @@ class VolumeWriter(_SlabWriter):
         """Record `content_sha256` (and `attrs`), then `complete`, and move the array into place; returns the hash."""
         self._collect()
         self._pool.shutdown()
+        if self._flush is not None:  # the install's fsync would wait for the same writes
+            self._flush.shutdown()
         content = seal_volume(self.store, self.name, self.folder, self.array, self._digests, attrs=attrs,
                               complete=complete, run_id=self.run_id, pyramid=self.pyramid)
         self._installed = True
@@ -227,7 +248,7 @@ class VolumeWriter(_SlabWriter):
 
     def close(self) -> None:
         """Stop the writing threads and, unless `finish` installed the array, remove the staged folder."""
-        self._pool.shutdown(cancel_futures=True)
+        self._stop_threads()
         if not self._installed:
             discard(self._staged)
 
@@ -245,4 +266,4 @@ class PartWriter(_SlabWriter):
 
     def close(self) -> None:
         """Stop the writing threads."""
-        self._pool.shutdown(cancel_futures=True)
+        self._stop_threads()

@@ -111,3 +111,23 @@ def test_a_slab_that_splits_a_shard_is_refused(tmp_path: Path) -> None:
     finally:
         writer.close()
     assert not list((tmp_path / "s.zarr").rglob("*.partial"))
+
+
+def test_large_shards_are_flushed_as_they_are_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each shard of 4 MiB of voxels or more starts its way to disk as soon as it is written, while the next are
+    encoded; smaller ones are left to the install's fsync. The array is the same either way."""
+    flushed: list[tuple[str, ...]] = []
+    real = Folder.fsync_tree
+
+    def recording(self: Folder, files: tuple[str, ...] | None = None) -> None:
+        if files is not None and files and files[0].startswith("c/"):
+            flushed.append(tuple(files))
+        real(self, files)
+
+    monkeypatch.setattr(Folder, "fsync_tree", recording)
+    data = _volume((1, 256, 128, 96), "int16", "smooth")  # 6 MiB: two shards of 3 MiB, or one of 6
+    for shards, want in (((1, 128, 128, 96), []), ((1, 256, 128, 96), [("c/0/0/0/0",)])):
+        flushed.clear()
+        theirs, ours, _ = _write_both(tmp_path / str(shards[1]), data, (1, 32, 32, 32), shards, StoreSpec(), slabs=1)
+        assert flushed == want
+        assert _files(ours) == _files(theirs)
