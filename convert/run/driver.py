@@ -9,6 +9,7 @@ earlier runs recorded (`plan/records.py`, `write/outcomes.py`), and writes the m
 from __future__ import annotations
 
 import errno
+import gc
 import hashlib
 import logging
 import shutil
@@ -146,7 +147,8 @@ def convert_delivery(
     _create_folder(parsed.delivery.store)
     # The lock comes first: a second run on this store fails at once, before starting a cluster.
     with _store_errors(parsed.delivery.store), store_lock(parsed.delivery.store) as lock:
-        with _client(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries) as client:
+        with _client(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries) as client, \
+                _heap_frozen():
             return _execute(parsed, client, lock, progress=progress, started=started, labels=labels,
                             repair=repair or {})
 
@@ -282,8 +284,22 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     for `convert_delivery`.
     """
     _create_folder(spec.delivery.store)
-    with _store_errors(spec.delivery.store), store_lock(spec.delivery.store) as lock, compact_metadata():
+    with _store_errors(spec.delivery.store), store_lock(spec.delivery.store) as lock, compact_metadata(), \
+            _heap_frozen():
         return _execute(spec, client, lock, progress=progress, started=started, labels=labels, repair=repair or {})
+
+
+@contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """Keep the objects alive when a run starts (modules, the cluster's scheduler, the caller's own) out of the
+    collector's full collections until it ends: they are not garbage the run makes, and rescanning them is much
+    of the driver's time on a large series (docs/benchmarks.md). They are handed back (`gc.unfreeze`) when the
+    run ends, so nothing is kept from collection for longer."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _create_folder(store: Location) -> None:

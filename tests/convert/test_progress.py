@@ -163,3 +163,27 @@ def test_a_pty_with_no_width_gets_progress_lines(tmp_path: Path, scheduler: str)
     assert any(re.match(r"labzarr: probing (\d+)/\1 files \(100%\)", line) for line in lines), out
     assert any(re.match(r"labzarr: converting (\d+)/\1 items \(100%\).* done in ", line) for line in lines), out
     assert "manifest:" in out
+
+
+def test_a_run_keeps_the_heap_it_started_with_out_of_collections_and_hands_it_back(tmp_path: Path,
+                                                                                   scheduler: str) -> None:
+    """The driver's objects from before the run are frozen while it runs (its progress callbacks see them so),
+    and the heap is as it was after it, however the run ends."""
+    import gc
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _small_volumes(raw, 3)
+    spec = write_spec(tmp_path / "manifests" / "gc" / "delivery.toml", raw=raw, store=tmp_path / "gc.zarr",
+                      name="gc", labels=False)
+    before = gc.get_freeze_count()
+    frozen: list[int] = []
+    convert_delivery(spec, scheduler=scheduler, progress=lambda _: frozen.append(gc.get_freeze_count()))
+    assert frozen and min(frozen) > before == gc.get_freeze_count()
+
+    def stop(_: ProgressEvent) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        convert_delivery(spec, scheduler=scheduler, progress=stop)
+    assert gc.get_freeze_count() == before
