@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from ._dicom_header import DicomHeader, Frame
 from .reasons import Reason, Rejected
-from .records import Metadata
+from .records import ByFields, Metadata
 
 __all__ = ["Member", "SeriesRules", "SeriesStack", "StackFrame", "layout_series", "output_dtype"]
 
@@ -57,7 +57,7 @@ class SeriesRules:
 
 
 @dataclass(frozen=True, slots=True)
-class Member:
+class Member(ByFields):
     """One file of a series: where to read it, how to name it in a detail, and its header."""
 
     path: str
@@ -66,7 +66,7 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True)
-class StackFrame:
+class StackFrame(ByFields):
     """One decoded 2D image's place in the output: file, frame (or mosaic tile) and its rescale."""
 
     path: str
@@ -83,7 +83,7 @@ class StackFrame:
 
 
 @dataclass(frozen=True, slots=True)
-class SeriesStack:
+class SeriesStack(ByFields):
     """How to assemble a series: `frames[c * n_slices + k]` is slice k of volume c.
 
     `layout` "volume": (i, j, k) voxels with `affine` to RAS mm; "image": one 2D
