@@ -40,6 +40,7 @@ __all__ = ["ShardCodec"]
 
 _ABSENT = 2**64 - 1  # the index entry (offset and nbytes) of an inner chunk that is not stored
 _IN_FLIGHT_BYTES = 16 << 20  # voxels of the inner chunks being encoded at once (each also has its encoded copy)
+_JOB_CHUNKS, _JOB_BYTES = 8, 1 << 20  # inner chunks handed to an encoding thread at once: at most these
 
 _Encode = Callable[[bytes | npt.NDArray[Any]], bytes]
 
@@ -94,15 +95,22 @@ class ShardCodec:
         grid = tuple(-(-n // c) for n, c in zip(self.shape, self.chunks))
         stored = [local for local in _morton(per) if all(f + i < g for f, i, g in zip(first, local, grid))]
         nbytes = self.dtype.itemsize * math.prod(self.chunks)
-        window = max(2, min(2 * threads, _IN_FLIGHT_BYTES // max(1, nbytes)))  # keeps every thread busy
+        # Chunks go to the pool a few at a time: one future, one wake-up and one write per job rather than per
+        # chunk, which left this thread (submitting, collecting, writing) the bottleneck of small chunks.
+        per_job = max(1, min(_JOB_CHUNKS, _JOB_BYTES // max(1, nbytes)))
+        jobs = [stored[i : i + per_job] for i in range(0, len(stored), per_job)]
+        window = max(2, min(2 * threads, _IN_FLIGHT_BYTES // max(1, nbytes * per_job)))  # keeps every thread busy
         index = np.full((*per, 2), _ABSENT, dtype="<u8")
         digests: ChunkDigests = {}
-        pending: deque[tuple[tuple[int, ...], Future[tuple[bytes, bytes]]]] = deque()
+        pending: deque[tuple[list[tuple[int, ...]], Future[list[tuple[bytes, bytes]]]]] = deque()
+
+        def views(job: list[tuple[int, ...]]) -> list[npt.NDArray[Any]]:
+            return [data[tuple(slice(i * c, (i + 1) * c) for i, c in zip(local, self.chunks))] for local in job]
+
         with (folder / self.keys(tuple(int(k) for k in coords))).write_stream() as write:
             out = _ShardFile(write)
-            for local in stored:
-                sel = tuple(slice(i * c, (i + 1) * c) for i, c in zip(local, self.chunks))
-                pending.append((local, pool.submit(self._encode, data[sel], copy)))
+            for job in jobs:
+                pending.append((job, pool.submit(self._encode_all, views(job), copy)))
                 if len(pending) >= window:
                     self._put(out, index, digests, first, *pending.popleft())
             while pending:
@@ -112,11 +120,18 @@ class ShardCodec:
         return digests
 
     def _put(self, out: _ShardFile, index: npt.NDArray[np.uint64], digests: ChunkDigests, first: tuple[int, ...],
-             local: tuple[int, ...], done: Future[tuple[bytes, bytes]]) -> None:
-        digest, encoded = done.result()
-        index[local] = (out.size, len(encoded))
-        out.append(encoded)
-        digests[tuple(f + i for f, i in zip(first, local))] = digest
+             job: list[tuple[int, ...]], done: Future[list[tuple[bytes, bytes]]]) -> None:
+        encoded = done.result()
+        at = out.size
+        for local, (digest, chunk) in zip(job, encoded, strict=True):
+            index[local] = (at, len(chunk))
+            at += len(chunk)
+            digests[tuple(f + i for f, i in zip(first, local))] = digest
+        out.append(b"".join(chunk for _, chunk in encoded))
+
+    def _encode_all(self, views: list[npt.NDArray[Any]],
+                    copy: Callable[[npt.NDArray[Any]], npt.NDArray[Any]]) -> list[tuple[bytes, bytes]]:
+        return [self._encode(view, copy) for view in views]
 
     def _encode(self, view: npt.NDArray[Any],
                 copy: Callable[[npt.NDArray[Any]], npt.NDArray[Any]]) -> tuple[bytes, bytes]:
