@@ -290,11 +290,20 @@ def _clone(like: DatasetT, elements: dict[BaseTag, RawDataElement | DataElement]
     attributes with its elements and its per-dataset caches replaced. pydicom's constructors set some twenty
     attributes through `Dataset.__setattr__`, which took about half of a walk against a template."""
     ds = like.__class__.__new__(like.__class__)
-    state = dict(vars(like))
+    keep = _constructed(isinstance(like, FileDataset))  # not what pydicom caches later from the template (`_pixel_rep`)
+    state = {k: v for k, v in vars(like).items() if k in keep}
     state.update(_dict=elements, _private_blocks={}, _pixel_array=None, _pixel_array_opts=dict(like._pixel_array_opts),
                  _pixel_id={}, **fields)
     vars(ds).update(state)
     return ds
+
+
+@functools.cache
+def _constructed(file: bool) -> frozenset[str]:
+    """The attributes pydicom's constructor gives a FileDataset (`file`) or a FileMetaDataset: a memo of what this
+    pydicom does."""
+    ds = FileDataset("", {}, b"\0" * 128, FileMetaDataset(), True, True) if file else FileMetaDataset()
+    return frozenset(vars(ds))
 
 
 def _mtime(name: str) -> float | None:

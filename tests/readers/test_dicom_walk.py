@@ -289,6 +289,11 @@ def _variants(tmp_path: Path) -> list[Path]:
     save(ds)
     ds = copy.deepcopy(mr)
     ds.file_meta.TransferSyntaxUID = ImplicitVRLittleEndian
+    save(ds)  # signed, implicit VR: a new template, whose header read caches its PixelRepresentation
+    ds = copy.deepcopy(ds)
+    ds.PixelRepresentation = 0  # unsigned: its US-or-SS elements (implicit VR) read as US, not as the template's
+    ds["SmallestImagePixelValue"].VR = ds["LargestImagePixelValue"].VR = "US"
+    ds.SmallestImagePixelValue, ds.LargestImagePixelValue = 40000, 40001
     save(ds)
     out.append(tmp_path / "big-endian.dcm")
     shutil.copyfile(PYDICOM_DATA / "MR_small_bigendian.dcm", out[-1])
@@ -348,6 +353,14 @@ def test_files_walked_against_the_batchs_template_read_as_dcmread_reads_them(tmp
         taken += like is not None
         if like is not None and theirs is not None:  # (a file cut in its pixel data dcmread refuses: outcomes only)
             assert like.pixel_at == stopped, path.name
+            # The clone holds what pydicom's constructors set, as a file walked element by element does, and none
+            # of what pydicom cached in the template as its header was read (`_pixel_rep`).
+            walked = walk_header(buf, name=path.name, whole=True)
+            assert walked is not None
+            for mine, plain in ((like.dataset, walked.dataset), (like.dataset.file_meta, walked.dataset.file_meta)):
+                assert vars(mine).keys() == vars(plain).keys()
+                assert {k: v for k, v in vars(mine).items() if k not in ("_dict", "file_meta")} == \
+                       {k: v for k, v in vars(plain).items() if k not in ("_dict", "file_meta")}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 assert list(like.dataset.keys()) == list(theirs.keys()), path.name
@@ -381,3 +394,39 @@ def test_the_headers_cached_pixel_size_equals_pydicoms(path: Path) -> None:
             except Exception as exc:
                 got = type(exc)
             assert got == expected
+
+
+def test_a_file_walked_against_a_template_keeps_nothing_pydicom_cached_in_it(tmp_path: Path) -> None:
+    """Reading a sequence makes pydicom cache the dataset's PixelRepresentation (`_pixel_rep`, which resolves
+    US-or-SS elements in its items); a file walked against that template starts without it, as one walked
+    element by element does, and resolves its own values (unsigned where the template is signed)."""
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence
+    from pydicom.uid import ImplicitVRLittleEndian
+
+    from labzarr.readers import _dicom_walk
+
+    signed = pydicom.dcmread(PYDICOM_DATA / "MR_small.dcm")
+    signed.file_meta.TransferSyntaxUID = ImplicitVRLittleEndian
+    item = Dataset()
+    item.CodeValue, item.CodingSchemeDesignator, item.CodeMeaning = "T-A0100", "SRT", "Brain"
+    signed.AnatomicRegionSequence = Sequence([item])
+    signed.save_as(tmp_path / "signed.dcm", enforce_file_format=True)
+    unsigned = copy.deepcopy(signed)
+    unsigned["SmallestImagePixelValue"].VR = unsigned["LargestImagePixelValue"].VR = "US"
+    unsigned.PixelRepresentation = 0
+    unsigned.SmallestImagePixelValue, unsigned.LargestImagePixelValue = 40000, 40001
+    unsigned.save_as(tmp_path / "unsigned.dcm", enforce_file_format=True)
+    values = DecodedValues()
+    _outcome(tmp_path / "signed.dcm", walk=True, values=values)
+    assert values.template is not None
+    buf = (tmp_path / "unsigned.dcm").read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert values.template.dataset.AnatomicRegionSequence[0].CodeValue == "T-A0100"
+        assert vars(values.template.dataset)["_pixel_rep"] == 1  # what the template now caches
+        like = _dicom_walk._walk_like(buf, "unsigned.dcm", values.template, values)
+        plain = walk_header(buf, name="unsigned.dcm", whole=True)
+        assert like is not None and plain is not None
+        assert vars(like.dataset).keys() == vars(plain.dataset).keys()
+        assert like.dataset.SmallestImagePixelValue == 40000 == pydicom.dcmread(io.BytesIO(buf)).SmallestImagePixelValue
