@@ -299,7 +299,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     meta_class = getattr(getattr(ds, "file_meta", None), "MediaStorageSOPClassUID", "")
     sop_class = str(_get(ds, "SOPClassUID", "") or meta_class or "")
     manufacturer = str(_get(ds, "Manufacturer", "") or "")
-    base = dict(
+    base: dict[str, Any] = dict(
         sop_class=sop_class,
         sop_class_name=_uid_name(sop_class) if sop_class else "no SOP Class UID",
         modality=str(_get(ds, "Modality", "") or ""),
@@ -314,7 +314,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     )
     pixel = _pixel_element(ds, ts, fp, pixel_at)
     if pixel is None:
-        return DicomHeader(**base)  # type: ignore[arg-type]
+        return DicomHeader(**base)
     tag, length, value_at = pixel
     for key in ("Rows", "Columns", "BitsAllocated"):
         if _get(ds, key) in (None, "", 0):
@@ -342,7 +342,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
               and (photometric in ("MONOCHROME1", "MONOCHROME2")
                    or (photometric == "RGB" and int(_get(ds, "PlanarConfiguration") or 0) == 0)))
     return DicomHeader(
-        **base, rows=rows, columns=columns, samples=int(_get(ds, "SamplesPerPixel", 1) or 1),  # type: ignore[arg-type]
+        **base, rows=rows, columns=columns, samples=int(_get(ds, "SamplesPerPixel", 1) or 1),
         bits_allocated=bits, bits_stored=int(_get(ds, "BitsStored") or bits),
         signed=int(_get(ds, "PixelRepresentation", 0) or 0) == 1, float_pixels=tag != _PIXEL_TAGS[0],
         photometric=photometric, frames=frames, mosaic=mosaic,

@@ -146,12 +146,10 @@ class _Template:
     the same are its very objects."""
 
     data: np.ndarray  # the template's bytes up to its pixel data element's tag, as uint8
-    starts: tuple[int, ...]
     end: int  # where its last element ends: its pixel data element
     keys: tuple[BaseTag, ...]
     elements: tuple[RawDataElement | DataElement, ...]
     layout: _Layout
-    meta: FileMetaDataset
     dataset: FileDataset
 
     @staticmethod
@@ -160,7 +158,7 @@ class _Template:
         keys = (*ds.file_meta.keys(), *ds.keys())
         elements = (*(ds.file_meta.get_item(k) for k in ds.file_meta.keys()), *(ds.get_item(k) for k in ds.keys()))
         data = np.frombuffer(walked.buffer, np.uint8, count=walked.pixel_at + 4)
-        return _Template(data, layout.starts, walked.pixel_at, keys, elements, layout, ds.file_meta, ds)
+        return _Template(data, walked.pixel_at, keys, elements, layout, ds)
 
 
 def walk_header(buf: bytes, *, name: str, whole: bool, values: DecodedValues | None = None) -> Walked | None:
@@ -232,7 +230,7 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
     template's `value_tell` (as an element `DecodedValues` shares carries its first file's).
     """
     layout = t.layout
-    implicit, little, starts, end = layout.implicit, layout.little, t.starts, t.end
+    implicit, little, starts, end = layout.implicit, layout.little, layout.starts, t.end
     data, limit = np.frombuffer(buf, np.uint8), end + 4  # the pixel data element's tag, where the template's is
     changed: dict[int, RawDataElement | DataElement] = {}
     raw: dict[BaseTag, _Key] = {}
@@ -277,9 +275,9 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
     elements = list(t.elements)
     for j, elem in changed.items():
         elements[j] = elem
-    meta = t.meta
+    meta = t.dataset.file_meta
     if any(j < n_meta for j in changed):
-        meta = _clone(t.meta, dict(zip(t.keys[:n_meta], elements[:n_meta])))
+        meta = _clone(meta, dict(zip(t.keys[:n_meta], elements[:n_meta])))
     ds = _clone(t.dataset, dict(zip(t.keys[n_meta:], elements[n_meta:])), preamble=buf[:128], file_meta=meta,
                 filename=name, timestamp=_mtime(name))
     return Walked(ds, end + delta, raw)

@@ -174,10 +174,11 @@ class _SlabWriter:
         for coords in itertools.product(*(range(r.start // u, -(-r.stop // u)) for r, u in zip(region, self.unit))):
             sel = tuple(slice(k * u - r.start, min((k + 1) * u, r.stop) - r.start)
                         for k, u, r in zip(coords, self.unit, region))
+            shard = slab.data[sel]
             with store_io(self.store, f"cannot write {self.name}"):
-                self._digests.update(codec.write(self.folder, coords, slab.data[sel], pool=self._pool, threads=_THREADS,
+                self._digests.update(codec.write(self.folder, coords, shard, pool=self._pool, threads=_THREADS,
                                                  copy=lambda view: c_order_copy(view, self.header.dtype)))
-            if slab.data[sel].nbytes >= _PREFLUSH_BYTES:
+            if shard.nbytes >= _PREFLUSH_BYTES:
                 self._preflush(codec.keys(tuple(int(k) for k in coords)))
 
     def _preflush(self, key: str) -> None:
