@@ -374,7 +374,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     prune_records(store, keep=records_in_use(store))
     planar = {r.source for r in decoded if r.slot is not None} | {i.source for s in the_plan.shards for i in s.items}
     write_outcomes(store, [r for r in decoded if r.source not in planar and not r.group], fingerprint)
-    _write_array_labels(client, store, rows)
+    _write_array_labels(client, store, rows, written={r.array for r in converted if r.status == "ok"})
     manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles],
                               split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
                               spec.manifest.metadata)
@@ -482,9 +482,13 @@ def _drop_duplicates(rows: list[Row], store: Location) -> list[Row]:
     return sort_rows(out)
 
 
-def _write_array_labels(client: Client, store: Location, rows: Sequence[Row]) -> None:
-    """Each ok volume's `labels` attr, set on the workers in batches (a no-op where already equal)."""
-    todo = [(r.array, dict(r.labels)) for r in rows if r.status == "ok" and r.array and r.slot is None]
+def _write_array_labels(client: Client, store: Location, rows: Sequence[Row], *, written: set[str]) -> None:
+    """Each ok volume's `labels` attr, set on the workers in batches (a no-op where already equal). An array this
+    run `written` was created with no labels (`attrs_for`), so it is only looked at when its row has some."""
+    todo = [(r.array, dict(r.labels)) for r in rows
+            if r.status == "ok" and r.array and r.slot is None and (r.labels or r.array not in written)]
+    if not todo:
+        return
     batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
     client.gather(client.map(set_array_labels, [store] * len(batches), batches, pure=False))
 

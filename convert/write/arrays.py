@@ -2,9 +2,9 @@
 
 Invariant: an array at its final path is whole. It is written in a private
 staging folder (`.labzarr/staging/`), every chunk file is written (also
-all-fill ones, so a missing file is always damage), checked present and
-fsynced, `content_sha256` and then `complete` are set, and only then is the
-folder renamed into place (`install`). A run killed at any point leaves at most
+all-fill ones, so a missing file is always damage) and checked present,
+`content_sha256` and `complete` are set, the whole folder is fsynced, and only
+then is it renamed into place (`install`). A run killed at any point leaves at most
 a staged folder or a zarr `*.partial` file, which the next run sweeps. A volume
 is staged by its task (`writer.py`); a stack of 2D images (see `stacks`) is
 staged by the driver, filled by the shard tasks (each writes whole slot ranges
@@ -40,6 +40,7 @@ from ..manifest import Row
 from ..plan.build import VOLUMES, item_unit
 from ..plan.stacks import STACKS, Stack
 from ..spec import StoreSpec
+from . import nodes
 from .lock import lock_owner
 from .state import STATE, staging_dir, trash_dir
 
@@ -125,23 +126,38 @@ def discard(folder: Location) -> None:
 
 
 def install(store: Location, name: str, folder: Location, array: zarr.Array[Any], *, complete: str,
-            run_id: str, at: str = "") -> None:
-    """Seal the staged `array` (chunk files checked, fsynced, `complete` set last) and move it to `name`.
+            run_id: str, at: str = "", attrs: Mapping[str, Any] | None = None) -> None:
+    """Seal the staged `array` (chunk files checked, `attrs` and `complete` recorded, all of it fsynced) and move
+    it to `name`.
 
     With `at`, `folder` is a whole staged group (a volume's image group) and `array` lies at `at` inside it.
-    Raises `Superseded` when `run_id` no longer holds the store (a task of a dead run): `complete` is not set
-    and the folder is left for the next sweep. A volume of a URL store is sealed where it was written; a staged
-    stack there is copied into place with its `zarr.json` last (`labzarr.store.url`).
+    Raises `Superseded` when `run_id` no longer holds the store (a task of a dead run): the folder is not moved
+    and is left for the next sweep. A volume of a URL store is sealed where it was written, `complete` written
+    last, after its chunks; a staged stack there is copied into place with its `zarr.json` last
+    (`labzarr.store.url`).
     """
-    missing = missing_chunk_files((folder / at if at else folder).keys(), array)
+    on_purpose = set((attrs or {}).get("empty_shards", ()))  # as the array's own attr would say, once written
+    missing = [k for k in missing_chunk_files((folder / at if at else folder).keys(), array) if k not in on_purpose]
     if missing:
         raise RuntimeError(f"{name}: {len(missing)} chunk file(s) missing after writing, first {missing[0]}")
-    folder.fsync_tree()
+    node, sealed = folder / at if at else folder, {**(attrs or {}), COMPLETE: complete}
+    if store.writes_in_place:  # readers may look here already: `complete` only once the voxels are durable
+        folder.fsync_tree()
+        _check_holder(store, name, run_id)
+        nodes.update_attributes(node, array, sealed)
+        folder.fsync_tree(files=(f"{at}/{nodes.ZARR_JSON}" if at else nodes.ZARR_JSON,))
+    else:
+        # Nothing reads a staging folder before the rename publishes it, so `complete` is written with the rest
+        # and one fsync makes the whole folder durable before the rename: one journal commit, not two.
+        nodes.update_attributes(node, array, sealed)
+        folder.fsync_tree()
+        _check_holder(store, name, run_id)
+    folder.move_into_place(store / name, trash_dir(store))  # type: ignore[arg-type]  # both of the store's kind
+
+
+def _check_holder(store: Location, name: str, run_id: str) -> None:
     if run_id and lock_owner(store) != run_id:
         raise Superseded(f"{name}: the store is now held by another run")
-    array.update_attributes({COMPLETE: complete})  # last: the array is whole
-    folder.fsync_tree(files=(f"{at}/zarr.json" if at else "zarr.json",))
-    folder.move_into_place(store / name, trash_dir(store))  # type: ignore[arg-type]  # both of the store's kind
 
 
 def create_stack(folder: Location, stack: Stack, *, spec: StoreSpec) -> zarr.Array[Any]:
@@ -278,8 +294,8 @@ def item_statistics(items: Sequence[IndexItem], rows: Sequence[Row]) -> dict[str
 def write_statistics(store: Location, records: Mapping[str, ItemStats]) -> None:
     """Record `records` (`item_statistics`: histograms too) in the root group `STATISTICS`: what
     `labzarr inspect --stats`, the report and `PatchDataset.stats` merge, in any selection."""
-    group = open_root(store).require_group(STATISTICS)
-    group.attrs.put({STATS: {k: encode_stats(v) for k, v in sorted(records.items())}})
+    nodes.create_group(store / STATISTICS, {STATS: {k: encode_stats(v) for k, v in sorted(records.items())}},
+                       atomic=True)
 
 
 def write_index(store: Location, index: StoreIndex) -> None:

@@ -2,8 +2,9 @@
 
 Invariant: a volume's unit of staging, sealing and installing is its image group `volumes/<item>/`, not its
 level-0 array: the downsampled levels and the group's `ome` attributes are written into the staged group after
-level 0 is whole and before level 0's `complete`, so an installed image always has every level its metadata
-names, and a rerun that trusts `complete` trusts the whole group. On a URL store (no rename) the group is
+level 0 is whole and before level 0's `complete` (the group's node, with those attributes, is written then,
+in one write), so an installed image always has every level its metadata names, and a rerun that trusts
+`complete` trusts the whole group. On a URL store (no rename) the group is
 written at its final path, emptied first, and `complete` on level 0 is still the last write.
 
 A sample's group (`sample_task`) holds its image at `0`, its mask as the label image `labels/mask/`; its roles
@@ -32,6 +33,7 @@ from labzarr.store.ngff import (
     role_path,
 )
 
+from . import nodes
 from .arrays import begin_array, install
 from .pyramid import write_levels
 
@@ -40,9 +42,7 @@ __all__ = ["begin_image", "create_role_groups", "finish_sample", "install_image"
 
 def begin_image(store: Location, name: str) -> Location:
     """Stage the image group of level-0 array `name` (`volumes/case1/0`); returns where level 0 is written."""
-    group = begin_array(store, image_of(name))
-    zarr.create_group(group.zarr(), zarr_format=3)
-    return group / LEVEL0
+    return begin_array(store, image_of(name)) / LEVEL0  # the group's node is written whole when installed
 
 
 def ome_of(level0: zarr.Array[Any], pyramid: Pyramid) -> list[dict[str, Any]]:
@@ -59,13 +59,14 @@ def seal_levels(group: Location, level0: zarr.Array[Any], pyramid: Pyramid, *, c
 
 
 def install_image(store: Location, name: str, folder: Location, level0: zarr.Array[Any], *, complete: str,
-                  run_id: str, pyramid: Pyramid) -> None:
-    """Finish the staged image group holding level 0 at `folder` (its levels, its `ome` attributes), then set
-    level 0's `complete` and move the group to `name`'s image group. Raises `Superseded` like `install`."""
+                  run_id: str, pyramid: Pyramid, attrs: Mapping[str, Any] | None = None) -> None:
+    """Finish the staged image group holding level 0 at `folder` (its levels, the group's node with its `ome`
+    attributes), then record level 0's `attrs` and `complete` and move the group to `name`'s image group.
+    Raises `Superseded` like `install`."""
     group = folder.parent
     seal_levels(group, level0, pyramid, complete=complete)
-    zarr.open_group(group.zarr(), mode="r+", zarr_format=3).attrs.update(image_attrs(ome_of(level0, pyramid)))
-    install(store, image_of(name), group, level0, complete=complete, run_id=run_id, at=LEVEL0)
+    nodes.create_group(group, image_attrs(ome_of(level0, pyramid)))
+    install(store, image_of(name), group, level0, complete=complete, run_id=run_id, at=LEVEL0, attrs=attrs)
 
 
 def create_role_groups(store: Location, group: str, roles: Sequence[str]) -> None:

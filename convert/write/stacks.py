@@ -84,12 +84,12 @@ def install_stack(store: Location, staged: StagedStack, decoded: Sequence[Row], 
     for slot in range(array.shape[0]):  # slots no task recorded (its worker died): zeros
         digests.setdefault((slot, 0, 0, 0), zero)
     ok = sorted((r.slot or 0, r.sha256) for r in decoded if r.status == "ok" and r.array == staged.stack.array)
-    array.update_attributes({
+    attrs = {
         "content_sha256": combine_digests(array.shape, array.dtype, array.chunks, digests),
         "records": staged.records_id, "settings": fingerprint, "ok": len(ok), "empty_shards": empty,
-    })
+    }
     complete = hashlib.sha256("\n".join(f"{slot}:{sha}" for slot, sha in ok).encode()).hexdigest()
-    install(store, staged.stack.array, staged.folder, array, complete=complete, run_id=run_id)
+    install(store, staged.stack.array, staged.folder, array, complete=complete, run_id=run_id, attrs=attrs)
 
 
 def records_in_use(store: Location) -> set[str]:

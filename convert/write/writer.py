@@ -42,6 +42,7 @@ from labzarr.store import Location
 from labzarr.store.content import ChunkDigests, block_digests, combine_digests
 from labzarr.store.ngff import Pyramid
 
+from . import nodes
 from ._shard import ShardCodec
 from .arrays import StoreWriteError, begin_array, discard, install
 from .image import begin_image, install_image
@@ -91,16 +92,15 @@ def c_order_copy(view: npt.NDArray[Any], dtype: np.dtype[Any] | None = None) -> 
 def create_volume_array(folder: Location, header: VolumeHeader, *, chunks: Sequence[int], shards: Sequence[int] | None,
                         codecs: Sequence[Any], attrs: Mapping[str, Any]) -> zarr.Array[Any]:
     """Create the (empty) zarr array a volume of `header` is written into, at `folder`."""
-    return zarr.create_array(
-        folder.zarr(),
+    return nodes.create_array(
+        folder,
         shape=header.shape,
         dtype=header.dtype,
-        chunks=tuple(int(c) for c in chunks),
-        shards=None if shards is None else tuple(int(s) for s in shards),
-        compressors=tuple(codecs),
-        fill_value=np.zeros((), dtype=header.dtype).item(),
+        chunks=chunks,
+        shards=shards,
+        codecs=codecs,
         dimension_names=AXES[: len(header.shape)] if len(header.shape) == 4 else None,
-        attributes=dict(attrs),
+        attributes=attrs,
         config={"write_empty_chunks": True},  # every chunk has a file: a missing one is damage
     )
 
@@ -119,12 +119,12 @@ def seal_volume(store: Location, name: str, folder: Location, array: zarr.Array[
     image group `begin_image` staged: its levels and `ome` attributes are written first and the whole group is
     moved. Raises `StoreWriteError`, `Superseded`."""
     content = combine_digests(array.shape, array.dtype, array.chunks, digests)
+    sealed = {**(attrs or {}), "content_sha256": content}
     with store_io(store, f"cannot write {name}"):
-        array.update_attributes({**(attrs or {}), "content_sha256": content})
         if pyramid is None:
-            install(store, name, folder, array, complete=complete, run_id=run_id)
+            install(store, name, folder, array, complete=complete, run_id=run_id, attrs=sealed)
         else:
-            install_image(store, name, folder, array, complete=complete, run_id=run_id, pyramid=pyramid)
+            install_image(store, name, folder, array, complete=complete, run_id=run_id, pyramid=pyramid, attrs=sealed)
     return content
 
 
