@@ -164,9 +164,11 @@ def dataset_stats(items: Iterable[IndexItem], records: Mapping[str, ItemStats] |
         kinds.setdefault(i.kind or "?", []).append(s)
     geometry = {name: Geometry.of(group) for name, axes in (("volume", 3), ("image", 2))
                 if (group := [i for i in items if i.spatial_axes == axes])}
-    return DatasetStats(items=len(items), missing=len(items) - len(with_stats),
-                        intensity=IntensityStats.merge([s for _, s in with_stats]),
-                        kinds={k: IntensityStats.merge(v) for k, v in sorted(kinds.items())},
+    overall = IntensityStats.merge([s for _, s in with_stats])
+    return DatasetStats(items=len(items), missing=len(items) - len(with_stats), intensity=overall,
+                        # one kind holds every item: its merge is the overall one (the histograms are most of it)
+                        kinds={k: overall if len(kinds) == 1 else IntensityStats.merge(v)
+                               for k, v in sorted(kinds.items())},
                         geometry=geometry, classes=_class_frequencies(items))
 
 

@@ -21,6 +21,7 @@ their kind of store can.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -307,6 +308,22 @@ def remove_stale(store: Location, keep: set[str]) -> None:
     """Remove every volume, sample group and stack not in `keep` (array or group paths, any path below an item
     keeping its whole group): what no row names."""
     units = {item_unit(path) for path in keep}
-    for path in [*array_paths(store, VOLUMES), *group_paths(store, VOLUMES), *array_paths(store, STACKS)]:
-        if path not in units:
-            remove_array(store, path)
+    # One listing of each folder, not zarr's members (which opens every node): a kept name is never read, and
+    # only the others' nodes say what they are.
+    kinds: dict[str, set[str | None]] = {VOLUMES: {"array", "group"}, STACKS: {"array"}}
+    for group, removable in kinds.items():
+        folder = store / group
+        names = sorted(child.name for child in folder.iterdir()) if folder.is_dir() else []
+        for name in names:
+            path = f"{group}/{name}"
+            if path not in units and _node_type(store / path) in removable:
+                remove_array(store, path)
+
+
+def _node_type(folder: Location) -> str | None:
+    """What the zarr node at `folder` is ("array", "group"); None where there is none."""
+    try:
+        meta = json.loads((folder / nodes.ZARR_JSON).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return meta.get("node_type") if isinstance(meta, dict) else None

@@ -23,9 +23,9 @@ from labzarr.store.content import chunk_digest, combine_digests
 
 from ..manifest import Row
 from ..plan.build import Plan
-from ..plan.stacks import Stack
+from ..plan.stacks import STACKS, Stack
 from ..spec import Spec
-from .arrays import array_nodes, carry_shard, create_stack, fill_missing_shards, install, open_stack, staging_folder
+from .arrays import carry_shard, create_stack, fill_missing_shards, install, open_stack, staging_folder
 from .outcomes import read_shard_record
 from .state import records_dir
 
@@ -94,5 +94,5 @@ def install_stack(store: Location, staged: StagedStack, decoded: Sequence[Row], 
 
 def records_in_use(store: Location) -> set[str]:
     """The records folders the installed stacks name (what `prune_records` keeps)."""
-    return {str(meta["attributes"]["records"]) for _, meta in array_nodes(store)
+    return {str(meta["attributes"]["records"]) for _, meta in (store / STACKS).array_nodes()
             if "records" in meta.get("attributes", {})}
