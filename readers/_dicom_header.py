@@ -255,7 +255,9 @@ def _get(ds: Dataset, keyword: str, default: Any = None) -> Any:
     attribute machinery (keyword to tag on every call): a header reads some 50 values of every file, and this
     took about a fifth of reading one (docs/benchmarks.md)."""
     tag = _tag_of(keyword)
-    elem = ds.get_item(tag) if tag is not None else None  # not a keyword of one tag (60xx overlays): as `get`
+    # The dataset's own mapping, not `get_item`, which converts the key to a `Tag` again on every call; this
+    # reads no deferred values, and neither the walk nor `read_header`'s dcmread defers any.
+    elem = ds._dict.get(tag) if tag is not None else None  # not a keyword of one tag (60xx overlays): as `get`
     if elem is None:
         return default
     if isinstance(elem, DataElement):
@@ -771,7 +773,7 @@ def _normal(orientation: Sequence[float]) -> tuple[float, float, float]:
 def _list(value: Any) -> list[Any]:
     if value is None or value == "":
         return []
-    if isinstance(value, list | tuple) or type(value).__name__ == "MultiValue":
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
         return list(value)
     return [value]
 
