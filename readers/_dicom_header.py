@@ -255,9 +255,11 @@ def _get(ds: Dataset, keyword: str, default: Any = None) -> Any:
     attribute machinery (keyword to tag on every call): a header reads some 50 values of every file, and this
     took about a fifth of reading one (docs/benchmarks.md)."""
     tag = _tag_of(keyword)
+    if tag is None:  # not a keyword of one tag (60xx overlays): as `get`
+        return default
     # The dataset's own mapping, not `get_item`, which converts the key to a `Tag` again on every call; this
     # reads no deferred values, and neither the walk nor `read_header`'s dcmread defers any.
-    elem = ds._dict.get(tag) if tag is not None else None  # not a keyword of one tag (60xx overlays): as `get`
+    elem = ds._dict.get(tag)
     if elem is None:
         return default
     if isinstance(elem, DataElement):

@@ -74,7 +74,7 @@ class VolumeTask:
     kind: str
     sha256: str
     array: str
-    size: int = 0  # bytes of the source file(s): progress and throughput, never a decision
+    size: int = 0  # bytes of the source file(s): progress, throughput and scheduling, never what is written
     warnings: tuple[str, ...] = ()
     members: tuple[str, ...] = ()
     stack: SeriesStack | None = None

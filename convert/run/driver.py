@@ -61,6 +61,7 @@ from ..write.lock import LockInfo, store_lock
 from ..write.outcomes import read_outcomes, write_outcomes
 from ..write.stacks import install_stack, records_in_use, stage_stacks
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, sweep
+from .batches import batch_volumes
 from .part_task import stage_split
 from .settings import TaskSettings
 from .split_step import split_rows
@@ -348,7 +349,8 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         workers = len(client.scheduler_info().get("workers", {}))
         split = {t.array: parts for t in the_plan.tasks
                  if (parts := stage_split(store, t, task_settings, workers=workers, split_bytes=spec.run.split_bytes))}
-        jobs = Jobs(volumes=[t for t in the_plan.tasks if t.array not in split], shards=the_plan.shards,
+        volumes, batches = batch_volumes([t for t in the_plan.tasks if t.array not in split], workers)
+        jobs = Jobs(volumes=volumes, batches=batches, shards=the_plan.shards,
                     targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
                     samples=the_plan.samples, parts=split)
         converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout, progress=progress)
@@ -532,3 +534,4 @@ def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Seq
         "manifest_sha256": manifest_sha,
         "tool_version": tool_version(),
     }
+

@@ -12,6 +12,8 @@ becomes rows are `boundary.py`'s; here is when:
 - a shard of several images that dies or times out is redone image by image,
   one task after the other (a shard is written by one task at a time), so only
   the culprit is lost;
+- a batch of small volumes (`batches.py`) that dies or times out is redone
+  item by item, each a task of its own;
 - a part that dies or times out costs its volume: the first failing part in
   file order gives the item's row, and the staged array is removed;
 - `StoreWriteError` (disk full, read-only store) stops the run with a
@@ -43,6 +45,7 @@ from ..plan.samples import SampleTask
 from ..plan.stacks import ShardTask
 from ..progress import Progress, ProgressEvent
 from ..write.arrays import StoreWriteError
+from .batches import VolumeBatch, convert_batch
 from .boundary import Job, crashed, report_key, store_failed, timed_out
 from .faults import report_path
 from .part_task import convert_part, finish_split
@@ -65,6 +68,7 @@ class Jobs:
     """Everything one run hands to its workers, by kind of job."""
 
     volumes: Sequence[VolumeTask] = ()
+    batches: Sequence[VolumeBatch] = ()  # small volumes, several to a task
     shards: Sequence[ShardTask] = ()
     targets: Mapping[str, ShardTarget] = field(default_factory=dict)  # by stack array: where its shards write
     samples: Sequence[SampleTask] = ()
@@ -72,13 +76,15 @@ class Jobs:
 
     def sizes(self) -> dict[str, int]:
         """Source bytes by source path: what progress and throughput count."""
-        return ({t.source: t.size for t in self.volumes} | {i.source: i.size for s in self.shards for i in s.items}
+        return ({t.source: t.size for t in self.volumes} | {t.source: t.size for b in self.batches for t in b.tasks}
+                | {i.source: i.size for s in self.shards for i in s.items}
                 | {s.source: s.size for s in self.samples}
                 | {p[0].task.source: p[0].task.size for p in self.parts.values()})
 
     def items(self) -> int:
         """How many rows the jobs end in: one per volume, image, sample and split volume."""
-        return len(self.volumes) + sum(len(s.items) for s in self.shards) + len(self.samples) + len(self.parts)
+        return (len(self.volumes) + sum(len(b.tasks) for b in self.batches) + sum(len(s.items) for s in self.shards)
+                + len(self.samples) + len(self.parts))
 
 _POLL_S = 0.1  # the longest the driver waits for a finished future before it looks at timeouts again
 _WATCH_S = 1.0  # how often it asks the scheduler which items are running, for timeouts
@@ -114,7 +120,7 @@ class _Run:
         self.targets, self.progress = jobs.targets, progress
         self.todo = jobs
         self.reports = settings.reports()  # only fault reports are read here
-        self.jobs: dict[Hashable, tuple[Future[Any], Job]] = {}
+        self.jobs: dict[Hashable, tuple[Future[Any], Job | VolumeBatch]] = {}
         self.then: dict[Hashable, list[ShardTask]] = {}  # what to submit when this key is done (a chain of singles)
         self.rows: list[Row] = []
         self.bytes = ByteCount({})
@@ -139,11 +145,13 @@ class _Run:
 
     def _run(self, jobs: Jobs) -> list[Row]:
         every_part = [part for volume in jobs.parts.values() for part in volume]
-        futures = [*self.client.map(convert_item, jobs.volumes, settings=self.settings, pure=False),
-                   *(self._submit_shard(s) for s in jobs.shards),
-                   *self.client.map(convert_sample, jobs.samples, settings=self.settings, pure=False),
-                   *self.client.map(convert_part, every_part, settings=self.settings, pure=False)]
-        submitted: list[Job] = [*jobs.volumes, *jobs.shards, *jobs.samples, *every_part]
+        futures: list[Future[Any]] = [
+            *self.client.map(convert_item, jobs.volumes, settings=self.settings, pure=False),
+            *self.client.map(convert_batch, jobs.batches, settings=self.settings, pure=False),
+            *(self._submit_shard(s) for s in jobs.shards),
+            *self.client.map(convert_sample, jobs.samples, settings=self.settings, pure=False),
+            *self.client.map(convert_part, every_part, settings=self.settings, pure=False)]
+        submitted: list[Job | VolumeBatch] = [*jobs.volumes, *jobs.batches, *jobs.shards, *jobs.samples, *every_part]
         for f, job in zip(futures, submitted):
             self.jobs[f.key] = (f, job)
         self.ac = as_completed(futures)
@@ -216,6 +224,8 @@ class _Run:
                 future.result()  # any other exception is a bug in our code: raise it with its traceback
             if isinstance(job, ShardTask) and len(job.items) > 1:
                 self._split(job, f"a worker died in it ({exc})")
+            elif isinstance(job, VolumeBatch):
+                self._unbatch(job, f"a worker died in it ({exc})")
             elif isinstance(job, VolumePart):
                 self._part_done(job, crashed(job, self.reports, exc)[0])
             else:
@@ -231,6 +241,8 @@ class _Run:
             self.watch.restart_worker_of(key)
             if isinstance(job, ShardTask) and len(job.items) > 1:
                 self._split(job, f"no result after {self.item_timeout:g} s")
+            elif isinstance(job, VolumeBatch):
+                self._unbatch(job, f"no result after {self.item_timeout:g} s")
             elif isinstance(job, VolumePart):
                 self._part_done(job, timed_out(job, self.reports, self.item_timeout)[0])
             else:
@@ -252,8 +264,11 @@ class _Run:
     def _reported(self, key: Hashable) -> bool:
         if not self.settings.fault_reports:
             return True  # no report will come: do not wait for one
-        path = report_path(self.reports, report_key(self.jobs[key][1]))
-        return path.exists() and path.stat().st_size > 0
+        job = self.jobs[key][1]
+        # a batch: the item it hangs in writes its report (and its own task will time out again, with it)
+        paths = [report_path(self.reports, report_key(j)) for j in (job.tasks if isinstance(job, VolumeBatch)
+                                                                    else (job,))]
+        return any(p.exists() and p.stat().st_size > 0 for p in paths)
 
     def _split(self, job: ShardTask, why: str) -> None:
         """Redo a shard's images one task at a time, each after the previous: only the culprit is lost."""
@@ -261,6 +276,14 @@ class _Run:
         log.warning("shard %d of %s failed (%s); retrying its %d images one by one", job.shard, job.stack.array,
                     why, len(singles))
         self._chain(singles)
+
+    def _unbatch(self, batch: VolumeBatch, why: str) -> None:
+        """Redo a batch's items each as a task of its own (all at once: volumes are independent)."""
+        log.warning("a batch of %d small volumes failed (%s); retrying them one by one", len(batch.tasks), why)
+        for task in batch.tasks:
+            future = self.client.submit(convert_item, task, settings=self.settings, pure=False)
+            self.jobs[future.key] = (future, task)
+            self.ac.add(future)
 
     def _chain(self, singles: list[ShardTask]) -> None:
         if not singles:
@@ -311,3 +334,4 @@ class _Watchdog:
         if status.get(worker) != "OK":
             log.warning("worker %s is stuck on a timed-out item and could not be restarted (%s); "
                         "it takes no more work", worker, status.get(worker))
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,30 @@ from ..conftest import make_delivery
 from ..faulty_readers import HANG_MAGIC, PLUGINS, SEGFAULT_MAGIC
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def test_segfault_and_hang_cost_only_their_items(tmp_path: Path) -> None:
     d = make_delivery(tmp_path,
                       extra=f"\n[run]\nitem_timeout = 4\ncrash_retries = 1\nreaders = {json.dumps(PLUGINS)}\n")
     (d.raw / "case_901.dcm").write_bytes(SEGFAULT_MAGIC + bytes(range(256)))
     (d.raw / "case_902.jpg").write_bytes(HANG_MAGIC + bytes(range(256)))
-    result = convert_delivery(d.spec, workers=2)
+    seen, supervisor = _Records(), logging.getLogger("labzarr.convert.run.supervise")
+    supervisor.addHandler(seen)  # on the logger itself: the cluster quiets the root's handlers while it runs
+    try:
+        result = convert_delivery(d.spec, workers=2)
+    finally:
+        supervisor.removeHandler(seen)
+    # Both are small items, run in batches with others (`run/batches.py`): a batch that dies or hangs is redone
+    # item by item, and only the culprit's row says so.
+    redone = [m for m in seen.messages if "small volumes failed" in m]
+    assert redone and all("retrying them one by one" in m for m in redone), seen.messages
     rows = {r["source"]: r for r in read_manifest(result.manifest)}
     crash, hang = rows.pop("case_901.dcm"), rows.pop("case_902.jpg")
     assert (crash["status"], crash["reason"], crash["kind"]) == ("rejected", "decoder_crash", "test-segfault")
