@@ -12,6 +12,7 @@ import errno
 import gc
 import hashlib
 import logging
+import math
 import shutil
 import signal
 import socket
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from multiprocessing import resource_tracker
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dask
 import psutil
@@ -72,6 +73,7 @@ __all__ = ["Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_d
 
 log = logging.getLogger(__name__)
 _PROBE_BATCH = 64
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,8 +424,9 @@ def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
 def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
            progress: Progress | None) -> dict[str, Probe]:
     todo = _to_probe(candidates)
-    batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
-    futures = client.map(probe_files, batches, readers=readers_with(spec.run.readers), pure=False)
+    workers = len(client.scheduler_info().get("workers", {}))
+    futures = client.map(probe_files, _probe_batches(todo, workers), readers=readers_with(spec.run.readers),
+                         pure=False)
     out: dict[str, Probe] = {}
     bytes_total = sum(c.entry.size for c in candidates
                       if not c.excluded_by and not c.entry.outside and not c.entry.special)
@@ -437,6 +440,18 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
         if progress:
             progress(ProgressEvent("probe", len(out), len(todo), bytes_done, bytes_total))
     return out
+
+
+def _probe_batches(files: Sequence[_T], workers: int) -> list[Sequence[_T]]:
+    """`files` in batches of at most `_PROBE_BATCH`, as many batches as a multiple of `workers` and as even as
+    can be: with 400 files and 2 workers, 8 of 50 rather than 7 of 64, whose last round kept one worker idle."""
+    count = math.ceil(len(files) / _PROBE_BATCH)
+    count = min(len(files), math.ceil(count / max(1, workers)) * max(1, workers))
+    if not count:
+        return []
+    size, extra = divmod(len(files), count)
+    starts = [i * size + min(i, extra) for i in range(count + 1)]
+    return [files[a:b] for a, b in zip(starts, starts[1:])]
 
 
 @contextmanager

@@ -1,10 +1,11 @@
-"""How small volumes are grouped into tasks (`convert/run/batches.py`); what a failing batch costs is in
-test_faults.py (a segfault and a hang among batched items)."""
+"""How small volumes are grouped into tasks (`convert/run/batches.py`), and files into probe tasks; what a
+failing batch costs is in test_faults.py (a segfault and a hang among batched items)."""
 
 from __future__ import annotations
 
 from labzarr.convert.plan.build import VolumeTask
 from labzarr.convert.run.batches import _MOST, _SMALL_BYTES, batch_volumes
+from labzarr.convert.run.driver import _probe_batches
 
 
 def _tasks(n: int, size: int, prefix: str = "c") -> list[VolumeTask]:
@@ -31,3 +32,12 @@ def test_a_batch_holds_at_most_a_few_items_and_none_of_one() -> None:
     assert {len(b.tasks) for b in batches} == {_MOST} and alone == [small[-1]]  # 125 batches, one left over
     assert sorted(t.item_id for t in [*alone, *(t for b in batches for t in b.tasks)]) == sorted(
         t.item_id for t in small)
+
+
+def test_probe_batches_fill_every_round_of_the_workers() -> None:
+    """At most 64 files a probe task, as many tasks as a multiple of the workers, as even as can be, in order."""
+    for n, workers, count, sizes in ((400, 2, 8, {50}), (640, 2, 10, {64}), (2000, 2, 32, {62, 63}), (10, 2, 2, {5}),
+                                     (3, 8, 3, {1}), (130, 3, 3, {43, 44}), (0, 2, 0, set())):
+        batches = _probe_batches(list(range(n)), workers)
+        assert (len(batches), {len(b) for b in batches}) == (count, sizes), n
+        assert [f for b in batches for f in b] == list(range(n))
