@@ -132,10 +132,12 @@ class Folder(PosixPath):
             return self.stat().st_size
         return sum(p.stat().st_size for p in self.rglob("*") if p.is_file())
 
-    def fsync_tree(self, files: Sequence[str] | None = None) -> None:
-        """fsync files (all below, or just `files`) and their folders: zarr never fsyncs."""
+    def fsync_tree(self, files: Sequence[str] | None = None, *, also: Sequence[Folder] = ()) -> None:
+        """fsync files (all below, or just `files`) and their folders: zarr never fsyncs. `also`: other folders
+        whose whole trees are synced in the same pass (many small trees: their fsyncs then share commits)."""
         paths = [self / f for f in files] if files is not None else [p for p in self.rglob("*") if p.is_file()]
-        dirs = {self} | {p.parent for p in paths}
+        paths += [p for other in also for p in other.rglob("*") if p.is_file()]
+        dirs = {self, *also} | {p.parent for p in paths}
         if len(paths) < _PARALLEL_FSYNC:
             for path in [*paths, *sorted(dirs, key=lambda d: len(d.parts), reverse=True)]:
                 _fsync(path)
@@ -146,8 +148,9 @@ class Folder(PosixPath):
             list(pool.map(_fsync, paths))
             list(pool.map(_fsync, dirs))
 
-    def move_into_place(self, dest: Folder, trash: Folder) -> None:
-        """Rename this staged folder to `dest`, first moving any existing `dest` aside into `trash`."""
+    def move_into_place(self, dest: Folder, trash: Folder, *, sync: bool = True) -> None:
+        """Rename this staged folder to `dest`, first moving any existing `dest` aside into `trash`; `sync`: fsync
+        `dest`'s folder then, so the rename is durable (else the caller syncs it, once for many)."""
         trash.mkdir(parents=True, exist_ok=True)
         for _ in range(10):  # a retried task of this run may be installing the same array at the same moment
             aside = trash / f"{dest.name}.{uuid.uuid4().hex}"
@@ -163,7 +166,8 @@ class Folder(PosixPath):
                 if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
                     continue
                 raise
-            dest.parent.fsync_tree(files=())
+            if sync:
+                dest.parent.fsync_tree(files=())
             return
         raise RuntimeError(f"{dest}: could not move the staged array into place (another writer keeps replacing it)")
 

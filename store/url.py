@@ -209,12 +209,13 @@ class UrlStore:
         except FileNotFoundError:
             return 0
 
-    def fsync_tree(self, files: Sequence[str] | None = None) -> None:
+    def fsync_tree(self, files: Sequence[str] | None = None, *, also: Sequence[UrlStore] = ()) -> None:
         """Nothing to do: an object is durable once its PUT returns."""
 
-    def move_into_place(self, dest: UrlStore, trash: UrlStore) -> None:
+    def move_into_place(self, dest: UrlStore, trash: UrlStore, *, sync: bool = True) -> None:
         """Replace `dest` by this staged prefix: every key but `zarr.json` copied server-side and checked present,
-        then `zarr.json` last (the node appears whole), then the staged keys deleted. `trash` is not needed."""
+        then `zarr.json` last (the node appears whole), then the staged keys deleted. `trash` and `sync` are not
+        needed (an object is durable once written)."""
         if dest.url == self.url:  # written in place
             return
         fs = self.fs()

@@ -32,7 +32,7 @@ from ..plan.build import VolumeTask
 from ..plan.chunks import plan_chunks, plan_shards
 from ..plan.records import to_record
 from ..validate import FiniteCheck
-from ..write.arrays import codecs
+from ..write.arrays import Staged, codecs
 from ..write.writer import AXES, VolumeWriter
 from .boundary import on_worker, refusal
 from .settings import TaskSettings
@@ -41,13 +41,14 @@ from .slab_progress import SlabReporter
 __all__ = ["attrs_for", "convert_item", "ok_row", "open_volume", "read_file", "record_attrs", "volume_layout"]
 
 
-def convert_item(task: VolumeTask, settings: TaskSettings) -> Row:
-    """Convert one item, slab by slab; returns its manifest row for every outcome."""
+def convert_item(task: VolumeTask, settings: TaskSettings, *, defer: list[Staged] | None = None) -> Row:
+    """Convert one item, slab by slab; returns its manifest row for every outcome. With `defer`, an ok item's
+    sealed array is left staged there, for the caller's `publish` (a batch's, `batches.py`)."""
     with on_worker(task, settings):
-        return _convert(task, settings, settings.location())
+        return _convert(task, settings, settings.location(), defer)
 
 
-def _convert(task: VolumeTask, settings: TaskSettings, store: Location) -> Row:
+def _convert(task: VolumeTask, settings: TaskSettings, store: Location, defer: list[Staged] | None = None) -> Row:
     base = task.base_row()
     writer: VolumeWriter | None = None
     try:
@@ -72,7 +73,7 @@ def _convert(task: VolumeTask, settings: TaskSettings, store: Location) -> Row:
             progress.update(slab)
         row = ok_row(base, task, h, finite.outcome(), stats)
         # What a rerun reuses when the source is unchanged, recorded before `complete`.
-        writer.finish(attrs=record_attrs(row, settings.fingerprint), complete=task.sha256)
+        writer.finish(attrs=record_attrs(row, settings.fingerprint), complete=task.sha256, defer=defer)
     except Exception as exc:  # the task boundary: a decoder bug must cost one item, not the run
         return base.rejected(*refusal(exc, task.source))
     finally:

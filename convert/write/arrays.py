@@ -26,6 +26,7 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,10 +46,10 @@ from . import nodes
 from .lock import lock_owner
 from .state import STATE, staging_dir, trash_dir
 
-__all__ = ["STACK_AXES", "StoreWriteError", "Superseded", "array_nodes", "array_paths", "begin_array", "carry_shard",
-           "codecs", "compact_metadata", "create_stack", "discard", "fill_missing_shards", "group_paths",
-           "index_items", "install", "item_statistics", "open_root", "remove_array", "remove_stale", "set_array_labels",
-           "staging_folder", "write_index", "write_slots", "write_statistics"]
+__all__ = ["STACK_AXES", "Staged", "StoreWriteError", "Superseded", "array_nodes", "array_paths", "begin_array",
+           "carry_shard", "codecs", "compact_metadata", "create_stack", "discard", "fill_missing_shards",
+           "group_paths", "index_items", "install", "item_statistics", "open_root", "publish", "remove_array",
+           "remove_stale", "set_array_labels", "staging_folder", "write_index", "write_slots", "write_statistics"]
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +127,26 @@ def discard(folder: Location) -> None:
         log.warning("%s: could not remove the unfinished array: %s", folder, exc)
 
 
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """A sealed staging folder (`complete` recorded) that `publish` makes durable and moves to `name`."""
+
+    store: Location
+    name: str
+    folder: Location
+    run_id: str
+
+
 def install(store: Location, name: str, folder: Location, array: zarr.Array[Any], *, complete: str,
-            run_id: str, at: str = "", attrs: Mapping[str, Any] | None = None) -> None:
+            run_id: str, at: str = "", attrs: Mapping[str, Any] | None = None,
+            defer: list[Staged] | None = None) -> None:
     """Seal the staged `array` (chunk files checked, `attrs` and `complete` recorded, all of it fsynced) and move
-    it to `name`.
+    it to `name`; with `defer`, the sealed folder is appended there instead, for one `publish` of many.
 
     With `at`, `folder` is a whole staged group (a volume's image group) and `array` lies at `at` inside it.
     Raises `Superseded` when `run_id` no longer holds the store (a task of a dead run): the folder is not moved
     and is left for the next sweep. A volume of a URL store is sealed where it was written, `complete` written
-    last, after its chunks; a staged stack there is copied into place with its `zarr.json` last
+    last, after its chunks (never deferred); a staged stack there is copied into place with its `zarr.json` last
     (`labzarr.store.url`).
     """
     on_purpose = set((attrs or {}).get("empty_shards", ()))  # as the array's own attr would say, once written
@@ -147,13 +159,32 @@ def install(store: Location, name: str, folder: Location, array: zarr.Array[Any]
         _check_holder(store, name, run_id)
         nodes.update_attributes(node, array, sealed)
         folder.fsync_tree(files=(f"{at}/{nodes.ZARR_JSON}" if at else nodes.ZARR_JSON,))
+        folder.move_into_place(store / name, trash_dir(store))  # type: ignore[arg-type]  # both of the store's kind
+        return
+    # Nothing reads a staging folder before the rename publishes it, so `complete` is written with the rest
+    # and one fsync makes the whole folder durable before the rename: one journal commit, not two.
+    nodes.update_attributes(node, array, sealed)
+    staged = Staged(store, name, folder, run_id)
+    if defer is not None:
+        defer.append(staged)
     else:
-        # Nothing reads a staging folder before the rename publishes it, so `complete` is written with the rest
-        # and one fsync makes the whole folder durable before the rename: one journal commit, not two.
-        nodes.update_attributes(node, array, sealed)
-        folder.fsync_tree()
-        _check_holder(store, name, run_id)
-    folder.move_into_place(store / name, trash_dir(store))  # type: ignore[arg-type]  # both of the store's kind
+        publish([staged])
+
+
+def publish(staged: Sequence[Staged]) -> None:
+    """Make sealed staging folders durable and move each to its name: every file of all of them fsynced in one
+    pass (concurrent fsyncs share the filesystem's commits: many small items cost a few, not one each), each
+    renamed once the store's holder is checked, then each destination folder synced once. Raises `Superseded`
+    as `install` does: the folders not yet moved stay staged, for the next sweep."""
+    if not staged:
+        return
+    staged[0].folder.fsync_tree(also=[s.folder for s in staged[1:]])  # type: ignore[misc]  # one kind
+    for s in staged:
+        _check_holder(s.store, s.name, s.run_id)
+        s.folder.move_into_place(s.store / s.name, trash_dir(s.store), sync=False)  # type: ignore[arg-type]
+    parents = {str(p): p for p in ((s.store / s.name).parent for s in staged)}
+    for parent in parents.values():
+        parent.fsync_tree(files=())
 
 
 def _check_holder(store: Location, name: str, run_id: str) -> None:

@@ -34,7 +34,7 @@ from labzarr.store.ngff import (
 )
 
 from . import nodes
-from .arrays import begin_array, install
+from .arrays import Staged, begin_array, install
 from .pyramid import write_levels
 
 __all__ = ["begin_image", "create_role_groups", "finish_sample", "install_image", "ome_of", "seal_levels"]
@@ -59,14 +59,16 @@ def seal_levels(group: Location, level0: zarr.Array[Any], pyramid: Pyramid, *, c
 
 
 def install_image(store: Location, name: str, folder: Location, level0: zarr.Array[Any], *, complete: str,
-                  run_id: str, pyramid: Pyramid, attrs: Mapping[str, Any] | None = None) -> None:
+                  run_id: str, pyramid: Pyramid, attrs: Mapping[str, Any] | None = None,
+                  defer: list[Staged] | None = None) -> None:
     """Finish the staged image group holding level 0 at `folder` (its levels, the group's node with its `ome`
     attributes), then record level 0's `attrs` and `complete` and move the group to `name`'s image group.
-    Raises `Superseded` like `install`."""
+    Raises `Superseded` like `install`; `defer` as `install`'s."""
     group = folder.parent
     seal_levels(group, level0, pyramid, complete=complete)
     nodes.create_group(group, image_attrs(ome_of(level0, pyramid)))
-    install(store, image_of(name), group, level0, complete=complete, run_id=run_id, at=LEVEL0, attrs=attrs)
+    install(store, image_of(name), group, level0, complete=complete, run_id=run_id, at=LEVEL0, attrs=attrs,
+            defer=defer)
 
 
 def create_role_groups(store: Location, group: str, roles: Sequence[str]) -> None:

@@ -44,7 +44,7 @@ from labzarr.store.ngff import Pyramid
 
 from . import nodes
 from ._shard import ShardCodec
-from .arrays import StoreWriteError, begin_array, discard, install
+from .arrays import Staged, StoreWriteError, begin_array, discard, install
 from .image import begin_image, install_image
 
 __all__ = ["AXES", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "create_volume_array", "open_volume_array",
@@ -113,18 +113,21 @@ def open_volume_array(folder: Location) -> zarr.Array[Any]:
 
 
 def seal_volume(store: Location, name: str, folder: Location, array: zarr.Array[Any], digests: ChunkDigests, *,
-                attrs: Mapping[str, Any] | None, complete: str, run_id: str, pyramid: Pyramid | None = None) -> str:
+                attrs: Mapping[str, Any] | None, complete: str, run_id: str, pyramid: Pyramid | None = None,
+                defer: list[Staged] | None = None) -> str:
     """Record `content_sha256` (from every chunk's digest) and `attrs`, then `complete`, and move the staged
     array at `folder` to `name`; returns the content hash. With `pyramid`, `name` is the level-0 array of an
     image group `begin_image` staged: its levels and `ome` attributes are written first and the whole group is
-    moved. Raises `StoreWriteError`, `Superseded`."""
+    moved. With `defer`, the sealed folder is left there for `publish` instead of moved. Raises `StoreWriteError`,
+    `Superseded`."""
     content = combine_digests(array.shape, array.dtype, array.chunks, digests)
     sealed = {**(attrs or {}), "content_sha256": content}
     with store_io(store, f"cannot write {name}"):
         if pyramid is None:
-            install(store, name, folder, array, complete=complete, run_id=run_id, attrs=sealed)
+            install(store, name, folder, array, complete=complete, run_id=run_id, attrs=sealed, defer=defer)
         else:
-            install_image(store, name, folder, array, complete=complete, run_id=run_id, pyramid=pyramid, attrs=sealed)
+            install_image(store, name, folder, array, complete=complete, run_id=run_id, pyramid=pyramid, attrs=sealed,
+                          defer=defer)
     return content
 
 
@@ -236,14 +239,16 @@ class VolumeWriter(_SlabWriter):
         self._staged = folder if pyramid is None else folder.parent  # what `close` removes unless installed
         self._installed = False
 
-    def finish(self, *, attrs: Mapping[str, Any] | None = None, complete: str) -> str:
-        """Record `content_sha256` (and `attrs`), then `complete`, and move the array into place; returns the hash."""
+    def finish(self, *, attrs: Mapping[str, Any] | None = None, complete: str,
+               defer: list[Staged] | None = None) -> str:
+        """Record `content_sha256` (and `attrs`), then `complete`, and move the array into place (with `defer`,
+        leave it sealed there for `publish`); returns the hash."""
         self._collect()
         self._pool.shutdown()
         if self._flush is not None:  # the install's fsync would wait for the same writes
             self._flush.shutdown()
         content = seal_volume(self.store, self.name, self.folder, self.array, self._digests, attrs=attrs,
-                              complete=complete, run_id=self.run_id, pyramid=self.pyramid)
+                              complete=complete, run_id=self.run_id, pyramid=self.pyramid, defer=defer)
         self._installed = True
         return content
 

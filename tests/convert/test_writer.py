@@ -1,7 +1,11 @@
-"""The slab writer's own shard encoding: the same files zarr-python writes, read back identically by both readers."""
+"""The slab writer's own shard encoding: the same files zarr-python writes, read back identically by both readers;
+and its installs, one by one or published together."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +13,9 @@ import pytest
 import zarr
 
 from labzarr.convert.spec import StoreSpec
-from labzarr.convert.write.arrays import codecs
+from labzarr.convert.write.arrays import Staged, Superseded, codecs, publish
+from labzarr.convert.write.lock import LockInfo, lock_path
+from labzarr.convert.write.state import staging_dir
 from labzarr.convert.write.writer import VolumeWriter, create_volume_array
 from labzarr.readers import Slab, VolumeHeader
 from labzarr.store import Folder, StoreReader
@@ -119,10 +125,10 @@ def test_large_shards_are_flushed_as_they_are_written(tmp_path: Path, monkeypatc
     flushed: list[tuple[str, ...]] = []
     real = Folder.fsync_tree
 
-    def recording(self: Folder, files: tuple[str, ...] | None = None) -> None:
+    def recording(self: Folder, files: tuple[str, ...] | None = None, *, also: Sequence[Folder] = ()) -> None:
         if files is not None and files and files[0].startswith("c/"):
             flushed.append(tuple(files))
-        real(self, files)
+        real(self, files, also=also)
 
     monkeypatch.setattr(Folder, "fsync_tree", recording)
     data = _volume((1, 256, 128, 96), "int16", "smooth")  # 6 MiB: two shards of 3 MiB, or one of 6
@@ -131,3 +137,37 @@ def test_large_shards_are_flushed_as_they_are_written(tmp_path: Path, monkeypatc
         theirs, ours, _ = _write_both(tmp_path / str(shards[1]), data, (1, 32, 32, 32), shards, StoreSpec(), slabs=1)
         assert flushed == want
         assert _files(ours) == _files(theirs)
+
+
+def test_deferred_installs_are_published_together(tmp_path: Path) -> None:
+    """A batch's volumes are sealed in staging (`finish(defer=...)`), then `publish` makes them durable and moves
+    each into place: until then nothing is at the final names; after, each reads back whole, `complete` set, and
+    staging is empty. A store another run holds by then gets none of them (`Superseded`), and they stay staged."""
+    store = Folder(tmp_path / "s.zarr")
+    (store / "volumes").mkdir(parents=True)  # the run creates its groups before any task
+    data = _volume((1, 40, 30, 20), "int16", "smooth")
+    h = _header(tuple(data.shape), data.dtype)
+    staged: list[Staged] = []
+    for i in range(3):
+        writer = VolumeWriter(store, f"volumes/v{i}", h, chunks=(1, 16, 16, 16), shards=(1, 32, 32, 32),
+                              codecs=codecs(StoreSpec()), attrs={}, run_id="run-a")
+        writer.write(Slab(region=tuple(slice(0, n) for n in data.shape), data=data + i))
+        writer.finish(complete=f"sha-{i}", defer=staged)
+        writer.close()  # a deferred array is not discarded
+    assert len(staged) == 3 and not list((store / "volumes").iterdir())
+    assert all(zarr.open_array(s.folder.zarr()).attrs["complete"] == f"sha-{i}" for i, s in enumerate(staged))
+
+    lock_path(store).parent.mkdir(parents=True, exist_ok=True)
+    other = LockInfo(pid=1, host="h", started="2026-12-05T00:00:00+00:00", run_id="run-b", process_started=0.0)
+    lock_path(store).write_text(json.dumps(asdict(other)))  # another run holds the store now
+    with pytest.raises(Superseded):
+        publish(staged)
+    assert not list((store / "volumes").iterdir()) and len(list(staging_dir(store).iterdir())) == 3
+
+    lock_path(store).write_text("")
+    publish([Staged(s.store, s.name, s.folder, "") for s in staged])
+    for i in range(3):
+        arr = zarr.open_array((store / f"volumes/v{i}").zarr())
+        np.testing.assert_array_equal(arr[...], data + i)
+        assert arr.attrs["complete"] == f"sha-{i}"
+    assert not list(staging_dir(store).iterdir())
