@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pydicom
-from nibabel.orientations import aff2axcodes, apply_orientation, inv_ornt_aff, io_orientation
+from nibabel.orientations import apply_orientation, inv_ornt_aff, io_orientation, ornt2axcodes
 from pydicom.dataset import Dataset
 from pydicom.pixels.processing import apply_color_lut
 from pydicom.pixels.utils import pixel_array
@@ -106,7 +106,7 @@ class DicomSource:
             kind=KIND, shape=(stack.n_volumes * stack.samples, *canon), dtype=dtype,
             spacing=tuple(float(v) for v in spacing),
             affine=tuple(tuple(float(v) for v in row) for row in canon_affine),
-            orientation="".join(c or "?" for c in aff2axcodes(affine)),
+            orientation="".join(c or "?" for c in ornt2axcodes(self._ornt)),  # aff2axcodes, one io_orientation
             stream_axis=int(self._ornt[2, 0]) + 1, voxel_bytes=dtype.itemsize, warnings=stack.warnings,
             metadata=metadata,
         )

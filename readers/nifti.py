@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import nibabel as nib
 import numpy as np
 import numpy.typing as npt
-from nibabel.orientations import aff2axcodes, apply_orientation, inv_ornt_aff, io_orientation
+from nibabel.orientations import apply_orientation, inv_ornt_aff, io_orientation, ornt2axcodes
 from nibabel.spatialimages import HeaderDataError
 from nibabel.volumeutils import apply_read_scaling
 
@@ -272,8 +272,8 @@ def _layout(hdr: nib.Nifti1Header, shape: tuple[int, ...], raw: np.dtype[Any], o
     channels = int(np.prod(shape[3:], dtype=np.int64)) if len(shape) > 3 else 1
     fields = len(raw.names) if raw.names else 1
     affine = np.asarray(hdr.get_best_affine(), dtype=np.float64)
-    source_codes = "".join(c or "?" for c in aff2axcodes(affine))
     ornt = io_orientation(affine)
+    source_codes = "".join(c or "?" for c in ornt2axcodes(ornt))  # aff2axcodes, without its own io_orientation
     canon_affine = affine @ inv_ornt_aff(ornt, spatial)
     canon = [0, 0, 0]
     for axis, (target, _) in enumerate(ornt):

@@ -2,16 +2,16 @@
 trip each, which on a delivery of many small series was as long as converting one (docs/benchmarks.md).
 
 Invariant: a batch changes only how items are scheduled, never what is written or which row an item gets. Each
-item runs through `convert_item` exactly as a task of its own would (its own fault report, its own row); a batch
-whose worker dies, or that runs past the item timeout, is redone item by item, each as a task of its own, so
-only the culprit is lost (`supervise.py`), as a shard of 2D images is.
+item runs through `convert_item` exactly as a task of its own would; a batch whose worker dies, or that runs
+past the item timeout, is redone item by item, each as a task of its own, so only the culprit is lost
+(`supervise.py`), as a shard of 2D images is.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..manifest import Row
 from ..plan.build import VolumeTask
@@ -51,9 +51,13 @@ def convert_batch(batch: VolumeBatch, settings: TaskSettings) -> list[Row]:
     The ok items' sealed arrays are published together at the end (`publish`: their files fsynced in one pass,
     each moved into place, each destination folder synced once), not one by one: a small item's own fsyncs
     were a third of its time. Until then they lie in staging, as any unfinished array, and a worker that dies
-    leaves them to the next sweep."""
+    leaves them to the next sweep.
+
+    No fault reports are written (creating and removing a file an item): a batch that dies or hangs is redone
+    item by item, and those tasks write theirs."""
     staged: list[Staged] = []
-    rows = [convert_item(task, settings, defer=staged) for task in batch.tasks]
+    quiet = replace(settings, fault_reports=False)
+    rows = [convert_item(task, quiet, defer=staged) for task in batch.tasks]
     store = settings.location()
     with store_io(store, f"cannot install {len(staged)} arrays"):
         publish(staged)

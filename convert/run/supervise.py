@@ -262,13 +262,11 @@ class _Run:
         self._emit([row])
 
     def _reported(self, key: Hashable) -> bool:
-        if not self.settings.fault_reports:
-            return True  # no report will come: do not wait for one
         job = self.jobs[key][1]
-        # a batch: the item it hangs in writes its report (and its own task will time out again, with it)
-        paths = [report_path(self.reports, report_key(j)) for j in (job.tasks if isinstance(job, VolumeBatch)
-                                                                    else (job,))]
-        return any(p.exists() and p.stat().st_size > 0 for p in paths)
+        if not self.settings.fault_reports or isinstance(job, VolumeBatch):
+            return True  # no report will come (a batch writes none: its items' own tasks will): do not wait
+        path = report_path(self.reports, report_key(job))
+        return path.exists() and path.stat().st_size > 0
 
     def _split(self, job: ShardTask, why: str) -> None:
         """Redo a shard's images one task at a time, each after the previous: only the culprit is lost."""
