@@ -30,6 +30,7 @@ def main() -> int:
         p.error(f"unknown section(s) {', '.join(unknown)}; sections: {' '.join(SECTIONS)}")
     if not args.check:
         args.workdir.mkdir(parents=True, exist_ok=True)
+    workdir = args.workdir.resolve()  # sections write specs naming their inputs, which a spec resolves from itself
     for name in SECTIONS:
         if args.only and name not in args.only:
             continue
@@ -38,7 +39,7 @@ def main() -> int:
             assert isinstance(module.NAME, str) and callable(module.run), f"bench/{name}.py: NAME and run(workdir)"
             print(f"{name}: {module.NAME}")
             continue
-        print_table(module.NAME, module.run(args.workdir))
+        print_table(module.NAME, module.run(workdir))
     return 0
 
 
