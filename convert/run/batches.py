@@ -50,8 +50,8 @@ def convert_batch(batch: VolumeBatch, settings: TaskSettings) -> list[Row]:
 
     The ok items' sealed arrays are published together at the end (`publish`: their files fsynced in one pass,
     each moved into place, each destination folder synced once), not one by one: a small item's own fsyncs
-    were a third of its time. Until then they lie in staging, as any unfinished array, and a worker that dies
-    leaves them to the next sweep.
+    were a large share of its time (docs/benchmarks.md). Until then they lie in staging, as any unfinished
+    array, and a worker that dies leaves them to the next sweep.
 
     No fault reports are written (creating and removing a file an item): a batch that dies or hangs is redone
     item by item, and those tasks write theirs."""

@@ -63,7 +63,7 @@ def create_group(folder: Location, attributes: Mapping[str, Any], *, atomic: boo
     reading (a group of the published store, not of a staging folder)."""
     folder.mkdir(parents=True, exist_ok=True)
     # zarr's own document but for the attributes, which `GroupMetadata.to_dict` deep-copies (`dataclasses.asdict`):
-    # for a store's statistics, every item's histograms, that copy took ten times as long as encoding them.
+    # for a store's statistics, every item's histograms, that copy took far longer than encoding them.
     doc = {**GroupMetadata(zarr_format=3).to_dict(), "attributes": attributes}
     data = json.dumps(doc, indent=zarr.config.get("json_indent"), allow_nan=True).encode()
     if atomic:
