@@ -331,8 +331,16 @@ def write_statistics(store: Location, records: Mapping[str, ItemStats]) -> None:
 
 
 def write_index(store: Location, index: StoreIndex) -> None:
-    """Record `index` as the store's own index (root attr `INDEX_KEY`): written once the run's rows are final."""
-    open_root(store).attrs[INDEX_KEY] = index.encode()
+    """Record `index` as the store's own index (root attr `INDEX_KEY`): written once the run's rows are final.
+
+    The root's other attributes are kept; its node is rewritten by `nodes.create_group` (in one write, without
+    zarr's deep copy of attributes that hold every item)."""
+    try:
+        root = json.loads((store / nodes.ZARR_JSON).read_bytes())
+    except FileNotFoundError:
+        root = {}
+    attrs = root.get("attributes", {}) if isinstance(root, dict) else {}
+    nodes.create_group(store, {**attrs, INDEX_KEY: index.encode()}, atomic=True)
 
 
 def remove_stale(store: Location, keep: set[str]) -> None:

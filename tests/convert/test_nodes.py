@@ -13,8 +13,8 @@ import zarr
 
 from labzarr.convert.spec import StoreSpec
 from labzarr.convert.write import nodes
-from labzarr.convert.write.arrays import codecs, compact_metadata
-from labzarr.store import Folder
+from labzarr.convert.write.arrays import codecs, compact_metadata, open_root, write_index
+from labzarr.store import INDEX_KEY, Folder, IndexItem, StoreIndex
 
 SPECS = {
     "blosc-lz4+crc": StoreSpec(),
@@ -101,3 +101,21 @@ def test_a_group_node_is_the_one_zarr_writes(tmp_path: Path, indent: str) -> Non
         zarr.open_group(zarr.storage.LocalStore(tmp_path / "theirs"), mode="r+").attrs.put({"stats": {}})
         assert _doc(tmp_path / "ours") == _doc(tmp_path / "theirs")
         assert sorted(p.name for p in (tmp_path / "ours").iterdir()) == ["zarr.json"]  # no temporary file left
+
+
+def test_the_store_index_is_written_as_zarr_writes_it_keeping_the_root_attributes(tmp_path: Path) -> None:
+    items = tuple(IndexItem(item_id=f"c{i}", array=f"volumes/c{i}/0", slot=None, kind="nifti", source=f"c{i}.nii",
+                            shape=(1, 4, 4, 4), dtype="int16", spacing=(1.0, 1.0, 1.0), labels={"y": str(i)},
+                            roles={}, classes={}, locations=None, split="", fold=None, group="",
+                            metadata={"EchoTime": 0.01}, orientation="RAS", stats=None) for i in range(3))
+    index = StoreIndex(delivery="d", spec_sha256="a" * 64, manifest_sha256="b" * 64, tool_version="0", items=items)
+    for name in ("ours", "theirs"):
+        root = open_root(Folder(tmp_path / name))
+        root.attrs["other"] = {"kept": [1, 2]}
+        root.attrs[INDEX_KEY] = {"stale": True}
+    with compact_metadata():
+        write_index(Folder(tmp_path / "ours"), index)
+        open_root(Folder(tmp_path / "theirs")).attrs[INDEX_KEY] = index.encode()
+    assert _doc(tmp_path / "ours") == _doc(tmp_path / "theirs")
+    assert StoreIndex.decode(zarr.open_group(zarr.storage.LocalStore(tmp_path / "ours")).attrs[INDEX_KEY],
+                             where="ours") == index
