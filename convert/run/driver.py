@@ -549,4 +549,3 @@ def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Seq
         "manifest_sha256": manifest_sha,
         "tool_version": tool_version(),
     }
-

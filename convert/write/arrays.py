@@ -46,9 +46,9 @@ from . import nodes
 from .lock import lock_owner
 from .state import STATE, staging_dir, trash_dir
 
-__all__ = ["STACK_AXES", "Staged", "StoreWriteError", "Superseded", "array_nodes", "array_paths", "begin_array",
+__all__ = ["STACK_AXES", "Staged", "StoreWriteError", "Superseded", "array_nodes", "begin_array",
            "carry_shard", "codecs", "compact_metadata", "create_stack", "discard", "fill_missing_shards",
-           "group_paths", "index_items", "install", "item_statistics", "open_root", "publish", "remove_array",
+           "index_items", "install", "item_statistics", "open_root", "publish", "remove_array",
            "remove_stale", "set_array_labels", "staging_folder", "write_index", "write_slots", "write_statistics"]
 
 log = logging.getLogger(__name__)
@@ -248,27 +248,6 @@ def fill_missing_shards(folder: Location, array: zarr.Array[Any]) -> list[str]:
         for slot in range(shard * per_shard, min(array.shape[0], (shard + 1) * per_shard)):
             array[slot : slot + 1] = np.zeros((1, *array.shape[1:]), dtype=array.dtype)
     return missing_chunk_files(folder.keys(), array)
-
-
-def array_paths(store: Location, group: str) -> list[str]:
-    """Paths (`group/name`) of the arrays under `group`, sorted; empty when there is none."""
-    sub = _subgroup(store, group)
-    return [] if sub is None else sorted(f"{group}/{name}" for name, _ in sub.arrays())
-
-
-def group_paths(store: Location, group: str) -> list[str]:
-    """Paths (`group/name`) of the groups under `group` (samples), sorted; empty when there is none."""
-    sub = _subgroup(store, group)
-    return [] if sub is None else sorted(f"{group}/{name}" for name, _ in sub.groups())
-
-
-def _subgroup(store: Location, group: str) -> zarr.Group | None:
-    root = open_root(store)
-    if group not in root:
-        return None
-    sub = root[group]
-    assert isinstance(sub, zarr.Group)
-    return sub
 
 
 def array_nodes(store: Location) -> list[tuple[str, dict[str, Any]]]:

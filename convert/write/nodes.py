@@ -44,7 +44,8 @@ def create_array(folder: Location, *, shape: Sequence[int], dtype: np.dtype[Any]
                      None if shards is None else tuple(int(s) for s in shards), _Codecs(tuple(codecs)))
     meta = replace(layout, shape=tuple(int(n) for n in shape), attributes=dict(attributes),
                    dimension_names=None if dimension_names is None else tuple(dimension_names))
-    _write(folder, meta)
+    folder.mkdir(parents=True, exist_ok=True)
+    _put(folder, _array_doc(meta))
     return zarr.Array(zarr.AsyncArray(meta, StorePath(folder.zarr()), config=config))
 
 
@@ -54,7 +55,7 @@ def update_attributes(folder: Location, array: zarr.Array[Any], attrs: Mapping[s
     meta = array.metadata
     assert isinstance(meta, ArrayV3Metadata)
     meta.attributes.update(attrs)  # in place, as zarr's own update does: the frozen record's dict is the array's
-    _write(folder, meta)
+    _put(folder, _array_doc(meta))
 
 
 def create_group(folder: Location, attributes: Mapping[str, Any], *, atomic: bool = False) -> None:
@@ -65,16 +66,18 @@ def create_group(folder: Location, attributes: Mapping[str, Any], *, atomic: boo
     # zarr's own document but for the attributes, which `GroupMetadata.to_dict` deep-copies (`dataclasses.asdict`):
     # for a store's statistics, every item's histograms, that copy took far longer than encoding them.
     doc = {**GroupMetadata(zarr_format=3).to_dict(), "attributes": attributes}
-    data = json.dumps(doc, indent=zarr.config.get("json_indent"), allow_nan=True).encode()
+    _put(folder, json.dumps(doc, indent=zarr.config.get("json_indent"), allow_nan=True).encode(), atomic=atomic)
+
+
+def _array_doc(meta: ArrayV3Metadata) -> bytes:
+    return meta.to_buffer_dict(default_buffer_prototype())[ZARR_JSON].to_bytes()
+
+
+def _put(folder: Location, data: bytes, *, atomic: bool = False) -> None:
     if atomic:
         (folder / ZARR_JSON).write_atomic(data)
     else:
         (folder / ZARR_JSON).write_bytes(data)
-
-
-def _write(folder: Location, meta: ArrayV3Metadata) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / ZARR_JSON).write_bytes(meta.to_buffer_dict(default_buffer_prototype())[ZARR_JSON].to_bytes())
 
 
 @dataclass(frozen=True)
