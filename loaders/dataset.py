@@ -30,6 +30,7 @@ from labzarr.store import (
     dataset_stats,
     read_index,
     read_statistics,
+    stack_slots,
     store_location,
 )
 
@@ -153,7 +154,8 @@ class PatchDataset(Dataset[Sample]):
         # Where each item's tiles end in the dataset's index space (grid mode): a sample finds its item by bisection.
         self._tile_ends: list[int] = (np.cumsum([int(np.prod([len(a) for a in axes])) for axes in self._tiles]).tolist()
                                       if self._tiles is not None else [])
-        self._reader = read.reader(self.store)  # opens nothing; per process (a child reopens its files)
+        # Opens nothing; per process (a child reopens its files).
+        self._reader = read.reader(self.store, slots=stack_slots(self.items))
 
     # -- configuration -------------------------------------------------------------------------------------
 

@@ -40,7 +40,8 @@ class ReadOptions:
         if self.max_open < 1:
             raise ValueError(f"ReadOptions(max_open={self.max_open}): expected max_open >= 1")
 
-    def reader(self, store: Path | str) -> StoreReader:
-        """A reader of `store` with these options (it opens nothing until the first read)."""
+    def reader(self, store: Path | str, *, slots: Mapping[str, Mapping[int, str]] | None = None) -> StoreReader:
+        """A reader of `store` with these options (it opens nothing until the first read); `slots`: the item IDs
+        of each stack by slot, which its errors name."""
         return StoreReader(store, storage_options=self.storage_options, backend=self.backend,
-                           max_open=self.max_open)
+                           max_open=self.max_open, slots=slots)

@@ -27,10 +27,11 @@ if TYPE_CHECKING:
         StoreIndex,
         VolumeAttrs,
         class_names,
+        stack_slots,
     )
     from .locate import Location, as_location, sorted_glob
     from .location import Transport, is_url, open_transport, store_location, zarr_store_for
-    from .reader import ArrayReader, ChecksumError, StoreReader
+    from .reader import ArrayReader, ChecksumError, StoreReader, UncheckedStoreWarning
     from .stats import ChannelStats, Histogram, ItemStats
     from .url import UrlStore, url_errors
     from .view import StoreView, open_store, read_index, read_statistics
@@ -62,6 +63,7 @@ __all__ = [
     "Spread",
     "StoreView",
     "Transport",
+    "UncheckedStoreWarning",
     "UrlStore",
     "VolumeAttrs",
     "as_location",
@@ -74,6 +76,7 @@ __all__ = [
     "read_index",
     "read_statistics",
     "sorted_glob",
+    "stack_slots",
     "store_location",
     "url_errors",
     "zarr_store_for",
@@ -107,6 +110,8 @@ _WHERE = {
     "StoreIndex": "format",
     "StoreReader": "reader",
     "StoreView": "view",
+    "UncheckedStoreWarning": "reader",
+    "stack_slots": "format",
     "Transport": "location",
     "UrlStore": "url",
     "VolumeAttrs": "format",

@@ -17,7 +17,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-__all__ = ["BYTES_CODECS", "Layout", "UnsupportedLayout", "storage_keys"]
+__all__ = ["BYTES_CODECS", "Layout", "UnsupportedLayout", "storage_grid", "storage_keys"]
 
 # The bytes-to-bytes codecs with a decoder in store.reader; every one of them is self-describing (the decoder
 # needs no configuration), so a layout keeps only their names.
@@ -134,16 +134,24 @@ class Layout:
                    index_crc32c=index_crc, attributes=MappingProxyType(dict(attributes)))
 
 
-def storage_keys(doc: Mapping[str, object]) -> list[tuple[str, tuple[int, ...]]]:
-    """(key, grid coordinates) of every stored object (a shard when sharded, else a chunk) `doc` (a parsed
-    `zarr.json`) implies: its shape, regular grid and key encoding only, codecs unchecked (a cheap look at which
-    files an array should have). Raises `UnsupportedLayout` naming what does not parse."""
+def storage_grid(doc: Mapping[str, object]) -> tuple[int, ...]:
+    """How many stored objects (shards when sharded, else chunks) the array `doc` (a parsed `zarr.json`) has per
+    axis; raises `UnsupportedLayout` naming what does not parse."""
     shape = _ints(doc.get("shape"), "shape")
     grid = _ints(_named(doc.get("chunk_grid"), "chunk_grid", {"regular"})[1].get("chunk_shape"), "chunk_shape")
     if len(grid) != len(shape) or any(g <= 0 for g in grid):
         raise UnsupportedLayout(f"chunk_shape {list(grid)} for shape {list(shape)}")
+    return tuple(-(-n // g) for n, g in zip(shape, grid))
+
+
+def storage_keys(doc: Mapping[str, object]) -> list[tuple[str, tuple[int, ...]]]:
+    """(key, grid coordinates) of every stored object (a shard when sharded, else a chunk) `doc` (a parsed
+    `zarr.json`) implies, in C order: its shape, regular grid and key encoding only, codecs unchecked (a cheap
+    look at which files an array should have). Raises `UnsupportedLayout` naming what does not parse."""
+    counts = storage_grid(doc)
+    shape = _ints(doc.get("shape"), "shape")
     prefix, separator = _key_encoding(doc.get("chunk_key_encoding"))
-    cells = itertools.product(*(range(-(-n // g)) for n, g in zip(shape, grid)))
+    cells = itertools.product(*(range(n) for n in counts))
     if not shape:
         return [("c" if prefix else "0", ())]
     return [(prefix + separator.join(map(str, coords)), coords) for coords in cells]

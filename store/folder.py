@@ -66,6 +66,19 @@ class Folder(PosixPath):
             out.update(prefix + name for name in files)
         return out
 
+    def sizes(self) -> dict[str, int]:
+        """Every file under this folder, relative to it, with its size in bytes."""
+        if not self.is_dir():
+            return {}
+        base = os.fspath(self)
+        out: dict[str, int] = {}
+        for here, _, files in os.walk(base):
+            rel = os.path.relpath(here, base)
+            prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            for name in files:
+                out[prefix + name] = os.stat(os.path.join(here, name)).st_size
+        return out
+
     def write_atomic(self, data: bytes) -> None:
         """Write the whole file through a temporary file and a rename, so readers never see half of it."""
         atomic_write(self, data)

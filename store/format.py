@@ -17,9 +17,13 @@ from typing import Any
 from .stats import ChannelStats, Histogram, ItemStats
 
 __all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX_KEY", "STATE", "STATISTICS", "STATS", "ClassInfo",
-           "FormatError", "IndexItem", "StoreIndex", "VolumeAttrs", "class_names", "decode_stats", "encode_stats"]
+           "FormatError", "IndexItem", "StoreIndex", "VolumeAttrs", "class_names", "decode_stats", "encode_stats",
+           "stack_slots"]
 
-FORMAT_VERSION = 2  # 2: every volume an OME-Zarr image group, its array at level `0` (store/ngff.py)
+# 2: every volume an OME-Zarr image group, its array at level `0` (store/ngff.py). 3: every array records which
+# storage files it wrote (`written.STORED`), so a lost file is an error, not fill values. A store of version 2
+# cannot tell the two apart, so it is refused with "convert again" rather than read unchecked.
+FORMAT_VERSION = 3
 INDEX_KEY = "labzarr"  # the root attr holding the index
 # Array attrs written after the voxels, in this order: the content hash, then `complete` (the array is whole).
 CONTENT_SHA256 = "content_sha256"
@@ -170,6 +174,10 @@ class StoreIndex:
         """The JSON value of the root attr `INDEX_KEY`."""
         return {**self.attrs(), "items": [item.encode() for item in self.items]}
 
+    def stack_slots(self) -> dict[str, dict[int, str]]:
+        """The item ID of every image of a stack, by stack array and slot (what an error in a stack names)."""
+        return stack_slots(self.items)
+
     @classmethod
     def decode(cls, value: object, *, where: str) -> StoreIndex:
         """The index from the root attr's JSON value; raises `FormatError` naming `where`."""
@@ -242,6 +250,15 @@ class VolumeAttrs:
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(f"{where}: array attributes do not follow labzarr's format "
                               f"({type(exc).__name__}: {exc})") from exc
+
+
+def stack_slots(items: Iterable[IndexItem]) -> dict[str, dict[int, str]]:
+    """The item ID of every image of a stack among `items`, by stack array and slot."""
+    out: dict[str, dict[int, str]] = {}
+    for item in items:
+        if item.slot is not None:
+            out.setdefault(item.array, {})[item.slot] = item.item_id
+    return out
 
 
 def encode_stats(stats: ItemStats) -> dict[str, Any]:

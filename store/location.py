@@ -254,6 +254,20 @@ class FsspecTransport:
         return bytes(self._filesystem().cat_file(self._path(key)))
 
     def read_ranges(self, key: str, ranges: Sequence[Range]) -> list[bytes]:
+        try:
+            return self._read_ranges(key, ranges)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            # A range past an object's end is refused by the server (S3: 416, "not satisfiable"), not cut short
+            # as a file read is: tell that apart from other failures by the object's size, asked only now.
+            end = max((s + n for s, n in ranges if s >= 0), default=0)
+            size = self.size(key)
+            if end > size:
+                raise EOFError(f"{self.url}/{key}: {size:,} B, a range ends at {end:,} B") from exc
+            raise
+
+    def _read_ranges(self, key: str, ranges: Sequence[Range]) -> list[bytes]:
         if not ranges:
             return []
         fs, path = self._filesystem(), self._path(key)

@@ -26,6 +26,7 @@ import logging
 import math
 import operator
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,8 +44,10 @@ import zarr
 
 from ._layout import Layout, UnsupportedLayout
 from .location import Transport, open_transport, zarr_store_for
+from .written import STORED, StoredFiles
 
-__all__ = ["ArrayReader", "Backend", "ChecksumError", "Selection", "StoreReader", "UnsupportedLayout"]
+__all__ = ["ArrayReader", "Backend", "ChecksumError", "Selection", "StoreReader", "UncheckedStoreWarning",
+           "UnsupportedLayout"]
 
 log = logging.getLogger(__name__)
 
@@ -52,26 +55,61 @@ Selection: TypeAlias = "int | slice | EllipsisType | tuple[int | slice | Ellipsi
 Backend = Literal["auto", "labzarr", "zarr"]
 
 _ABSENT = 2**64 - 1  # a shard index entry (offset and nbytes) for an inner chunk that was never written
+_NAMED = 5  # items named in a message; more are counted
 _GZIP = numcodecs.GZip()
 
 
 class ChecksumError(Exception):
-    """Stored bytes failed their checksum or did not decode: the store is damaged at `chunk` (grid coordinates,
-    None for a shard index) of `array`, inside the object `shard` when the array is sharded."""
+    """Stored bytes of an array are damaged or missing: a chunk or shard file failed its checksum, did not decode,
+    is shorter or longer than recorded, or is gone although the store recorded it as written.
 
-    def __init__(self, where: str, array: str, item: str | None, chunk: tuple[int, ...] | None, shard: str | None,
-                 detail: str) -> None:
-        what = f"chunk {chunk}" if chunk is not None else "shard index"
-        inside = f" in shard {shard!r}" if shard is not None else ""
-        of_item = f" (item {item})" if item is not None else ""
-        super().__init__(f"{where}: array {array!r}{of_item}: {what}{inside}: {detail}; the stored bytes are "
-                         f"damaged: `labzarr verify --repair SPEC` converts the damaged items again")
-        self.where, self.array, self.item = where, array, item
+    `where` is the store, `array` the array path, `items` the items whose voxels lie in the damaged file (one for
+    a volume, those of its slots for a stack of 2D images), `chunk` the chunk's grid coordinates (None for a
+    whole shard or its index), `shard` the shard's key when the array is sharded.
+
+    It takes its message alone, too: a DataLoader re-raises a worker's exception as `type(message)`, so the
+    training loop catches the same class as the main process would (the fields are then None).
+    """
+
+    def __init__(self, message: str, *, where: str | None = None, array: str | None = None,
+                 items: tuple[str, ...] = (), chunk: tuple[int, ...] | None = None, shard: str | None = None,
+                 detail: str | None = None) -> None:
+        super().__init__(message)
+        self.where, self.array, self.items = where, array, items
         self.chunk, self.shard, self.detail = chunk, shard, detail
 
-    def __reduce__(self) -> tuple[type[ChecksumError], tuple[Any, ...]]:
-        # Crosses process boundaries (a DataLoader worker re-raises it in the parent).
-        return (ChecksumError, (self.where, self.array, self.item, self.chunk, self.shard, self.detail))
+    @classmethod
+    def at(cls, where: str, array: str, items: Sequence[str], chunk: tuple[int, ...] | None, shard: str | None,
+           detail: str) -> ChecksumError:
+        """The error for damage at `chunk` (None: the shard as a whole) of `array`, inside `shard` if sharded."""
+        if chunk is not None:
+            what = f"chunk {chunk}" + (f" in shard {shard!r}" if shard is not None else "")
+        else:
+            what = f"shard {shard!r}" if shard is not None else "its metadata"
+        named = ", ".join(items[:_NAMED]) + (f" and {len(items) - _NAMED} more" if len(items) > _NAMED else "")
+        of_item = "" if not items else f" (item {named})" if len(items) == 1 else f" (items {named})"
+        return cls(f"{where}: array {array!r}{of_item}: {what}: {detail}; the stored bytes are damaged: "
+                   f"`labzarr verify --repair SPEC` converts the damaged items again",
+                   where=where, array=array, items=tuple(items), chunk=chunk, shard=shard, detail=detail)
+
+    @property
+    def item(self) -> str | None:
+        """The one item the damage is in (None when it spans several, or is not known)."""
+        return self.items[0] if len(self.items) == 1 else None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Crosses process boundaries whole (a dask worker, a pickled result), fields included.
+        return (_rebuild_checksum_error, (str(self), self.where, self.array, self.items, self.chunk, self.shard,
+                                          self.detail))
+
+
+def _rebuild_checksum_error(message: str, where: str | None, array: str | None, items: tuple[str, ...],
+                            chunk: tuple[int, ...] | None, shard: str | None, detail: str | None) -> ChecksumError:
+    return ChecksumError(message, where=where, array=array, items=items, chunk=chunk, shard=shard, detail=detail)
+
+
+class UncheckedStoreWarning(UserWarning):
+    """An array without labzarr's record of its stored files: a lost file reads as fill value, undetected."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,12 +165,19 @@ _AxisHit = tuple[int, int, int, slice, slice]
 
 
 class _Direct:
-    """The labzarr read path for one array: shard indexes, byte ranges, numcodecs, numpy."""
+    """The labzarr read path for one array: shard indexes, byte ranges, numcodecs, numpy.
 
-    __slots__ = ("transport", "path", "layout", "_prefix", "_indexes", "_item", "_strides", "_chunk_nbytes")
+    With the array's record of stored files (`written.StoredFiles`), a file the record sizes must be there at
+    that size; only a file recorded as never written reads as fill value. Without one (an array labzarr did not
+    seal), an absent file reads as fill value, as zarr reads it.
+    """
 
-    def __init__(self, transport: Transport, path: str, layout: Layout) -> None:
+    __slots__ = ("transport", "path", "layout", "stored", "slots", "_prefix", "_indexes", "_item", "_strides",
+                 "_chunk_nbytes")
+
+    def __init__(self, transport: Transport, path: str, layout: Layout, slots: Mapping[int, str] | None = None) -> None:
         self.transport, self.path, self.layout = transport, path, layout
+        self.slots = slots  # a stack's item IDs by slot (axis 0), to name the items of a damaged file
         self._prefix = f"{path}/" if path else ""
         self._indexes: dict[tuple[int, ...], list[list[int]] | None] = {}
         item = layout.attributes.get("item_id")
@@ -140,6 +185,27 @@ class _Direct:
         per = layout.chunks_per_shard
         self._strides = tuple(math.prod(per[a + 1:]) for a in range(len(per)))
         self._chunk_nbytes = math.prod(layout.chunks) * layout.stored_dtype.itemsize
+        self.stored = self._record()
+
+    def _record(self) -> StoredFiles | None:
+        value = self.layout.attributes.get(STORED)
+        if value is None:
+            # Once per store (the message names the store only): every array of an old store lacks it.
+            warnings.warn(f"{self.transport.where}: arrays without a record of their stored files (written before "
+                          "labzarr's store format 3, or by another tool): a lost chunk file reads as the fill value, "
+                          "undetected; convert the delivery again to have it checked",
+                          UncheckedStoreWarning, stacklevel=5)
+            return None
+        try:
+            record = StoredFiles.decode(value)
+        except ValueError as exc:
+            raise self._corrupt(None, None, f"its record of stored files is unreadable: {exc}") from exc
+        lay = self.layout
+        grid = tuple(-(-n // g) for n, g in zip(lay.shape, lay.grid))
+        if record.grid != grid:
+            raise self._corrupt(None, None, f"its record of stored files has a grid of {list(record.grid)}, the "
+                                            f"array {list(grid)}")
+        return record
 
     def read(self, region: _Region) -> npt.NDArray[Any]:
         lay = self.layout
@@ -172,20 +238,33 @@ class _Direct:
     def _read_chunk(self, hits: tuple[_AxisHit, ...], box: npt.NDArray[Any]) -> None:
         coords = tuple(h[0] for h in hits)
         target = tuple(h[4] for h in hits)
+        recorded = None if self.stored is None else self.stored.size(coords)
+        if recorded == 0:
+            box[target] = self.layout.fill_value
+            return
         try:
             data = self.transport.read(self._prefix + self.layout.key(coords))
         except FileNotFoundError:
-            box[target] = self.layout.fill_value
-            return
+            if recorded is None:
+                box[target] = self.layout.fill_value
+                return
+            raise self._corrupt(coords, None, f"the file {self.layout.key(coords)!r} is missing, where the store "
+                                              f"recorded {recorded:,} B written") from None
+        if recorded is not None and len(data) != recorded:
+            raise self._corrupt(coords, None, f"the file holds {len(data):,} B, the store recorded {recorded:,} B")
         box[target] = self._decode(data, coords, None)[tuple(h[3] for h in hits)]
 
     def _read_shard(self, shard: tuple[int, ...], chunk_hits: list[tuple[_AxisHit, ...]],
                     box: npt.NDArray[Any]) -> None:
         key = self._prefix + self.layout.key(shard)
         index = self._index(key, shard)
+        if index is None:
+            for hits in chunk_hits:
+                box[tuple(h[4] for h in hits)] = self.layout.fill_value
+            return
         wanted = []  # (offset, nbytes, hits) of each present chunk
         for hits in chunk_hits:
-            offset, nbytes = index[sum(h[2] for h in hits)] if index is not None else (_ABSENT, _ABSENT)
+            offset, nbytes = index[sum(h[2] for h in hits)]
             if offset == _ABSENT:
                 box[tuple(h[4] for h in hits)] = self.layout.fill_value
             else:
@@ -203,48 +282,69 @@ class _Direct:
         try:
             blobs = self.transport.read_ranges(key, [(r[0], r[1]) for r in runs])
         except (EOFError, FileNotFoundError) as exc:  # the index points past the shard's end, or the shard went
-            raise self._corrupt(tuple(h[0] for h in wanted[0][2]), key, f"cannot read it: {exc}") from exc
+            raise self._corrupt(tuple(h[0] for h in wanted[0][2]), key, f"cannot read it: {exc}", shard) from exc
         for (start, length, first, last), blob in zip(runs, blobs):
             if len(blob) != length:
                 raise self._corrupt(tuple(h[0] for h in wanted[first][2]), key,
-                                    f"{len(blob):,} B read where the shard index says {length:,} B")
+                                    f"{len(blob):,} B read where the shard index says {length:,} B", shard)
             view = memoryview(blob)
             for offset, nbytes, hits in wanted[first:last + 1]:
-                chunk = self._decode(view[offset - start:offset - start + nbytes], tuple(h[0] for h in hits), key)
+                chunk = self._decode(view[offset - start:offset - start + nbytes], tuple(h[0] for h in hits), key,
+                                     shard)
                 box[tuple(h[4] for h in hits)] = chunk[tuple(h[3] for h in hits)]
 
     def _index(self, key: str, shard: tuple[int, ...]) -> list[list[int]] | None:
-        """The (offset, nbytes) of each inner chunk of `shard` (C order), None for an absent shard; cached."""
+        """The (offset, nbytes) of each inner chunk of `shard` (C order), None for a shard never written; cached.
+
+        With a record, the index is read at the offset the recorded size puts it at, so a truncated shard is a
+        short read here rather than an index read from the middle of the file."""
         if shard in self._indexes:
             return self._indexes[shard]
         lay = self.layout
         size = lay.index_nbytes
-        try:
-            (data,) = self.transport.read_ranges(key, [(-size, 0) if lay.index_location == "end" else (0, size)])
-        except FileNotFoundError:
+        recorded = None if self.stored is None else self.stored.size(shard)
+        if recorded == 0:
             self._indexes[shard] = None
             return None
+        if recorded is not None and recorded < size:
+            raise self._corrupt(None, key, f"the store recorded {recorded:,} B, less than its {size:,} B index",
+                                shard)
+        if lay.index_location == "start":
+            where: tuple[int, int] = (0, size)
+        else:
+            where = (-size, 0) if recorded is None else (recorded - size, size)
+        try:
+            (data,) = self.transport.read_ranges(key, [where])
+        except FileNotFoundError:
+            if recorded is None:
+                self._indexes[shard] = None
+                return None
+            raise self._corrupt(None, key, f"the file is missing, where the store recorded {recorded:,} B written",
+                                shard) from None
         except EOFError as exc:
-            raise self._corrupt(None, key, f"shorter than its {size:,} B index: {exc}") from exc
+            raise self._corrupt(None, key, f"shorter than recorded: {exc}", shard) from exc
         if len(data) != size:
-            raise self._corrupt(None, key, f"{len(data):,} B where the index is {size:,} B")
+            raise self._corrupt(None, key, f"{len(data):,} B where the index is {size:,} B", shard)
         body = size - 4 if lay.index_crc32c else size
         if lay.index_crc32c and crc32c.crc32c(memoryview(data)[:body]) != int.from_bytes(data[body:], "little"):
-            raise self._corrupt(None, key, "crc32c mismatch")
+            raise self._corrupt(None, key, "its index: crc32c mismatch", shard)
         index: list[list[int]] = np.frombuffer(data, dtype="<u8", count=body // 8).reshape(-1, 2).tolist()
+        if recorded is not None and any(o != _ABSENT and o + n > recorded for o, n in index):
+            raise self._corrupt(None, key, f"its index points past the {recorded:,} B the store recorded", shard)
         self._indexes[shard] = index
         return index
 
-    def _decode(self, data: bytes | memoryview, coords: tuple[int, ...], shard: str | None) -> npt.NDArray[Any]:
+    def _decode(self, data: bytes | memoryview, coords: tuple[int, ...], shard: str | None,
+                at: tuple[int, ...] | None = None) -> npt.NDArray[Any]:
         """One stored chunk as an array of the chunk shape; raises ChecksumError, never returns damaged values."""
         buf: Any = data
         for name in reversed(self.layout.codecs):
             if name == "crc32c":
                 view = memoryview(buf)
                 if len(view) < 4:
-                    raise self._corrupt(coords, shard, f"{len(view)} B, too short for its crc32c")
+                    raise self._corrupt(coords, shard, f"{len(view)} B, too short for its crc32c", at)
                 if crc32c.crc32c(view[:-4]) != int.from_bytes(view[-4:], "little"):
-                    raise self._corrupt(coords, shard, "crc32c mismatch")
+                    raise self._corrupt(coords, shard, "crc32c mismatch", at)
                 buf = view[:-4]
                 continue
             try:
@@ -255,13 +355,69 @@ class _Direct:
                 else:
                     buf = _GZIP.decode(buf)
             except Exception as exc:  # each decoder has its own error types; all mean the bytes are not a chunk
-                raise self._corrupt(coords, shard, f"{name} cannot decode it: {type(exc).__name__}: {exc}") from exc
+                raise self._corrupt(coords, shard, f"{name} cannot decode it: {type(exc).__name__}: {exc}", at) from exc
         if len(buf) != self._chunk_nbytes:
-            raise self._corrupt(coords, shard, f"decodes to {len(buf):,} B, expected {self._chunk_nbytes:,} B")
+            raise self._corrupt(coords, shard, f"decodes to {len(buf):,} B, expected {self._chunk_nbytes:,} B", at)
         return np.frombuffer(buf, dtype=self.layout.stored_dtype).reshape(self.layout.chunks)
 
-    def _corrupt(self, chunk: tuple[int, ...] | None, shard: str | None, detail: str) -> ChecksumError:
-        return ChecksumError(self.transport.where, self.path, self._item, chunk, shard, detail)
+    def _corrupt(self, chunk: tuple[int, ...] | None, shard: str | None, detail: str,
+                 shard_at: tuple[int, ...] | None = None) -> ChecksumError:
+        """The error for damage at `chunk` (None: the whole file) in the shard keyed `shard` (at grid position
+        `shard_at`), naming the items whose voxels lie there."""
+        return ChecksumError.at(self.transport.where, self.path, self._items(chunk, shard_at), chunk, shard, detail)
+
+    def _items(self, chunk: tuple[int, ...] | None, shard_at: tuple[int, ...] | None) -> tuple[str, ...]:
+        if self._item is not None:
+            return (self._item,)
+        if not self.slots:
+            return ()
+        if chunk is not None:
+            n = self.layout.chunks[0]
+            first = chunk[0] * n
+        elif shard_at is not None:
+            n = self.layout.grid[0]
+            first = shard_at[0] * n
+        else:
+            return ()
+        return tuple(self.slots[s] for s in range(first, first + n) if s in self.slots)
+
+
+class _Presence:
+    """For an array zarr-python reads: the storage files a region touches, checked against the array's record."""
+
+    def __init__(self, transport: Transport, array: zarr.Array[Any], record: StoredFiles,
+                 slots: Mapping[int, str] | None) -> None:
+        self.transport, self.record, self.slots = transport, record, slots
+        self.path = array.path.strip("/")
+        self.unit = tuple(array.shards or array.chunks)
+        self.key = array.metadata.encode_chunk_key
+        item = array.attrs.get("item_id")
+        self.items: tuple[str, ...] = () if item is None else (str(item),)
+
+    def touched(self, region: _Region) -> None:
+        ranges = [range(lo // u, (hi - 1) // u + 1) for lo, hi, u in zip(region.start, region.stop, self.unit)]
+        if any(len(r) == 0 for r in ranges):
+            return
+        for coords in itertools.product(*ranges):
+            recorded = self.record.size(coords)
+            if not recorded:
+                continue
+            key = f"{self.path}/{self.key(coords)}" if self.path else self.key(coords)
+            try:
+                size = self.transport.size(key)
+            except FileNotFoundError:
+                raise self.error(coords, f"the file {self.key(coords)!r} is missing, where the store recorded "
+                                         f"{recorded:,} B written") from None
+            if size != recorded:
+                raise self.error(coords, f"the file holds {size:,} B, the store recorded {recorded:,} B")
+
+    def error(self, coords: tuple[int, ...] | None, detail: str) -> ChecksumError:
+        items = self.items
+        if not items and self.slots and coords is not None:
+            first = coords[0] * self.unit[0]
+            items = tuple(self.slots[s] for s in range(first, first + self.unit[0]) if s in self.slots)
+        shard = None if coords is None else self.key(coords)
+        return ChecksumError.at(self.transport.where, self.path, items, None, shard, detail)
 
 
 class ArrayReader:
@@ -272,14 +428,16 @@ class ArrayReader:
     whole axes.
     """
 
-    __slots__ = ("_direct", "_zarr")
+    __slots__ = ("_direct", "_zarr", "_check")
 
-    def __init__(self, direct: _Direct | None, array: zarr.Array[Any] | None) -> None:
-        self._direct, self._zarr = direct, array
+    def __init__(self, direct: _Direct | None, array: zarr.Array[Any] | None,
+                 check: _Presence | None = None) -> None:
+        self._direct, self._zarr, self._check = direct, array, check
 
     @classmethod
-    def open(cls, transport: Transport, path: str) -> ArrayReader:
-        """labzarr's reader of the array at `path`; raises FileNotFoundError (no `zarr.json`), UnsupportedLayout."""
+    def open(cls, transport: Transport, path: str, *, slots: Mapping[int, str] | None = None) -> ArrayReader:
+        """labzarr's reader of the array at `path` (`slots`: a stack's item IDs by slot, for messages); raises
+        FileNotFoundError (no `zarr.json`), UnsupportedLayout, ChecksumError (a damaged record of stored files)."""
         path = path.strip("/")
         key = f"{path}/zarr.json" if path else "zarr.json"
         try:
@@ -288,12 +446,19 @@ class ArrayReader:
             raise UnsupportedLayout(f"{key} is not JSON: {exc}") from exc
         if not isinstance(doc, dict):
             raise UnsupportedLayout(f"{key} is not a JSON object")
-        return cls(_Direct(transport, path, Layout.parse(doc)), None)
+        return cls(_Direct(transport, path, Layout.parse(doc), slots), None)
 
     @classmethod
-    def from_zarr(cls, array: zarr.Array[Any]) -> ArrayReader:
-        """A reader that serves `array` through zarr-python (the fallback)."""
-        return cls(None, array)
+    def from_zarr(cls, array: zarr.Array[Any], *, transport: Transport | None = None,
+                  slots: Mapping[int, str] | None = None) -> ArrayReader:
+        """A reader that serves `array` through zarr-python (the fallback). With `transport` (the same store's),
+        an array with a record of its stored files has each file a read touches checked present at its recorded
+        size first, and zarr's decoding errors raised as ChecksumError: zarr alone reads a lost file as fill."""
+        value = array.attrs.get(STORED)
+        check = None
+        if transport is not None and value is not None:
+            check = _Presence(transport, array, StoredFiles.decode(value), slots)
+        return cls(None, array, check)
 
     @property
     def path_used(self) -> Literal["labzarr", "zarr"]:
@@ -345,7 +510,13 @@ class ArrayReader:
         if self._direct is not None:
             return self._direct.read(region)
         sel = tuple(lo if one else slice(lo, hi) for lo, hi, one in zip(region.start, region.stop, region.picked))
-        return np.asarray(self._zarr_array[sel]).reshape(region.shape)
+        if self._check is None:
+            return np.asarray(self._zarr_array[sel]).reshape(region.shape)
+        self._check.touched(region)
+        try:
+            return np.asarray(self._zarr_array[sel]).reshape(region.shape)
+        except Exception as exc:  # zarr's codecs raise their own types; with a record every one of them is damage
+            raise self._check.error(None, f"zarr cannot read it: {type(exc).__name__}: {exc}") from exc
 
     def __getitem__(self, selection: Selection) -> npt.NDArray[Any]:
         return self.read(selection)
@@ -354,10 +525,12 @@ class ArrayReader:
         # Only labzarr's path pickles (its transport drops its handles); zarr-python's is reopened by a StoreReader.
         if self._direct is None:
             raise TypeError("an ArrayReader on zarr-python does not pickle; pickle its StoreReader")
-        return {"transport": self._direct.transport, "path": self._direct.path, "layout": self._direct.layout}
+        return {"transport": self._direct.transport, "path": self._direct.path, "layout": self._direct.layout,
+                "slots": self._direct.slots}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._direct, self._zarr = _Direct(state["transport"], state["path"], state["layout"]), None
+        self._direct = _Direct(state["transport"], state["path"], state["layout"], state["slots"])
+        self._zarr, self._check = None, None
 
 
 class StoreReader:
@@ -366,10 +539,13 @@ class StoreReader:
     `backend`: "labzarr" reads every array with labzarr's own path (ValueError for a layout it does not
     handle), "zarr" reads every array with zarr-python, "auto" uses labzarr's path where it can and zarr-python
     elsewhere (logged at debug). At most `max_open` arrays are kept open, least recently used dropped first.
+    `slots`: the item IDs of each stack array by slot (from the store's index), so an error in a stack names
+    the items whose images lie in the damaged file.
     """
 
     def __init__(self, store: Path | str, *, storage_options: Mapping[str, Any] | None = None,
-                 backend: Backend = "auto", max_open: int = 64) -> None:
+                 backend: Backend = "auto", max_open: int = 64,
+                 slots: Mapping[str, Mapping[int, str]] | None = None) -> None:
         if backend not in ("auto", "labzarr", "zarr"):
             raise ValueError(f"backend {backend!r}: one of 'auto', 'labzarr', 'zarr'")
         if max_open < 1:
@@ -377,6 +553,7 @@ class StoreReader:
         self._store, self._options = store, dict(storage_options or {})
         self._backend: Backend = backend
         self._max_open = max_open
+        self._slots = slots or {}
         self._forget()
 
     def _forget(self) -> None:
@@ -400,11 +577,11 @@ class StoreReader:
         return source
 
     def _load(self, name: str) -> ArrayReader:
+        if self._transport is None:
+            self._transport = open_transport(self._store, self._options)
         if self._backend != "zarr":
-            if self._transport is None:
-                self._transport = open_transport(self._store, self._options)
             try:
-                return ArrayReader.open(self._transport, name)
+                return ArrayReader.open(self._transport, name, slots=self._slots.get(name.strip("/")))
             except (UnsupportedLayout, FileNotFoundError) as exc:
                 if self._backend == "labzarr":
                     if isinstance(exc, FileNotFoundError):
@@ -415,7 +592,7 @@ class StoreReader:
         if self._zarr_store is None:
             self._zarr_store = zarr_store_for(self._store, self._options)
         array = zarr.open_array(self._zarr_store, path=name, mode="r")
-        return ArrayReader.from_zarr(array)
+        return ArrayReader.from_zarr(array, transport=self._transport, slots=self._slots.get(name.strip("/")))
 
     def read(self, name: str, selection: Selection = ()) -> npt.NDArray[Any]:
         """The region `selection` of array `name` (rules of `ArrayReader.read`)."""
@@ -447,9 +624,9 @@ class StoreReader:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"store": self._store, "storage_options": self._options, "backend": self._backend,
-                "max_open": self._max_open}
+                "max_open": self._max_open, "slots": self._slots}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._store, self._options = state["store"], state["storage_options"]
-        self._backend, self._max_open = state["backend"], state["max_open"]
+        self._backend, self._max_open, self._slots = state["backend"], state["max_open"], state["slots"]
         self._forget()

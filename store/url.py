@@ -147,6 +147,15 @@ class UrlStore:
             return set()
         return {p[len(prefix):] for p in found if p.startswith(prefix)}
 
+    def sizes(self) -> dict[str, int]:
+        """Every object key under this prefix, relative to it, with its size in bytes (one listing)."""
+        prefix = self.path.rstrip("/") + "/"
+        try:
+            found = self.fs().find(self.path, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {p[len(prefix):]: int(info.get("size") or 0) for p, info in found.items() if p.startswith(prefix)}
+
     def zarr(self, *, read_only: bool = False) -> zarr.storage.FsspecStore:
         """This prefix as a zarr store."""
         import zarr.storage

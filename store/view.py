@@ -85,7 +85,8 @@ class StoreView:
 
     def __post_init__(self) -> None:
         # The view's reader (per process: it reopens its files in a child); opening it reads nothing.
-        object.__setattr__(self, "reader", StoreReader(self.path, storage_options=self.storage_options))
+        object.__setattr__(self, "reader", StoreReader(self.path, storage_options=self.storage_options,
+                                                       slots=self.index.stack_slots()))
 
     @property
     def attrs(self) -> Mapping[str, Any]:

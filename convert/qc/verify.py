@@ -1,29 +1,40 @@
 """`labzarr verify`: re-read every chunk of every array and check it is what the run wrote.
 
 Per array: its metadata parses; `complete` is set and equals the recorded
-source sha256; every chunk (or shard) file exists (every chunk is written, so
-a missing file is damage even where zarr would quietly read fill values);
+source sha256; every chunk (or shard) file its record of stored files sizes
+exists at that size (a missing file is damage even where zarr would quietly
+read fill values);
 every chunk decodes (crc32c and codec errors surface here); and the content
 hash of the decoded values equals `content_sha256`, recorded at write time.
 For the store: every item in the root index has its array. One chunk per
-thread is in memory at a time.
+thread is in memory at a time. Everything is read through the store's read
+transport, so a zipped store is verified as a folder is.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import zarr
-
-from labzarr.store import INDEX_KEY, STATE, Location, StoreReader, as_location
-from labzarr.store.content import block_digests, chunk_digest, chunk_grid, combine_digests, missing_chunks
+from labzarr.store import (
+    INDEX_KEY,
+    STATE,
+    Location,
+    StoreIndex,
+    StoreReader,
+    as_location,
+    open_transport,
+    store_location,
+)
+from labzarr.store._layout import storage_keys
+from labzarr.store.content import block_digests, chunk_digest, chunk_grid, combine_digests
+from labzarr.store.nodes import array_nodes, read_node
+from labzarr.store.written import STORED, StoredFiles
 
 from ..reach import check_reachable
 
@@ -101,46 +112,51 @@ class _Checked:
     problems: tuple[Problem, ...]
 
 
-def verify_store(store: Location | Path, *, threads: int | None = None) -> VerifyReport:
-    """Re-read every chunk of every array in `store` (a folder or a URL store); raises FileNotFoundError/ValueError
-    if it is no store, `UsageError` if a URL store cannot be reached."""
+def verify_store(store: Location | Path | str, *, threads: int | None = None) -> VerifyReport:
+    """Re-read every chunk of every array in `store` (a folder, a zipped store or a URL store) through the one
+    read path; raises FileNotFoundError/ValueError if it is no labzarr store, `UsageError` if a URL store cannot
+    be reached."""
     store = as_location(store)
     check_reachable(store)
-    if not (store / "zarr.json").is_file():
-        raise FileNotFoundError(f"{store}: no zarr store here")
-    root_meta = json.loads((store / "zarr.json").read_bytes())
-    index = root_meta.get("attributes", {}).get(INDEX_KEY)
-    if not isinstance(index, dict):
-        raise ValueError(f"{store}: not a labzarr store (root attr {INDEX_KEY!r} missing)")
-    nodes = store.array_nodes(skip=STATE)
+    transport = open_transport(store_location(str(store)), store.options)
+    try:
+        root = read_node(transport, "")
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{store}: no zarr store here") from exc
+    index = StoreIndex.decode(root.get("attributes", {}).get(INDEX_KEY), where=str(store))
+    sizes = transport.sizes()
+    nodes = array_nodes(transport, sizes, skip=STATE)
+    slots = index.stack_slots()
     with ThreadPoolExecutor(max_workers=threads or min(8, os.cpu_count() or 1)) as pool:
-        checked = list(pool.map(lambda node: _check_array(store, *node), nodes))
+        checked = list(pool.map(lambda node: _check_array(store, sizes, slots, *node), nodes))
     problems = [p for c in checked for p in c.problems]
     present = {name for name, _ in nodes}
-    problems += [Problem(item["array"], item.get("item_id", ""), "in the index but the array is missing",
-                         "array missing")
-                 for item in index.get("items", []) if item.get("array") not in present]
+    problems += [Problem(item.array, item.item_id, "in the index but the array is missing", "array missing")
+                 for item in index.items if item.array not in present]
     return VerifyReport(store=store, arrays=len(nodes), chunks=sum(c.chunks for c in checked),
                         stored_bytes=sum(c.stored_bytes for c in checked), problems=tuple(problems),
-                        leftovers=_leftovers(store))
+                        leftovers=_leftovers(sizes))
 
 
-def _check_array(store: Location, name: str, meta: dict[str, Any]) -> _Checked:
+def _check_array(store: Location, sizes: Mapping[str, int], slots: Mapping[str, Mapping[int, str]], name: str,
+                 meta: dict[str, Any]) -> _Checked:
     # One reader per array, closed after it: a store of thousands of arrays must not hold their files open.
-    with StoreReader(str(store), storage_options=store.options, max_open=1) as reader:
-        return _check_with(store, reader, name, meta)
+    with StoreReader(str(store), storage_options=store.options, max_open=1, slots=slots) as reader:
+        return _check_with(reader, sizes, name, meta)
 
 
-def _check_with(store: Location, reader: StoreReader, name: str, meta: dict[str, Any]) -> _Checked:
+def _check_with(reader: StoreReader, sizes: Mapping[str, int], name: str, meta: dict[str, Any]) -> _Checked:
     attrs = meta.get("attributes", {})
     item_id = str(attrs.get("item_id", ""))
+    prefix = f"{name}/"
+    mine = {k[len(prefix):]: n for k, n in sizes.items() if k.startswith(prefix)}
 
     def problem(what: str, kind: ProblemKind, at: tuple[int, ...] | None = None) -> Problem:
         return Problem(name, item_id, what, kind, at)
 
     try:
-        arr = zarr.open_array((store / name).zarr(read_only=True), mode="r", zarr_format=3)  # its keys
         voxels = reader.array(name)  # the one read path
+        record = StoredFiles.decode(attrs[STORED]) if STORED in attrs else None
     except Exception as exc:  # noqa: BLE001 - any failure to open is damage to report, not to raise
         return _Checked(0, 0, (problem(f"metadata unreadable: {type(exc).__name__}: {exc}", "metadata unreadable"),))
     found: list[Problem] = []
@@ -153,40 +169,56 @@ def _check_with(store: Location, reader: StoreReader, name: str, meta: dict[str,
     elif "sha256" in attrs and attrs["complete"] != attrs["sha256"]:
         found.append(problem(f"`complete` {attrs['complete'][:12]}... differs from the source sha256 "
                              f"{attrs['sha256'][:12]}...", "complete differs"))
-    storage = tuple(arr.shards or arr.chunks)
-    found += [problem(f"chunk file {key} missing (zarr would read fill values)", "chunk files missing",
-                      tuple(i * n for i, n in zip(coords, storage)))
-              for key, coords in missing_chunks((store / name).keys(), arr)]
+    storage = voxels.shards or voxels.chunks
+    lost: set[tuple[int, ...]] = set()  # storage files found missing or resized: reported once, not read
+    if record is None:
+        found.append(problem("no record of its stored files: a lost chunk file cannot be told from a chunk never "
+                             "written", "chunk files missing"))
+    else:
+        keys = dict(storage_keys(meta))
+        for key, coords in keys.items():
+            recorded, held = record.size(coords), mine.get(key)
+            at = tuple(i * n for i, n in zip(coords, storage))
+            if recorded and held != recorded:
+                lost.add(coords)
+            if recorded and held is None:
+                found.append(problem(f"chunk file {key} missing (the store recorded {recorded:,} B written)",
+                                     "chunk files missing", at))
+            elif recorded and held != recorded:
+                found.append(problem(f"chunk file {key} holds {held:,} B, the store recorded {recorded:,} B",
+                                     "chunk unreadable", at))
     digests: dict[tuple[int, ...], bytes] = {}
     unreadable = 0
     # A shard is read in one call (its index once, its chunks in one ranged read); only a shard that fails to
     # read is read again chunk by chunk, to name each damaged chunk.
-    unit = tuple(arr.shards) if arr.shards is not None else tuple(arr.chunks)
-    for unit_index in itertools.product(*(range(n) for n in chunk_grid(arr.shape, unit))):
-        outer = _region(unit_index, unit, arr.shape)
+    for unit_index in itertools.product(*(range(n) for n in chunk_grid(voxels.shape, storage))):
+        if unit_index in lost:
+            unreadable += 1
+            continue
+        outer = _region(unit_index, storage, voxels.shape)
         try:
-            digests.update(block_digests(voxels.read(outer), [r.start for r in outer], arr.chunks))
+            digests.update(block_digests(voxels.read(outer), [r.start for r in outer], voxels.chunks))
             continue
         except Exception:  # noqa: BLE001 - damage somewhere in this shard: find it chunk by chunk below
             pass
-        for index in itertools.product(*(range(r.start // c, -(-r.stop // c)) for r, c in zip(outer, arr.chunks))):
-            region = _region(index, arr.chunks, arr.shape)
+        for index in itertools.product(*(range(r.start // c, -(-r.stop // c))
+                                         for r, c in zip(outer, voxels.chunks))):
+            region = _region(index, voxels.chunks, voxels.shape)
             try:
                 digests[index] = chunk_digest(voxels.read(region))
             except Exception as exc:  # noqa: BLE001 - crc32c mismatch, codec error, torn file: all damage
                 unreadable += 1
                 found.append(problem(f"chunk at {_where(region)} unreadable: {type(exc).__name__}: {exc}",
                                      "chunk unreadable", tuple(r.start for r in region)))
-    recorded = attrs.get("content_sha256")
+    recorded_hash = attrs.get("content_sha256")
     if not sealed:
         pass
-    elif recorded is None:
+    elif recorded_hash is None:
         found.append(problem("no `content_sha256` attr to check the values against", "no content hash"))
-    elif not unreadable and combine_digests(arr.shape, arr.dtype, arr.chunks, digests) != recorded:
+    elif not unreadable and combine_digests(voxels.shape, voxels.dtype, voxels.chunks, digests) != recorded_hash:
         found.append(problem("content hash differs from the one recorded at write time (changed or missing chunks)",
                              "content hash differs"))
-    stored = (store / name).tree_bytes()
-    return _Checked(len(digests) + unreadable, stored, tuple(found))
+    return _Checked(len(digests) + unreadable, sum(mine.values()), tuple(found))
 
 
 def _region(index: Sequence[int], step: Sequence[int], shape: Sequence[int]) -> tuple[slice, ...]:
@@ -198,7 +230,7 @@ def _where(region: Sequence[slice]) -> str:
     return "[" + ", ".join(f"{s.start}:{s.stop}" for s in region) + "]"
 
 
-def _leftovers(store: Location) -> int:
-    staging = store / STATE / "staging"
-    staged = sum(1 for _ in staging.iterdir()) if staging.is_dir() else 0
-    return staged + len(store.partial_files())
+def _leftovers(sizes: Mapping[str, int]) -> int:
+    staging = f"{STATE}/staging/"
+    staged = {k[len(staging):].split("/", 1)[0] for k in sizes if k.startswith(staging)}
+    return len(staged) + sum(1 for k in sizes if k.endswith(".partial"))

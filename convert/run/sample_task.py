@@ -50,6 +50,7 @@ from labzarr.readers.dicom import open_series
 from labzarr.store import STATS, ItemStats, Location
 from labzarr.store.format import encode_stats
 from labzarr.store.ngff import role_path
+from labzarr.store.written import STORED, StoredFiles
 
 from ..intensity import Accumulator, ClassAccumulator
 from ..manifest import ClassCount, RoleSource, Row
@@ -264,11 +265,15 @@ def _write_mask(store: Location, task: SampleTask, f: RoleFile, src: VolumeSourc
         writer.close()
     located, ranges = locator.locations()
     with store_io(store, f"cannot write {task.group}/{LOCATIONS}"):
-        zarr.create_array(store.zarr(), name=f"{task.group}/{LOCATIONS}", data=located,
-                          chunks=(max(1, min(len(located), _LOCATION_ROWS)), 3),
-                          compressors=codecs(settings.store_spec),
-                          attributes={"axes": ["x", "y", "z"] if len(h.shape) == 4 else ["y", "x"], "role": f.role},
-                          overwrite=True)
+        path = f"{task.group}/{LOCATIONS}"
+        arr = zarr.create_array(store.zarr(), name=path, data=located,
+                                chunks=(max(1, min(len(located), _LOCATION_ROWS)), 3),
+                                compressors=codecs(settings.store_spec),
+                                attributes={"axes": ["x", "y", "z"] if len(h.shape) == 4 else ["y", "x"],
+                                            "role": f.role},
+                                overwrite=True)
+        # zarr skips all-zero chunks here: the record says which files hold rows, so those read as zeros
+        arr.update_attributes({STORED: StoredFiles.of_array(arr, (store / path).sizes()).encode()})
     counts = tuple(ClassCount(value=v, voxels=n, start=a, stop=b) for v, n, a, b in ranges)
     return str(summary.dtype), counts, list(summary.warnings)
 

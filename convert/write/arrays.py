@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +37,7 @@ from zarr.abc.codec import BytesBytesCodec
 from labzarr.store import COMPLETE, INDEX_KEY, STATISTICS, STATS, ClassInfo, IndexItem, ItemStats, Location, StoreIndex
 from labzarr.store.content import missing_chunk_files
 from labzarr.store.format import encode_stats
+from labzarr.store.written import STORED, StoredFiles
 
 from ..manifest import Row
 from ..plan.build import VOLUMES, item_unit
@@ -49,7 +50,8 @@ from .state import STATE, staging_dir, trash_dir
 __all__ = ["STACK_AXES", "Staged", "StoreWriteError", "Superseded", "array_nodes", "begin_array",
            "carry_shard", "codecs", "compact_metadata", "create_stack", "discard", "fill_missing_shards",
            "index_items", "install", "item_statistics", "open_root", "publish", "remove_array",
-           "remove_stale", "set_array_labels", "staging_folder", "write_index", "write_slots", "write_statistics"]
+           "remove_stale", "sealed_record", "set_array_labels", "staging_folder", "write_index", "write_slots",
+           "write_statistics"]
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +151,9 @@ def install(store: Location, name: str, folder: Location, array: zarr.Array[Any]
     last, after its chunks (never deferred); a staged stack there is copied into place with its `zarr.json` last
     (`labzarr.store.url`).
     """
-    on_purpose = set((attrs or {}).get("empty_shards", ()))  # as the array's own attr would say, once written
-    missing = [k for k in missing_chunk_files((folder / at if at else folder).keys(), array) if k not in on_purpose]
-    if missing:
-        raise RuntimeError(f"{name}: {len(missing)} chunk file(s) missing after writing, first {missing[0]}")
-    node, sealed = folder / at if at else folder, {**(attrs or {}), COMPLETE: complete}
+    node = folder / at if at else folder
+    record = sealed_record(node, array, allowed=(attrs or {}).get("empty_shards", ()))
+    sealed = {**(attrs or {}), STORED: record.encode(), COMPLETE: complete}
     if store.writes_in_place:  # readers may look here already: `complete` only once the voxels are durable
         folder.fsync_tree()
         _check_holder(store, name, run_id)
@@ -169,6 +169,17 @@ def install(store: Location, name: str, folder: Location, array: zarr.Array[Any]
         defer.append(staged)
     else:
         publish([staged])
+
+
+def sealed_record(folder: Location, array: zarr.Array[Any], *, allowed: Collection[str] = ()) -> StoredFiles:
+    """The record of which storage files `array` (written at `folder`, every chunk stored) holds, for its
+    `STORED` attr; raises RuntimeError when one is missing but for `allowed` (all-fill shards zarr did not store:
+    the record says they were never written, and they read as fill value)."""
+    record = StoredFiles.of_array(array, folder.sizes())
+    missing = record.missing(array, allowed=allowed)
+    if missing:
+        raise RuntimeError(f"{folder}: {len(missing)} chunk file(s) missing after writing, first {missing[0]}")
+    return record
 
 
 def publish(staged: Sequence[Staged]) -> None:

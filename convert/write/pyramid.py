@@ -24,8 +24,9 @@ import numpy.typing as npt
 import zarr
 
 from labzarr.store import Location
-from labzarr.store.content import ChunkDigests, block_digests, combine_digests, missing_chunk_files
+from labzarr.store.content import ChunkDigests, block_digests, combine_digests
 from labzarr.store.ngff import Pyramid, level_shape
+from labzarr.store.written import STORED, StoredFiles
 
 __all__ = ["downsample", "level_layout", "write_levels"]
 
@@ -93,11 +94,13 @@ def write_levels(group: Location, level0: zarr.Array[Any], pyramid: Pyramid, *,
             dimension_names=level0.metadata.dimension_names,  # type: ignore[union-attr]
             attributes={**attrs, "level": level}, config={"write_empty_chunks": True})
         digests = _fill(arr, src, pyramid.method)
-        missing = missing_chunk_files((group / str(level)).keys(), arr)
+        record = StoredFiles.of_array(arr, (group / str(level)).sizes())
+        missing = record.missing(arr)
         if missing:
             raise RuntimeError(f"{group}/{level}: {len(missing)} chunk file(s) missing after writing, first "
                                f"{missing[0]}")
-        arr.update_attributes({"content_sha256": combine_digests(arr.shape, arr.dtype, arr.chunks, digests)})
+        arr.update_attributes({"content_sha256": combine_digests(arr.shape, arr.dtype, arr.chunks, digests),
+                               STORED: record.encode()})
         out.append(arr)
         src = arr
     return out
