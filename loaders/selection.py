@@ -141,8 +141,9 @@ def selection_of(selection: Selection | None, keywords: SelectionKeywords, *, wh
     that is no field of `Selection`. A keyword given as None is not a choice: None is every field's default."""
     unknown = sorted(set(keywords) - _KEYWORDS)
     if unknown:
-        raise TypeError(f"{where}: unexpected keyword argument(s) {', '.join(map(repr, unknown))}; the selection "
-                        f"keywords are {', '.join(f.name for f in fields(Selection))}")
+        # Any misspelt keyword lands here, an option's as much as a field's: name both kinds.
+        raise TypeError(f"{where}: unexpected keyword argument(s) {', '.join(map(repr, unknown))}; besides its "
+                        f"options it takes Selection's fields: {', '.join(f.name for f in fields(Selection))}")
     if selection is None:
         return Selection(**keywords)
     if not isinstance(selection, Selection):

@@ -149,7 +149,8 @@ def test_selection_and_its_keywords_together_are_refused_before_the_store_is_rea
         PatchDataset(store, None, selection=Selection(split="val"), split="train", kind="volume")
     with pytest.raises(TypeError, match=r"selection= and items= both choose"):
         PatchDataset(tmp_path / "missing.zarr", None, selection=Selection(), items=["p001t1"])
-    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'splt'; the selection keywords are split"):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'splt'; besides its options it "
+                                         r"takes Selection's fields: split, fold"):
         PatchDataset(store, None, splt="val")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"selection = \{'split': 'val'\}; expected a labzarr.loaders.Selection"):
         PatchDataset(store, None, selection={"split": "val"})  # type: ignore[arg-type]
