@@ -8,6 +8,7 @@ from .dataset import Mode, PatchDataset
 from .normalize import Normalize, Scheme
 from .options import Backend, ReadOptions
 from .samplers import ShardBy, ShuffleSampler, StratifiedSampler
+from .selection import Selection, SelectionKeywords
 
 __all__ = [
     "Backend",
@@ -23,6 +24,8 @@ __all__ = [
     "ReadOptions",
     "Region",
     "Scheme",
+    "Selection",
+    "SelectionKeywords",
     "ShardBy",
     "ShuffleSampler",
     "StoreView",

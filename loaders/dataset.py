@@ -16,7 +16,7 @@ import logging
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -37,7 +37,7 @@ from labzarr.store import (
 from ._regions import Region, centered_origin, grid_axis, random_origin, region
 from .options import ReadOptions
 from .samplers import ShardBy, ShuffleSampler, StratifiedSampler
-from .selection import Selection
+from .selection import Selection, SelectionKeywords, selection_of
 
 __all__ = ["Mode", "PatchDataset", "Sample"]
 
@@ -95,24 +95,14 @@ class PatchDataset(Dataset[Sample]):
     class_weights:
         Relative weight of each foreground class when choosing the one to centre on; classes
         missing from the mapping get weight 0. Default: every present class alike.
-
-    The items to use are selected at construction, from the store's index alone (no voxel is read);
-    ``items``, ``len``, ``classes``, the samplers and grid mode all follow the selection, while the class
-    mapping comes from the whole store, so a train and a val dataset number their classes alike:
-
-    split:
-        Only the items of this split (``"train"``, ``"val"``, ``"test"``; the spec's ``[splits]``).
-    fold, holdout:
-        With ``[splits] folds``: ``holdout=True`` gives fold `fold`'s validation items, ``holdout=False``
-        its training items (every other fold); held-out test items are in neither.
-    items:
-        Only these item IDs.
-    where:
-        A mapping of a label name (or ``kind``, ``split``, ``fold``, ``group``, ``dtype``) to its allowed
-        value or values, e.g. ``{"diagnosis": ["tumour", "cyst"]}``; or a callable taking an `IndexItem`
-        and returning whether to keep it.
-    kind:
-        ``"volume"`` (3 spatial axes) or ``"image"`` (2), for a store that holds both.
+    selection:
+        Which of the store's items to use (a `Selection`: by split, fold, item ID, label or kind), chosen at
+        construction from the store's index alone (no voxel is read); default every item. ``items``, ``len``,
+        ``classes``, the samplers and grid mode follow it, while the class mapping comes from the whole store,
+        so a train and a val dataset number their classes alike.
+    split, fold, holdout, items, where, kind:
+        `Selection`'s fields as keywords, building the selection (``split="val"`` is
+        ``selection=Selection(split="val")``); giving one of them (not None) with ``selection`` is a TypeError.
 
     Raises
     ------
@@ -125,15 +115,13 @@ class PatchDataset(Dataset[Sample]):
                  label: str | None = None, seed: int = 0, mode: Mode = "random", overlap: int | Sequence[int] = 0,
                  pad_value: float = 0, transform: Transform | None = None, classes: Sequence[str] | None = None,
                  read: ReadOptions = ReadOptions(), roles: Sequence[str] = ("image",), foreground: float = 0.0,
-                 class_weights: Mapping[int, float] | None = None, split: str | None = None,
-                 fold: int | None = None, holdout: bool | None = None, items: Sequence[str] | None = None,
-                 where: Mapping[str, object] | Callable[[IndexItem], bool] | None = None,
-                 kind: Literal["volume", "image"] | None = None) -> None:
+                 class_weights: Mapping[int, float] | None = None, selection: Selection | None = None,
+                 **select: Unpack[SelectionKeywords]) -> None:
         self.store = store_location(store)
+        # Before the index is read: a call that chooses its items twice is refused whatever the store holds.
+        self.selection = selection_of(selection, select, where=f"PatchDataset({self.store})")
         index = read_index(self.store, read.storage_options)
         self.attrs, self.store_items = index.attrs(), index.items
-        self.selection = Selection(split=split, fold=fold, holdout=holdout,
-                                   items=None if items is None else tuple(items), where=where, kind=kind)
         self.items = self.selection.apply(self.store_items, where=f"PatchDataset({self.store})")
         self.patch_size = None if patch_size is None else tuple(int(p) for p in patch_size)
         self.patches_per_item, self.seed, self.mode, self.pad_value = patches_per_item, seed, mode, pad_value

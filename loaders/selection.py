@@ -3,27 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import Literal, TypedDict
 
 from labzarr.store import IndexItem
 
-__all__ = ["Selection"]
+__all__ = ["Selection", "SelectionKeywords", "selection_of"]
 
 _FIELDS = ("kind", "split", "fold", "group", "dtype")  # IndexItem fields `where` may name, after the labels
 _KINDS = {"volume": 3, "image": 2}
 
+Where = Mapping[str, object] | Callable[[IndexItem], bool]
+
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """A PatchDataset's item selection (see `PatchDataset`); empty selects every item."""
+    """Which of a store's items a PatchDataset uses, chosen from the index alone; empty selects every item.
+
+    `split`: only the items of this split (``"train"``, ``"val"``, ``"test"``; the spec's ``[splits]``).
+    `fold`, `holdout`: with ``[splits] folds``, ``holdout=True`` gives fold `fold`'s validation items,
+    ``holdout=False`` its training items (every other fold); held-out test items are in neither.
+    `items`: only these item IDs (kept as a tuple; the dataset keeps index order).
+    `where`: a mapping of a label name (or ``kind``, ``split``, ``fold``, ``group``, ``dtype``) to its allowed
+    value or values, e.g. ``{"diagnosis": ["tumour", "cyst"]}``; or a callable taking an `IndexItem` and
+    returning whether to keep it.
+    `kind`: ``"volume"`` (3 spatial axes) or ``"image"`` (2), for a store that holds both.
+    """
 
     split: str | None = None
     fold: int | None = None
     holdout: bool | None = None
-    items: tuple[str, ...] | None = None
-    where: Mapping[str, object] | Callable[[IndexItem], bool] | None = None
+    items: Sequence[str] | None = None
+    where: Where | None = None
     kind: Literal["volume", "image"] | None = None
+
+    def __post_init__(self) -> None:
+        # A tuple, so that equal selections compare equal whatever sequence they were given; a str is left for
+        # `apply` to refuse with the store's name.
+        if self.items is not None and not isinstance(self.items, str):
+            object.__setattr__(self, "items", tuple(self.items))
 
     def apply(self, items: Sequence[IndexItem], *, where: str) -> tuple[IndexItem, ...]:
         """The selected items, in index order; ValueError (prefixed `where`) for a selection that does not fit
@@ -102,3 +120,36 @@ class Selection:
             ("where", None if self.where is None else ("<callable>" if callable(self.where) else dict(self.where))),
         ) if value is not None]
         return "".join(f", {p}" for p in parts)
+
+
+class SelectionKeywords(TypedDict, total=False):
+    """`Selection`'s fields as keywords: `PatchDataset(store, patch, split="train")` builds the selection."""
+
+    split: str | None
+    fold: int | None
+    holdout: bool | None
+    items: Sequence[str] | None
+    where: Where | None
+    kind: Literal["volume", "image"] | None
+
+
+_KEYWORDS = frozenset(f.name for f in fields(Selection))
+
+
+def selection_of(selection: Selection | None, keywords: SelectionKeywords, *, where: str) -> Selection:
+    """`selection`, or the one `keywords` build; TypeError (prefixed `where`) when both choose, or for a keyword
+    that is no field of `Selection`. A keyword given as None is not a choice: None is every field's default."""
+    unknown = sorted(set(keywords) - _KEYWORDS)
+    if unknown:
+        # Any misspelt keyword lands here, an option's as much as a field's: name both kinds.
+        raise TypeError(f"{where}: unexpected keyword argument(s) {', '.join(map(repr, unknown))}; besides its "
+                        f"options it takes Selection's fields: {', '.join(f.name for f in fields(Selection))}")
+    if selection is None:
+        return Selection(**keywords)
+    if not isinstance(selection, Selection):
+        raise TypeError(f"{where}: selection = {selection!r}; expected a labzarr.loaders.Selection")
+    given = [f"{k}=" for k, v in keywords.items() if v is not None]
+    if given:
+        raise TypeError(f"{where}: selection= and {', '.join(given)} both choose the items; pass the selection "
+                        f"once: selection=Selection(..., {given[0]}...) or the keywords alone")
+    return selection

@@ -4,14 +4,19 @@ patients split train/val/test and mixes 3D volumes with two 2D images (tests/coh
 from __future__ import annotations
 
 import csv
+import pickle
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
+from labzarr import PatchDataset as PublicPatchDataset
 from labzarr import open_store
 from labzarr.convert import convert_delivery
-from labzarr.loaders import PatchDataset, StratifiedSampler
+from labzarr.loaders import PatchDataset, Selection, SelectionKeywords, StratifiedSampler
 
 from ..cohort import project
 
@@ -107,3 +112,53 @@ def test_grid_mode_tiles_only_the_selected_items(converted_cohort: Path) -> None
     grid = PatchDataset(store, (4, 4, 4), mode="grid", split="test", kind="volume")
     tiled = {grid.items[grid.locate(i)[0]].item_id for i in range(len(grid))}
     assert tiled == {i for i, r in rows.items() if r["split"] == "test" and r["shape"].count("x") == 3}
+
+
+SAME_CHOICE: list[Any] = [
+    pytest.param(dict(split="val", kind="volume"), dict(patches_per_item=3, seed=4), id="split"),
+    pytest.param(dict(items=["p005t3", "p001t1", "p002t3"]), dict(patches_per_item=2, seed=9), id="items"),
+    pytest.param(dict(where={"diagnosis": "tumour"}, kind="volume"), dict(label="diagnosis", seed=1), id="where"),
+    pytest.param(dict(where=lambda item: item.item_id.endswith("t3"), kind="volume"), dict(seed=2), id="callable"),
+    pytest.param(dict(split="test", kind="volume"), dict(mode="grid", overlap=1), id="grid"),
+]
+
+
+@pytest.mark.parametrize(("choice", "options"), SAME_CHOICE)
+def test_a_selection_selects_exactly_what_its_keywords_select(converted_cohort: Path, choice: dict[str, Any],
+                                                              options: dict[str, Any]) -> None:
+    store = _store(converted_cohort)
+    by_keywords = PatchDataset(store, (4, 4, 4), **options, **choice)
+    by_selection = PublicPatchDataset(store, (4, 4, 4), **options, selection=Selection(**choice))
+    assert by_selection.selection == by_keywords.selection == Selection(**choice)
+    assert by_selection.items == by_keywords.items and len(by_selection) == len(by_keywords)
+    assert by_selection.classes == by_keywords.classes and by_selection.targets == by_keywords.targets
+    assert repr(by_selection) == repr(by_keywords)
+    # ds[i] stays a pure function of (seed, epoch, i), in this process and in a pickled copy (a worker's)
+    copy = pickle.loads(pickle.dumps(by_selection)) if not callable(choice.get("where")) else by_selection
+    for key in [*range(len(by_keywords)), (1, 0), (2, len(by_keywords) - 1)]:
+        a, b, c = by_keywords[key], by_selection[key], copy[key]
+        assert a["item_id"] == b["item_id"] == c["item_id"] and a["origin"] == b["origin"] == c["origin"], key
+        assert torch.equal(a["image"], b["image"]) and torch.equal(a["image"], c["image"]), key
+
+
+def test_selection_and_its_keywords_together_are_refused_before_the_store_is_read(converted_cohort: Path,
+                                                                                   tmp_path: Path) -> None:
+    store = _store(converted_cohort)
+    with pytest.raises(TypeError, match=r"selection= and split=, kind= both choose the items; pass the selection "
+                                         r"once"):
+        PatchDataset(store, None, selection=Selection(split="val"), split="train", kind="volume")
+    with pytest.raises(TypeError, match=r"selection= and items= both choose"):
+        PatchDataset(tmp_path / "missing.zarr", None, selection=Selection(), items=["p001t1"])
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'splt'; besides its options it "
+                                         r"takes Selection's fields: split, fold"):
+        PatchDataset(store, None, splt="val")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"selection = \{'split': 'val'\}; expected a labzarr.loaders.Selection"):
+        PatchDataset(store, None, selection={"split": "val"})  # type: ignore[arg-type]
+    # None is every keyword's default, so a wrapper forwarding its own defaults may pass them with selection=.
+    forwarded = PatchDataset(store, None, selection=Selection(split="val"), split=None, where=None)
+    assert forwarded.items == PatchDataset(store, None, split="val").items
+
+
+def test_the_keywords_are_the_selection_fields() -> None:
+    assert list(SelectionKeywords.__annotations__) == [f.name for f in fields(Selection)]
+    assert Selection(items=["a", "b"]) == Selection(items=("a", "b")) and Selection().describe() == ""
