@@ -25,6 +25,7 @@ from ..write.image import begin_image
 from ..write.writer import PartWriter, create_volume_array, open_volume_array, seal_volume, store_io
 from .boundary import on_worker, refusal
 from .settings import TaskSettings
+from .slab_loop import write_slabs
 from .slab_progress import SlabReporter
 from .volume_task import attrs_for, ok_row, open_volume, record_attrs, volume_layout
 
@@ -93,13 +94,8 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> 
         stop = source.slab_count(shards or chunks) if part.stop is None else part.stop
         progress = SlabReporter(settings.slab_events, part.task.source, part=part.index, size=part.task.size,
                                 voxels=math.prod(h.shape), slabs=stop - part.first)
-        for slab in source.slabs(shards or chunks, first=part.first, stop=part.stop):
-            finite.update(slab)
-            if not finite.rejecting:  # as in convert_item: the stream is still read to its end
-                writer.write(slab)
-                if stats is not None:
-                    stats.update(slab)
-            progress.update(slab)
+        write_slabs(source.slabs(shards or chunks, first=part.first, stop=part.stop), finite=finite, writer=writer,
+                    stats=() if stats is None else (stats,), progress=progress)
         bad, first = finite.tally()
         return PartResult(index=part.index, digests=writer.digests(), nonfinite=bad, first_nonfinite=first,
                           stats=None if stats is None else stats.partial())
