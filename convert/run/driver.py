@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from multiprocessing import resource_tracker
@@ -147,13 +147,21 @@ def convert_delivery(
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
-    _create_folder(parsed.delivery.store)
-    # The lock comes first: a second run on this store fails at once, before starting a cluster.
-    with _store_errors(parsed.delivery.store), store_lock(parsed.delivery.store) as lock:
-        with _client(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries) as client, \
-                _heap_frozen():
-            return _execute(parsed, client, lock, progress=progress, started=started, labels=labels,
-                            repair=repair or {})
+    client = _client(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries)
+    with _running(parsed.delivery.store, client) as (started_client, lock):
+        return _execute(parsed, started_client, lock, progress=progress, started=started, labels=labels,
+                        repair=repair or {})
+
+
+@contextmanager
+def _running(store: Location, client: AbstractContextManager[Client]) -> Iterator[tuple[Client, LockInfo]]:
+    """What a run holds while it converts, the same for `convert_delivery` and `execute` so that both write the
+    same store bytes: the store's folder, its write errors as usage errors, its lock, then `client` entered (the
+    lock first: a second run on this store fails at once, before starting a cluster), zarr's compact metadata
+    documents and the frozen heap (after the cluster started, so that its objects are frozen too)."""
+    _create_folder(store)
+    with _store_errors(store), store_lock(store) as lock, client as entered, compact_metadata(), _heap_frozen():
+        yield entered, lock
 
 
 @contextmanager
@@ -286,9 +294,7 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     `labels` is the spec's workbook as `load_labels` read it; it is read here when not given. `repair`: as
     for `convert_delivery`.
     """
-    _create_folder(spec.delivery.store)
-    with _store_errors(spec.delivery.store), store_lock(spec.delivery.store) as lock, compact_metadata(), \
-            _heap_frozen():
+    with _running(spec.delivery.store, nullcontext(client)) as (client, lock):
         return _execute(spec, client, lock, progress=progress, started=started, labels=labels, repair=repair or {})
 
 
