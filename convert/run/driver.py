@@ -63,7 +63,7 @@ from ..write.outcomes import read_outcomes, write_outcomes
 from ..write.stacks import install_stack, records_in_use, stage_stacks
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, sweep
 from .batches import batch_volumes
-from .part_task import stage_split
+from .part_task import stage_parts
 from .settings import TaskSettings
 from .split_step import split_rows
 from .supervise import Jobs, hang_report_after, run_tasks
@@ -355,12 +355,13 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         task_settings = _task_settings(spec, client, lock, fingerprint, reports)
         staged = stage_stacks(store, the_plan, spec)
         workers = len(client.scheduler_info().get("workers", {}))
-        split = {t.array: parts for t in the_plan.tasks
-                 if (parts := stage_split(store, t, task_settings, workers=workers, split_bytes=spec.run.split_bytes))}
-        volumes, batches = batch_volumes([t for t in the_plan.tasks if t.array not in split], workers)
+        in_parts = {t.array: parts for t in the_plan.tasks
+                    if (parts := stage_parts(store, t, task_settings, workers=workers,
+                                             parts_bytes=spec.run.parts_bytes))}
+        volumes, batches = batch_volumes([t for t in the_plan.tasks if t.array not in in_parts], workers)
         jobs = Jobs(volumes=volumes, batches=batches, shards=the_plan.shards,
                     targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
-                    samples=the_plan.samples, parts=split)
+                    samples=the_plan.samples, parts=in_parts)
         converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout, progress=progress)
     t_convert = time.perf_counter()
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
@@ -407,7 +408,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         # convert_s).
         "bytes": {"files": summary["bytes"]["files"], "converted": sum(t.size for t in the_plan.tasks)},
         "run": {"converted": len(converted), "unchanged": len(the_plan.unchanged),
-                "split": len(split)},  # split: of the converted, volumes written in parts ([run] split_bytes)
+                "parts": len(in_parts)},  # parts: of the converted, volumes written in parts ([run] parts_bytes)
         # Of the converted, those decoded again only because the store's copy was damaged, and why.
         "repaired": [{"item_id": r.item_id, "source": r.source, "array": r.array, "why": r.why}
                      for r in the_plan.repaired],

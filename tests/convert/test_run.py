@@ -137,7 +137,7 @@ def test_manifest_byte_identical_across_workers_and_reruns(converted_demo, tmp_p
     assert b"timings" not in committed[1] and b"converted" not in committed[1]
     log = json.loads((d.store / ".labzarr" / "last-run.json").read_bytes())  # what only the last run did
     assert log["run"] == again.run_log["run"] == {"converted": 0, "unchanged": one.run_log["run"]["converted"],
-                                                  "split": 0}
+                                                  "parts": 0}
     assert set(log["timings"]) == {"start_s", "discover_s", "probe_s", "convert_s", "total_s"}
 
 
