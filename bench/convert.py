@@ -16,8 +16,8 @@ Rows (uncompressed MB per wall second, one run, compare ratios):
 - gunzip only (python zlib, ISA-L), codec encode only (one thread);
 - CPU cost (MB per CPU-second, all processes): comparable when the machine is
   shared, where wall-clock MB/s mostly measures this run's share of the cores;
-- the 2 GB volume: labzarr's MB/s written by one task (`[run] split_bytes = 0`)
-  and split in two parts, one per worker (the default), and the peak RSS of
+- the 2 GB volume: labzarr's MB/s written by one task (`[run] parts_bytes = 0`)
+  and in two parts, one per worker (the default), and the peak RSS of
   its largest process above that process's baseline (a worker right after its
   imports), next to the straightforward path's peak RSS.
 
@@ -198,7 +198,7 @@ class _Run:
 
 
 def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
-             split_bytes: int | None = None, *, repeat: int = 1) -> _Run:
+             parts_bytes: int | None = None, *, repeat: int = 1) -> _Run:
     """Convert `raw` on a ready LocalCluster with the `[store]` section `store_toml`; with `repeat`, as many
     times from scratch on the same cluster, keeping the fastest run (as the DICOM section's baseline is)."""
     store = root / f"store-{workers}w.zarr"
@@ -207,8 +207,8 @@ def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
     # The demo spec's [store] section is swapped whole, so a row's layout never depends on the demo's defaults.
     text, n = re.subn(r"\[store\]\n(?:[a-z_]+ = [^\n]*\n)*", lambda _: store_toml, spec_path.read_text())
     assert n == 1, f"no [store] section in {spec_path}"
-    if split_bytes is not None:
-        text += f"\n[run]\nsplit_bytes = {split_bytes}\n"
+    if parts_bytes is not None:
+        text += f"\n[run]\nparts_bytes = {parts_bytes}\n"
     spec_path.write_text(text)
     spec = load_spec(spec_path)
     with dask.config.set(local_cluster_config(crash_retries=1)), \
@@ -303,11 +303,11 @@ def run(workdir: Path) -> list[Result]:
                       "MB/s"))
     out += cpu_rows
     big_mb = _nbytes(BIG) / MB
-    wall = _labzarr(big.parent, root, 2, split_bytes=0).wall
-    out.append(Result("2.1 GB volume: labzarr, 2 workers, one task (split_bytes = 0)", big_mb / wall, "MB/s"))
+    wall = _labzarr(big.parent, root, 2, parts_bytes=0).wall
+    out.append(Result("2.1 GB volume: labzarr, 2 workers, one task (parts_bytes = 0)", big_mb / wall, "MB/s"))
     r = _labzarr(big.parent, root, 2)
     peak, base = r.worst
-    out.append(Result("2.1 GB volume: labzarr, 2 workers, split in 2 parts (default)", big_mb / r.wall, "MB/s"))
+    out.append(Result("2.1 GB volume: labzarr, 2 workers, in 2 parts (default)", big_mb / r.wall, "MB/s"))
     out.append(Result("2.1 GB volume: labzarr peak RSS above baseline", peak / MB, "MB", higher_is_better=False,
                       note=f"largest process; its baseline {base / MB:.0f} MB; target <= 256"))
     sf_peak = _straightforward_peak_rss(big, root / "straight-big.zarr")

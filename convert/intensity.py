@@ -2,8 +2,8 @@
 
 Invariant: what `Accumulator` records depends only on the voxel values and on
 how the item is cut into slabs, which is the same for one task and for the
-parts of a split volume (`plan/parts.py`): a part hands its `partial()` to the
-driver, which `absorb`s them in file order, so a split volume records exactly
+parts of a volume written in parts (`plan/parts.py`): a part hands its `partial()` to the
+driver, which `absorb`s them in file order, so a volume in parts records exactly
 the statistics of the same volume converted whole.
 
 - 8- and 16-bit integers (and booleans) are counted per value (`_counting`:
@@ -62,7 +62,7 @@ class ChannelPartial:
 
 @dataclass(frozen=True, slots=True)
 class PartialStats:
-    """What a part of a split volume hands back: its channels' `ChannelPartial`s, by channel index."""
+    """What a part of a volume written in parts hands back: its channels' `ChannelPartial`s, by channel index."""
 
     dtype: str
     channels: Mapping[int, ChannelPartial] = field(default_factory=dict)

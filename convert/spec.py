@@ -143,14 +143,14 @@ class ValidateSpec:
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
-    """How items are run: a per-item time limit, retries after a worker dies, extra readers, big volumes split."""
+    """How items are run: a per-item time limit, retries after a worker dies, extra readers, big volumes in parts."""
 
     item_timeout: float = 600.0  # seconds from an item's start on a worker to `timeout`
     crash_retries: int = 1  # further attempts after a worker dies on an item, before `decoder_crash`
     readers: tuple[str, ...] = ()  # "module.path:Name" readers tried before the built-in ones
-    # A streamed volume of more uncompressed bytes is split into parts of about this size, written by
+    # A streamed volume of more uncompressed bytes is written in parts of about this size, by
     # several workers at once (convert/plan/parts.py); 0: never. The stored bytes are the same either way.
-    split_bytes: int = 512 << 20
+    parts_bytes: int = 512 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +280,12 @@ class _Table:
         if not ok(value):
             raise self.fail(key, value, allowed, hint)
         return value
+
+    def renamed(self, old: str, new: str) -> None:
+        """Refuse key `old` by its new name `new`: a spec written for an earlier labzarr says what to change."""
+        if old in self.data:
+            raise UsageError(f"{self.where}: [{self.section}] {old} was renamed {new}",
+                             f"write `{new} = {self.data[old]!r}` instead (same meaning)")
 
     def done(self) -> None:
         if self.data:
@@ -560,11 +566,12 @@ def _run(t: _Table) -> RunSpec:
         except (ImportError, ValueError) as exc:
             raise t.fail("readers", list(readers), f"cannot load {ref!r}: {exc}",
                          "name readers as 'module.path:ClassName', importable here and on every worker") from exc
-    split = t.take("split_bytes", int, RunSpec().split_bytes, what="a byte count")
-    t.check("split_bytes", split, lambda v: v >= 0, "must be >= 0 (0: never split a volume)",
-            "e.g. split_bytes = 536870912 (512 MiB)")
+    t.renamed("split_bytes", "parts_bytes")
+    parts = t.take("parts_bytes", int, RunSpec().parts_bytes, what="a byte count")
+    t.check("parts_bytes", parts, lambda v: v >= 0, "must be >= 0 (0: every volume in one part)",
+            "e.g. parts_bytes = 536870912 (512 MiB)")
     t.done()
-    return RunSpec(item_timeout=float(timeout), crash_retries=retries, readers=readers, split_bytes=split)
+    return RunSpec(item_timeout=float(timeout), crash_retries=retries, readers=readers, parts_bytes=parts)
 
 
 def _column(t: _Table, key: str, value: object) -> ColumnRef:

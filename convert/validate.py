@@ -50,7 +50,7 @@ class FiniteCheck:
         return self.bad, self._first
 
     def absorb(self, bad: int, first: tuple[int, ...] | None) -> None:
-        """Add another check's `tally` over other slabs of the same volume (the parts of a split volume)."""
+        """Add another check's `tally` over other slabs of the same volume (the parts of a volume written in parts)."""
         self.bad += bad
         if first is not None and (self._first is None or first < self._first):
             self._first = first

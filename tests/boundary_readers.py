@@ -3,7 +3,7 @@
 A file reading `LABZARR-CASE <case>\\n` is sniffed by both readers; `<case>` is how its decoding ends:
 `rejected` (the reader's refusal), `memory` (MemoryError), `crash` (a bug: ValueError), `segfault` (a real
 SIGSEGV in C) or `ok`. The volume reader streams a 1x8x8x40 int16 volume and fails on its first slab, after
-its header was read (so a split volume is staged first, as on the driver); the planar one is an 8x8 uint8
+its header was read (so a volume in parts is staged first, as on the driver); the planar one is an 8x8 uint8
 image and fails when decoded. Workers import this module by name (`tests.boundary_readers`).
 """
 

@@ -72,7 +72,7 @@ SLAB_PLUGINS = ["tests.faulty_readers:SlabSegfaultReader"]
 
 
 class _LastSlabSegfaults:
-    """A streamed 1x8x8x40 int16 volume whose decoder segfaults on its last slab (past a split's first part)."""
+    """A streamed 1x8x8x40 int16 volume whose decoder segfaults on its last slab (past its first part)."""
 
     def __init__(self) -> None:
         self._header = VolumeHeader(kind=SlabSegfaultReader.kind, shape=(1, 8, 8, 40), dtype=np.dtype(np.int16),

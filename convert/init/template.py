@@ -85,7 +85,7 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("run", "item_timeout"): "seconds one item may take on a worker -> timeout",
     ("run", "crash_retries"): "further attempts after a worker dies on an item -> decoder_crash",
     ("run", "readers"): "extra readers \"module.path:Class\", tried before the built-in ones",
-    ("run", "split_bytes"): "a bigger streamed volume is written by several workers at once; 0: never",
+    ("run", "parts_bytes"): "a bigger streamed volume is written by several workers at once; 0: never",
 }
 
 

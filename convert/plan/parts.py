@@ -1,4 +1,4 @@
-"""Splitting one big volume into parts that several workers write at once: records and pure planning.
+"""One big volume written in parts that several workers write at once: records and pure planning.
 
 Invariant: a part is a run of whole slabs -- shard-rows (chunk-rows) along the
 axis the source streams -- so no two parts write one chunk or shard; the parts
@@ -6,7 +6,7 @@ cover every slab once, in file order, and only the last reads to the end of
 the file, where a source runs its whole-stream checks (a gzip trailer). The
 driver stages the array before the parts run and seals it after the last one
 (`run/part_task.py`), so the stored bytes, attrs and row are those of the same
-volume converted by one task: the split changes who writes, never what.
+volume converted by one task: the parts change who writes, never what.
 
 A part other than the first still reads the file from its start up to its
 first slab (a gzip stream cannot be entered in the middle): the cost is the
@@ -24,7 +24,7 @@ from labzarr.store.content import ChunkDigests
 from ..intensity import PartialStats
 from .build import VolumeTask
 
-__all__ = ["PartResult", "VolumePart", "split_slabs"]
+__all__ = ["PartResult", "VolumePart", "part_slabs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +57,13 @@ class PartResult:
     stats: PartialStats | None = None  # its slabs' statistics (None with `[store] statistics = false`)
 
 
-def split_slabs(slabs: int, volume_bytes: int, *, workers: int, split_bytes: int) -> tuple[tuple[int, int], ...]:
-    """Slab ranges `[first, stop)` in file order: one per part of about `split_bytes`, at most one per worker.
+def part_slabs(slabs: int, volume_bytes: int, *, workers: int, parts_bytes: int) -> tuple[tuple[int, int], ...]:
+    """Slab ranges `[first, stop)` in file order: one per part of about `parts_bytes`, at most one per worker.
 
-    One range covering every slab means: do not split (`split_bytes` 0, one worker, one slab, a small volume).
+    One range covering every slab means: one part, one task (`parts_bytes` 0, one worker, one slab, a small volume).
     """
-    if split_bytes <= 0 or workers < 2 or slabs < 2 or volume_bytes <= split_bytes:
+    if parts_bytes <= 0 or workers < 2 or slabs < 2 or volume_bytes <= parts_bytes:
         return ((0, slabs),)
-    n = min(workers, slabs, math.ceil(volume_bytes / split_bytes))
+    n = min(workers, slabs, math.ceil(volume_bytes / parts_bytes))
     bounds = [i * slabs // n for i in range(n + 1)]
     return tuple(zip(bounds[:-1], bounds[1:]))

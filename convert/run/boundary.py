@@ -3,7 +3,7 @@
 A job is one of four kinds, each run on a dask worker as its own future:
 `VolumeTask` (a volume: one row), `ShardTask` (a shard of 2D images: a row per
 image), `SampleTask` (an image with its mask and other roles: one row) and
-`VolumePart` (a slab range of a volume split across workers: the volume's one
+`VolumePart` (a slab range of a volume written in parts: the volume's one
 row once every part is in). Whatever the kind, a failure ends the same way:
 
 - on the worker (`refusal`): `Rejected` is the reader's refusal, its reason

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from multiprocessing import resource_tracker
@@ -63,7 +63,7 @@ from ..write.outcomes import read_outcomes, write_outcomes
 from ..write.stacks import install_stack, records_in_use, stage_stacks
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, sweep
 from .batches import batch_volumes
-from .part_task import stage_split
+from .part_task import stage_parts
 from .settings import TaskSettings
 from .split_step import split_rows
 from .supervise import Jobs, hang_report_after, run_tasks
@@ -147,13 +147,21 @@ def convert_delivery(
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
-    _create_folder(parsed.delivery.store)
-    # The lock comes first: a second run on this store fails at once, before starting a cluster.
-    with _store_errors(parsed.delivery.store), store_lock(parsed.delivery.store) as lock:
-        with _client(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries) as client, \
-                _heap_frozen():
-            return _execute(parsed, client, lock, progress=progress, started=started, labels=labels,
-                            repair=repair or {})
+    client = _client(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries)
+    with _running(parsed.delivery.store, client) as (started_client, lock):
+        return _execute(parsed, started_client, lock, progress=progress, started=started, labels=labels,
+                        repair=repair or {})
+
+
+@contextmanager
+def _running(store: Location, client: AbstractContextManager[Client]) -> Iterator[tuple[Client, LockInfo]]:
+    """What a run holds while it converts, the same for `convert_delivery` and `execute` so that both write the
+    same store bytes: the store's folder, its write errors as usage errors, its lock, then `client` entered (the
+    lock first: a second run on this store fails at once, before starting a cluster), zarr's compact metadata
+    documents and the frozen heap (after the cluster started, so that its objects are frozen too)."""
+    _create_folder(store)
+    with _store_errors(store), store_lock(store) as lock, client as entered, compact_metadata(), _heap_frozen():
+        yield entered, lock
 
 
 @contextmanager
@@ -286,9 +294,7 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     `labels` is the spec's workbook as `load_labels` read it; it is read here when not given. `repair`: as
     for `convert_delivery`.
     """
-    _create_folder(spec.delivery.store)
-    with _store_errors(spec.delivery.store), store_lock(spec.delivery.store) as lock, compact_metadata(), \
-            _heap_frozen():
+    with _running(spec.delivery.store, nullcontext(client)) as (client, lock):
         return _execute(spec, client, lock, progress=progress, started=started, labels=labels, repair=repair or {})
 
 
@@ -349,12 +355,13 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         task_settings = _task_settings(spec, client, lock, fingerprint, reports)
         staged = stage_stacks(store, the_plan, spec)
         workers = len(client.scheduler_info().get("workers", {}))
-        split = {t.array: parts for t in the_plan.tasks
-                 if (parts := stage_split(store, t, task_settings, workers=workers, split_bytes=spec.run.split_bytes))}
-        volumes, batches = batch_volumes([t for t in the_plan.tasks if t.array not in split], workers)
+        in_parts = {t.array: parts for t in the_plan.tasks
+                    if (parts := stage_parts(store, t, task_settings, workers=workers,
+                                             parts_bytes=spec.run.parts_bytes))}
+        volumes, batches = batch_volumes([t for t in the_plan.tasks if t.array not in in_parts], workers)
         jobs = Jobs(volumes=volumes, batches=batches, shards=the_plan.shards,
                     targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
-                    samples=the_plan.samples, parts=split)
+                    samples=the_plan.samples, parts=in_parts)
         converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout, progress=progress)
     t_convert = time.perf_counter()
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
@@ -401,7 +408,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         # convert_s).
         "bytes": {"files": summary["bytes"]["files"], "converted": sum(t.size for t in the_plan.tasks)},
         "run": {"converted": len(converted), "unchanged": len(the_plan.unchanged),
-                "split": len(split)},  # split: of the converted, volumes written in parts ([run] split_bytes)
+                "parts": len(in_parts)},  # parts: of the converted, volumes written in parts ([run] parts_bytes)
         # Of the converted, those decoded again only because the store's copy was damaged, and why.
         "repaired": [{"item_id": r.item_id, "source": r.source, "array": r.array, "why": r.why}
                      for r in the_plan.repaired],

@@ -18,38 +18,39 @@ from labzarr.store import Location, as_location
 from ..intensity import Accumulator
 from ..manifest import Row
 from ..plan.build import VolumeTask
-from ..plan.parts import PartResult, VolumePart, split_slabs
+from ..plan.parts import PartResult, VolumePart, part_slabs
 from ..validate import FiniteCheck
 from ..write.arrays import codecs, discard
 from ..write.image import begin_image
 from ..write.writer import PartWriter, create_volume_array, open_volume_array, seal_volume, store_io
 from .boundary import on_worker, refusal
 from .settings import TaskSettings
+from .slab_loop import write_slabs
 from .slab_progress import SlabReporter
 from .volume_task import attrs_for, ok_row, open_volume, record_attrs, volume_layout
 
-__all__ = ["DICOM_SPLIT_DIVISOR", "SCAN_RATIO", "convert_part", "finish_split", "stage_split"]
+__all__ = ["DICOM_PARTS_DIVISOR", "SCAN_RATIO", "convert_part", "finish_parts", "stage_parts"]
 
 
-# Files under split_bytes / SCAN_RATIO on disk are not opened to see whether they are worth splitting: a
-# volume that compresses better than 64:1 is mostly empty, and cheap to encode in one task anyway.
+# Files under parts_bytes / SCAN_RATIO on disk are not opened to see whether they are worth writing in parts:
+# a volume that compresses better than 64:1 is mostly empty, and cheap to encode in one task anyway.
 SCAN_RATIO = 64
 # A DICOM series' parts read only their own files, with no stream to inflate up to a part's first slab, so a
-# split costs a task and nothing is read twice: a series is split from split_bytes / DICOM_SPLIT_DIVISOR (16 MiB
-# by default, so that a DWI series of a few thousand small files is written by every worker, not one).
-DICOM_SPLIT_DIVISOR = 32
+# part costs a task and nothing is read twice: a series is written in parts from parts_bytes / DICOM_PARTS_DIVISOR
+# (16 MiB by default, so that a DWI series of a few thousand small files is written by every worker, not one).
+DICOM_PARTS_DIVISOR = 32
 
 
-def stage_split(store: Location, task: VolumeTask, settings: TaskSettings, *, workers: int,
-                split_bytes: int) -> tuple[VolumePart, ...]:
-    """Create `task`'s array in staging and return its parts, when its volume is worth splitting; else ().
+def stage_parts(store: Location, task: VolumeTask, settings: TaskSettings, *, workers: int,
+                parts_bytes: int) -> tuple[VolumePart, ...]:
+    """Create `task`'s array in staging and return its parts, when its volume is worth writing in parts; else ().
 
     Runs on the driver and reads the header only (never voxels). A header the reader refuses is left to the
     ordinary task, which meets the same refusal on a worker and reports it as the item's row.
     """
-    if task.stack is not None and split_bytes > 0:
-        split_bytes = max(1, split_bytes // DICOM_SPLIT_DIVISOR)
-    if split_bytes <= 0 or workers < 2 or task.size * SCAN_RATIO < split_bytes or not _streams(task, settings):
+    if task.stack is not None and parts_bytes > 0:
+        parts_bytes = max(1, parts_bytes // DICOM_PARTS_DIVISOR)
+    if parts_bytes <= 0 or workers < 2 or task.size * SCAN_RATIO < parts_bytes or not _streams(task, settings):
         return ()
     try:
         source = open_volume(task, settings)
@@ -60,7 +61,7 @@ def stage_split(store: Location, task: VolumeTask, settings: TaskSettings, *, wo
         return ()
     chunks, shards = volume_layout(h, settings)
     volume_bytes = h.dtype.itemsize * math.prod(h.shape)
-    ranges = split_slabs(source.slab_count(shards or chunks), volume_bytes, workers=workers, split_bytes=split_bytes)
+    ranges = part_slabs(source.slab_count(shards or chunks), volume_bytes, workers=workers, parts_bytes=parts_bytes)
     if len(ranges) < 2:
         return ()
     with store_io(store, f"cannot create {task.array}"):
@@ -93,13 +94,8 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> 
         stop = source.slab_count(shards or chunks) if part.stop is None else part.stop
         progress = SlabReporter(settings.slab_events, part.task.source, part=part.index, size=part.task.size,
                                 voxels=math.prod(h.shape), slabs=stop - part.first)
-        for slab in source.slabs(shards or chunks, first=part.first, stop=part.stop):
-            finite.update(slab)
-            if not finite.rejecting:  # as in convert_item: the stream is still read to its end
-                writer.write(slab)
-                if stats is not None:
-                    stats.update(slab)
-            progress.update(slab)
+        write_slabs(source.slabs(shards or chunks, first=part.first, stop=part.stop), finite=finite, writer=writer,
+                    stats=() if stats is None else (stats,), progress=progress)
         bad, first = finite.tally()
         return PartResult(index=part.index, digests=writer.digests(), nonfinite=bad, first_nonfinite=first,
                           stats=None if stats is None else stats.partial())
@@ -111,7 +107,7 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> 
             writer.close()
 
 
-def finish_split(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Row], settings: TaskSettings) -> Row:
+def finish_parts(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Row], settings: TaskSettings) -> Row:
     """The item's row from every part's outcome, in part order (a `Row` where a part's worker died or hung).
 
     The first part in file order that failed decides, as if one task had read the file; when none did,

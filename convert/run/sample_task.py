@@ -47,7 +47,7 @@ from labzarr.readers import (
     readers_with,
 )
 from labzarr.readers.dicom import open_series
-from labzarr.store import STATS, ItemStats, Location
+from labzarr.store import STATS, ChannelStats, ItemStats, Location
 from labzarr.store.format import encode_stats
 from labzarr.store.ngff import role_path
 from labzarr.store.written import STORED, StoredFiles
@@ -63,6 +63,7 @@ from ..write.image import create_role_groups, finish_sample
 from ..write.writer import VolumeWriter, store_io
 from .boundary import on_worker, refusal
 from .settings import TaskSettings
+from .slab_loop import write_slabs
 from .volume_task import attrs_for, volume_layout
 
 __all__ = ["LOCATIONS", "convert_sample", "geometry_problem", "sample_complete"]
@@ -213,24 +214,11 @@ def _write_volume(store: Location, task: SampleTask, f: RoleFile, src: VolumeSou
                           codecs=codecs(settings.store_spec),
                           attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
     stats = Accumulator(h.dtype) if measure else None
-    per_class = stored = None
-    if measure and mask is not None:
-        per_class = ClassAccumulator(h.dtype)
-        with store_io(store, f"cannot read {mask}"):
-            stored = zarr.open_array(store.zarr(), path=mask, mode="r")
+    per_class = _ClassStats(store, mask, h.dtype) if measure and mask is not None else None
     try:
-        for slab in src.slabs(shards or chunks):  # a slab holds whole shards along the stream axis
-            finite.update(slab)
-            if not finite.rejecting:
-                writer.write(slab)
-                if stats is not None:
-                    stats.update(slab)
-                if per_class is not None and stored is not None:
-                    with store_io(store, f"cannot read {mask}"):
-                        labels = np.asarray(stored[(slice(0, 1), *slab.region[1:])])[0]
-                    first = slab.region[0].start or 0
-                    for i in range(slab.data.shape[0]):
-                        per_class.add(first + i, slab.data[i], labels)
+        # A slab holds whole shards along the stream axis.
+        write_slabs(src.slabs(shards or chunks), finite=finite, writer=writer,
+                    stats=tuple(c for c in (stats, per_class) if c is not None))
         warnings = list(finite.outcome())
         measured = None
         if stats is not None:
@@ -241,6 +229,28 @@ def _write_volume(store: Location, task: SampleTask, f: RoleFile, src: VolumeSou
     finally:
         writer.close()
     return str(h.dtype), warnings, measured
+
+
+class _ClassStats:
+    """The image's statistics per class of the mask stored at `mask`, each slab's classes read back from it."""
+
+    def __init__(self, store: Location, mask: str, dtype: np.dtype[Any]) -> None:
+        self._store, self._mask = store, mask
+        self._acc = ClassAccumulator(dtype)
+        with store_io(store, f"cannot read {mask}"):
+            self._stored = zarr.open_array(store.zarr(), path=mask, mode="r")
+
+    def update(self, slab: Slab) -> None:
+        """Add the slab's voxels, each to its class."""
+        with store_io(self._store, f"cannot read {self._mask}"):
+            labels = np.asarray(self._stored[(slice(0, 1), *slab.region[1:])])[0]
+        first = slab.region[0].start or 0
+        for i in range(slab.data.shape[0]):
+            self._acc.add(first + i, slab.data[i], labels)
+
+    def result(self, channels: int) -> dict[int, tuple[ChannelStats, ...]]:
+        """Each class's statistics, by class value (`ClassAccumulator.result`)."""
+        return self._acc.result(channels)
 
 
 def _write_mask(store: Location, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],

@@ -2,7 +2,7 @@
 
 Invariant: the bytes a run shows never go backwards and never exceed the total. A running item's share
 is clamped to its size; when its row arrives, its size replaces (never adds to) what it reported, and
-reports arriving after that are dropped, so a retried, crashed, timed-out or split item counts once.
+reports arriving after that are dropped, so a retried, crashed, timed-out or in-parts item counts once.
 
 Workers report through distributed's event log: `log_event` on a topic of the run's own, at most one
 event per task every `EVERY_S` and none for a task's last slab (its row says it is done), so a delivery
@@ -39,7 +39,7 @@ class SlabEvent:
     """One task's progress through its item: the share of the item's source bytes it has streamed so far."""
 
     source: str  # the item's source, as in its row
-    part: int  # the part of a volume split across workers; 0 for a volume written by one task
+    part: int  # the part of a volume written in parts; 0 for a volume written by one task
     bytes_done: int
 
     def message(self) -> list[object]:

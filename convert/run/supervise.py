@@ -48,7 +48,7 @@ from ..write.arrays import StoreWriteError
 from .batches import VolumeBatch, convert_batch
 from .boundary import Job, crashed, report_key, store_failed, timed_out
 from .faults import report_path
-from .part_task import convert_part, finish_split
+from .part_task import convert_part, finish_parts
 from .sample_task import convert_sample
 from .settings import TaskSettings
 from .shard_task import convert_shard
@@ -72,7 +72,7 @@ class Jobs:
     shards: Sequence[ShardTask] = ()
     targets: Mapping[str, ShardTarget] = field(default_factory=dict)  # by stack array: where its shards write
     samples: Sequence[SampleTask] = ()
-    parts: Mapping[str, Sequence[VolumePart]] = field(default_factory=dict)  # by array: a split volume's parts
+    parts: Mapping[str, Sequence[VolumePart]] = field(default_factory=dict)  # by array: the parts of a volume in parts
 
     def sizes(self) -> dict[str, int]:
         """Source bytes by source path: what progress and throughput count."""
@@ -82,7 +82,7 @@ class Jobs:
                 | {p[0].task.source: p[0].task.size for p in self.parts.values()})
 
     def items(self) -> int:
-        """How many rows the jobs end in: one per volume, image, sample and split volume."""
+        """How many rows the jobs end in: one per volume (in parts or not), image and sample."""
         return (len(self.volumes) + sum(len(b.tasks) for b in self.batches) + sum(len(s.items) for s in self.shards)
                 + len(self.samples) + len(self.parts))
 
@@ -105,7 +105,7 @@ def _grace(item_timeout: float) -> float:
 
 def run_tasks(client: Client, jobs: Jobs, settings: TaskSettings, *, item_timeout: float,
               progress: Progress | None = None) -> list[Row]:
-    """Run every job on `client` (a split volume's parts staged by `part_task.stage_split`); one row per item."""
+    """Run every job on `client` (a volume's parts staged by `part_task.stage_parts`); one row per item."""
     return _Run(client, settings, item_timeout, jobs, progress).run()
 
 
@@ -223,7 +223,7 @@ class _Run:
             if not isinstance(exc, KilledWorker):
                 future.result()  # any other exception is a bug in our code: raise it with its traceback
             if isinstance(job, ShardTask) and len(job.items) > 1:
-                self._split(job, f"a worker died in it ({exc})")
+                self._one_by_one(job, f"a worker died in it ({exc})")
             elif isinstance(job, VolumeBatch):
                 self._unbatch(job, f"a worker died in it ({exc})")
             elif isinstance(job, VolumePart):
@@ -240,7 +240,7 @@ class _Run:
             future.cancel()
             self.watch.restart_worker_of(key)
             if isinstance(job, ShardTask) and len(job.items) > 1:
-                self._split(job, f"no result after {self.item_timeout:g} s")
+                self._one_by_one(job, f"no result after {self.item_timeout:g} s")
             elif isinstance(job, VolumeBatch):
                 self._unbatch(job, f"no result after {self.item_timeout:g} s")
             elif isinstance(job, VolumePart):
@@ -256,7 +256,7 @@ class _Run:
         if len(got) < part.count:
             return
         try:
-            row = finish_split(self.parts[part.task.array], [got[i] for i in range(part.count)], self.settings)
+            row = finish_parts(self.parts[part.task.array], [got[i] for i in range(part.count)], self.settings)
         except StoreWriteError as exc:
             raise store_failed(exc) from exc
         self._emit([row])
@@ -268,7 +268,7 @@ class _Run:
         path = report_path(self.reports, report_key(job))
         return path.exists() and path.stat().st_size > 0
 
-    def _split(self, job: ShardTask, why: str) -> None:
+    def _one_by_one(self, job: ShardTask, why: str) -> None:
         """Redo a shard's images one task at a time, each after the previous: only the culprit is lost."""
         singles = [ShardTask(stack=job.stack, shard=job.shard, items=(item,)) for item in job.items]
         log.warning("shard %d of %s failed (%s); retrying its %d images one by one", job.shard, job.stack.array,

@@ -36,6 +36,7 @@ from ..write.arrays import Staged, codecs
 from ..write.writer import AXES, VolumeWriter
 from .boundary import on_worker, refusal
 from .settings import TaskSettings
+from .slab_loop import write_slabs
 from .slab_progress import SlabReporter
 
 __all__ = ["attrs_for", "convert_item", "ok_row", "open_volume", "read_file", "record_attrs", "volume_layout"]
@@ -62,15 +63,9 @@ def _convert(task: VolumeTask, settings: TaskSettings, store: Location, defer: l
         progress = SlabReporter(settings.slab_events, task.source, size=task.size, voxels=math.prod(h.shape),
                                 slabs=source.slab_count(shards or chunks))
         stats = Accumulator(h.dtype) if settings.store_spec.statistics else None
-        for slab in source.slabs(shards or chunks):  # a slab holds whole shards along the stream axis
-            finite.update(slab)
-            # A rejected item's voxels are not worth writing, but its stream is read to the end:
-            # truncation and corruption keep precedence over non_finite, as when read whole.
-            if not finite.rejecting:
-                writer.write(slab)
-                if stats is not None:
-                    stats.update(slab)
-            progress.update(slab)
+        # A slab holds whole shards along the stream axis.
+        write_slabs(source.slabs(shards or chunks), finite=finite, writer=writer,
+                    stats=() if stats is None else (stats,), progress=progress)
         row = ok_row(base, task, h, finite.outcome(), stats)
         # What a rerun reuses when the source is unchanged, recorded before `complete`.
         writer.finish(attrs=record_attrs(row, settings.fingerprint), complete=task.sha256, defer=defer)

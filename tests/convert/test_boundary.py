@@ -1,6 +1,6 @@
 """The task boundary (`convert/run/boundary.py`): every kind of job ends the same way for each kind of failure.
 
-Each job kind -- a volume, a part of a split volume, a sample, a shard of 2D images -- is built by the real
+Each job kind -- a volume, a part of a volume written in parts, a sample, a shard of 2D images -- is built by the real
 planner and staged as the driver stages it, then run through its worker function with a decoder that fails
 as the case says (`tests/boundary_readers.py`): a refusal, a MemoryError and a decoder bug become the item's
 rejected row; a read-only store escapes as `StoreWriteError` (the run stops, no item is blamed); a segfault
@@ -25,7 +25,7 @@ from labzarr.convert.plan.build import VOLUMES
 from labzarr.convert.plan.parts import VolumePart
 from labzarr.convert.plan.stacks import STACKS
 from labzarr.convert.run.boundary import Job, crashed
-from labzarr.convert.run.part_task import convert_part, finish_split, stage_split
+from labzarr.convert.run.part_task import convert_part, finish_parts, stage_parts
 from labzarr.convert.run.sample_task import convert_sample
 from labzarr.convert.run.settings import TaskSettings
 from labzarr.convert.run.shard_task import convert_shard
@@ -62,7 +62,7 @@ class Runner:
         if self.kind == "volume":
             return [convert_item(self.job, self.settings)]  # type: ignore[arg-type]
         if self.kind == "part":
-            return [finish_split(self.parts, [convert_part(p, self.settings) for p in self.parts], self.settings)]
+            return [finish_parts(self.parts, [convert_part(p, self.settings) for p in self.parts], self.settings)]
         if self.kind == "sample":
             return [convert_sample(self.job, self.settings)]  # type: ignore[arg-type]
         return convert_shard(self.job, self.settings, folder=self.folder, records=self.records)  # type: ignore[arg-type]
@@ -107,7 +107,7 @@ def _prepare(tmp_path: Path, store_root: Path, kind: str, case: str) -> Runner:
         return Runner(kind, task, settings)
     if kind == "part":
         (task,) = plan.tasks
-        parts = stage_split(store, task, settings, workers=2, split_bytes=1024)
+        parts = stage_parts(store, task, settings, workers=2, parts_bytes=1024)
         assert len(parts) == 2
         return Runner(kind, parts[0], settings, parts=parts)
     if kind == "sample":

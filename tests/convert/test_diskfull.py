@@ -52,5 +52,5 @@ def test_disk_full_fails_clearly_and_the_rerun_finishes(tmp_path: Path, small_fs
     rows = read_manifest(spec.parent / "manifest.csv")
     assert [r["status"] for r in rows] == ["ok"] * 5
     run_log = json.loads((store / ".labzarr" / "last-run.json").read_bytes())
-    assert run_log["run"] == {"converted": 5 - len(finished), "unchanged": len(finished), "split": 0}
+    assert run_log["run"] == {"converted": 5 - len(finished), "unchanged": len(finished), "parts": 0}
     assert verify_store(store).ok

@@ -56,7 +56,7 @@ def _count(events: list[tuple[str, object]], sizes: dict[str, int]) -> list[int]
                   ("row", "a")], [60, 60, 80, 100], id="retry-restarts-never-backwards-nor-twice"),
     pytest.param([("slab", SlabEvent("a", 0, 500))], [100], id="clamped-to-item-size"),
     pytest.param([("slab", SlabEvent("a", 0, 40)), ("slab", SlabEvent("a", 1, 50)), ("slab", SlabEvent("a", 1, 80)),
-                  ("row", "b"), ("row", "a")], [40, 90, 100, 110, 110], id="parts-of-a-split-volume-add-up-clamped"),
+                  ("row", "b"), ("row", "a")], [40, 90, 100, 110, 110], id="parts-of-a-volume-add-up-clamped"),
     pytest.param([("slab", SlabEvent("zzz", 0, 40)), ("row", "b"), ("row", "b")], [0, 10, 10],
                  id="unknown-source-and-second-row-ignored"),
 ])
@@ -98,12 +98,12 @@ def _convert(tmp_path: Path, scheduler: str, extra: str = "", store: str = THIN)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("split", [pytest.param("", id="one-task"),
-                                   pytest.param("\n[run]\nsplit_bytes = 1\n", id="split-in-two-parts")])
-def test_bytes_move_inside_a_big_item_before_it_finishes(tmp_path: Path, scheduler: str, split: str) -> None:
+@pytest.mark.parametrize("parts", [pytest.param("", id="one-task"),
+                                   pytest.param("\n[run]\nparts_bytes = 1\n", id="in-two-parts")])
+def test_bytes_move_inside_a_big_item_before_it_finishes(tmp_path: Path, scheduler: str, parts: str) -> None:
     (tmp_path / "raw").mkdir()
     size = _big_volume(tmp_path / "raw" / "case1.nii").stat().st_size
-    events = _convert(tmp_path, scheduler, split)
+    events = _convert(tmp_path, scheduler, parts)
     assert events[0].bytes_total == size and events[0].total == 1
     finished = next(k for k, ev in enumerate(events) if ev.done == 1)
     inside = [ev.bytes_done for ev in events[:finished] if 0 < ev.bytes_done < size]

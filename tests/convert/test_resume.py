@@ -62,7 +62,7 @@ def test_rerun_of_unchanged_delivery_converts_nothing(tmp_path: Path, dask_clien
     assert (second.converted, second.unchanged) == (0, N_DECODED)
     assert second.manifest.read_bytes() == before
     assert array_files(d.store) == files  # not one chunk rewritten
-    assert second.run_log["run"] == {"converted": 0, "unchanged": N_DECODED, "split": 0}
+    assert second.run_log["run"] == {"converted": 0, "unchanged": N_DECODED, "parts": 0}
 
 
 def test_changed_added_and_removed_files(tmp_path: Path, dask_client) -> None:

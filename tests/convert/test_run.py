@@ -11,9 +11,10 @@ import numpy as np
 import zarr
 
 from labzarr.convert import convert_delivery, read_manifest
-from labzarr.convert.demo import EXPECTED, EXPECTED_LABELS
+from labzarr.convert.demo import EXPECTED, EXPECTED_LABELS, write_demo, write_spec
 from labzarr.convert.manifest import BASE_COLUMNS
-from labzarr.convert.run.driver import WORKER_MALLOC
+from labzarr.convert.run.driver import WORKER_MALLOC, execute
+from labzarr.convert.spec import load_spec
 from labzarr.loaders import open_store
 
 from ..conftest import make_delivery, nib_load
@@ -136,8 +137,26 @@ def test_manifest_byte_identical_across_workers_and_reruns(converted_demo, tmp_p
     assert b"timings" not in committed[1] and b"converted" not in committed[1]
     log = json.loads((d.store / ".labzarr" / "last-run.json").read_bytes())  # what only the last run did
     assert log["run"] == again.run_log["run"] == {"converted": 0, "unchanged": one.run_log["run"]["converted"],
-                                                  "split": 0}
+                                                  "parts": 0}
     assert set(log["timings"]) == {"start_s", "discover_s", "probe_s", "convert_s", "total_s"}
+
+
+def test_convert_delivery_and_execute_write_the_same_store_documents(tmp_path: Path, scheduler: str,
+                                                                     dask_client) -> None:
+    """The public API (and the CLI, which calls it) and `execute` on a ready client hold a run the same way
+    (`driver._running`), so they write the same store: every `zarr.json` byte for byte, indentation included."""
+    def project(root: Path) -> Path:  # relative paths: the same spec bytes, so the same root attrs
+        write_demo(root / "raw" / "demo")
+        return write_spec(root / "manifests" / "demo" / "delivery.toml", raw="raw/demo", store="stores/demo.zarr")
+
+    def documents(store: Path) -> dict[str, bytes]:
+        return {p.relative_to(store).as_posix(): p.read_bytes() for p in sorted(store.rglob("zarr.json"))}
+
+    convert_delivery(project(tmp_path / "api"), scheduler=scheduler)
+    execute(load_spec(project(tmp_path / "execute")), dask_client)
+    got = documents(tmp_path / "api" / "stores" / "demo.zarr")
+    assert len(got) > 10 and any(name.startswith("volumes/") for name in got)
+    assert got == documents(tmp_path / "execute" / "stores" / "demo.zarr")
 
 
 def test_symlink_outside_raw_is_rejected_never_read(tmp_path: Path, scheduler: str) -> None:

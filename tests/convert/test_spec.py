@@ -30,8 +30,8 @@ def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
     assert spec.store.chunks == (32, 32, 32) and spec.store.shards == (256, 256, 128)
     assert spec.items.id_normalize == ("strip", "casefold", "drop_separators")
     assert spec.manifest_dir == tmp_path
-    assert spec.run.split_bytes == 512 << 20
-    assert load_spec(write(tmp_path, GOOD + "[run]\nsplit_bytes = 0\n"), root=tmp_path).run.split_bytes == 0
+    assert spec.run.parts_bytes == 512 << 20
+    assert load_spec(write(tmp_path, GOOD + "[run]\nparts_bytes = 0\n"), root=tmp_path).run.parts_bytes == 0
 
 
 def test_dicom_section_sets_the_series_rules(tmp_path: Path) -> None:
@@ -94,9 +94,12 @@ BAD = [
     pytest.param(GOOD + "[dicom]\nphilips_scaling = true\n",
                  r"philips_scaling = True: expected \"float\" or \"display\"", id="dicom-philips-scaling-type"),
     pytest.param(GOOD + "[dicom]\nmin_slice = 2\n", r"\[dicom\] unknown key 'min_slice'", id="dicom-unknown-key"),
-    pytest.param(GOOD + "[run]\nsplit_bytes = -1\n", r"\[run\] split_bytes = -1: must be >= 0", id="split-negative"),
-    pytest.param(GOOD + "[run]\nsplit_bytes = \"512 MiB\"\n", r"split_bytes = '512 MiB': expected a byte count",
-                 id="split-type"),
+    pytest.param(GOOD + "[run]\nparts_bytes = -1\n", r"\[run\] parts_bytes = -1: must be >= 0", id="parts-negative"),
+    pytest.param(GOOD + "[run]\nparts_bytes = \"512 MiB\"\n", r"parts_bytes = '512 MiB': expected a byte count",
+                 id="parts-type"),
+    # The key's name before "split" was kept for train/val/test: the error names the new key.
+    pytest.param(GOOD + "[run]\nsplit_bytes = 0\n", r"\[run\] split_bytes was renamed parts_bytes",
+                 id="parts-old-name"),
 ]
 
 
@@ -118,6 +121,12 @@ def test_cli_bad_spec_prints_one_line_and_exits_2(tmp_path: Path, capsys: pytest
     lines = err.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("labzarr: error: ") and lines[1].startswith("  hint: ")
     assert "zstd levels are 1..22" in lines[0]
+
+
+def test_the_old_name_of_parts_bytes_hints_the_new_one(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as info:
+        load_spec(write(tmp_path, GOOD + "[run]\nsplit_bytes = 1048576\n"), root=tmp_path)
+    assert info.value.hint == "write `parts_bytes = 1048576` instead (same meaning)"
 
 
 def test_shards_false_turns_sharding_off(tmp_path: Path) -> None:

@@ -105,7 +105,7 @@ def test_nifti_real_files_match_nibabel(deliveries) -> None:
 
 def test_incremental_rerun_gives_the_aggregates_of_a_full_recompute(deliveries) -> None:
     base, first, again, scratch = deliveries
-    assert again.run_log["run"] == {"converted": 5, "unchanged": 26, "split": 0}
+    assert again.run_log["run"] == {"converted": 5, "unchanged": 26, "parts": 0}
     a, b = (json.loads((base / d / "manifests" / d / "summary.json").read_text())["statistics"] for d in "ab")
     assert a == b
     assert read_statistics(base / "a.zarr") == read_statistics(base / "b.zarr")

@@ -96,7 +96,7 @@ def test_slab_shape_and_strides_do_not_change_the_result() -> None:
 
 
 def test_parts_absorbed_in_order_equal_the_whole() -> None:
-    """A split volume (parts on several workers, `absorb`ed in file order) records exactly the statistics of the
+    """A volume written in parts (on several workers, `absorb`ed in file order) records exactly the statistics of the
     volume converted by one task, floats included."""
     for v in (ct_like(4)[None], ct_like(5)[None].astype(np.float32) / 7):
         whole = accumulate(v, 4)

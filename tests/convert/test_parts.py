@@ -1,7 +1,7 @@
-"""One big volume written by several workers (`[run] split_bytes`): the same store, rows and rejections as one task.
+"""One big volume written by several workers (`[run] parts_bytes`): the same store, rows and rejections as one task.
 
 The deliveries here use thin shards (4 planes) so that small real files stream as many slabs,
-and `split_bytes = 1` so every streamed volume is split across the two workers.
+and `parts_bytes = 1` so every streamed volume is written in parts across the two workers.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from labzarr.convert import convert_delivery, load_spec
-from labzarr.convert.plan.parts import split_slabs
+from labzarr.convert.plan.parts import part_slabs
 from labzarr.convert.run.driver import execute
-from labzarr.convert.run.part_task import DICOM_SPLIT_DIVISOR
+from labzarr.convert.run.part_task import DICOM_PARTS_DIVISOR
 from labzarr.readers import Reason
 
 from ..dicom_data import ct_series, four_d
@@ -31,10 +31,10 @@ MiB = 1 << 20
 
 # -- planning -------------------------------------------------------------------------------------------------------
 
-def test_split_covers_every_slab_once_in_file_order() -> None:
+def test_parts_cover_every_slab_once_in_file_order() -> None:
     for slabs, volume_bytes, workers in [(16, 2100 * MiB, 2), (23, 5000 * MiB, 8), (5, 10_000 * MiB, 8),
                                          (3, 600 * MiB, 2), (100, 513 * MiB, 4)]:
-        ranges = split_slabs(slabs, volume_bytes, workers=workers, split_bytes=512 * MiB)
+        ranges = part_slabs(slabs, volume_bytes, workers=workers, parts_bytes=512 * MiB)
         assert ranges[0][0] == 0 and ranges[-1][1] == slabs
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous, no slab twice
         assert all(stop > first for first, stop in ranges)
@@ -43,20 +43,20 @@ def test_split_covers_every_slab_once_in_file_order() -> None:
         assert max(sizes) - min(sizes) <= 1  # balanced
 
 
-def test_split_sizes_follow_split_bytes() -> None:
-    assert split_slabs(16, 2100 * MiB, workers=2, split_bytes=512 * MiB) == ((0, 8), (8, 16))
-    assert len(split_slabs(64, 2100 * MiB, workers=8, split_bytes=512 * MiB)) == 5  # ceil(2100 / 512)
-    assert len(split_slabs(64, 2100 * MiB, workers=8, split_bytes=1)) == 8  # one part per worker at most
+def test_part_sizes_follow_parts_bytes() -> None:
+    assert part_slabs(16, 2100 * MiB, workers=2, parts_bytes=512 * MiB) == ((0, 8), (8, 16))
+    assert len(part_slabs(64, 2100 * MiB, workers=8, parts_bytes=512 * MiB)) == 5  # ceil(2100 / 512)
+    assert len(part_slabs(64, 2100 * MiB, workers=8, parts_bytes=1)) == 8  # one part per worker at most
 
 
-@pytest.mark.parametrize(("slabs", "volume_bytes", "workers", "split_bytes"), [
+@pytest.mark.parametrize(("slabs", "volume_bytes", "workers", "parts_bytes"), [
     (16, 2100 * MiB, 1, 512 * MiB),  # one worker
-    (16, 2100 * MiB, 4, 0),  # split_bytes 0: never
-    (16, 512 * MiB, 4, 512 * MiB),  # not more than split_bytes
+    (16, 2100 * MiB, 4, 0),  # parts_bytes 0: never
+    (16, 512 * MiB, 4, 512 * MiB),  # not more than parts_bytes
     (1, 2100 * MiB, 4, 512 * MiB),  # a single slab cannot be shared
 ])
-def test_no_split(slabs: int, volume_bytes: int, workers: int, split_bytes: int) -> None:
-    assert split_slabs(slabs, volume_bytes, workers=workers, split_bytes=split_bytes) == ((0, slabs),)
+def test_one_part(slabs: int, volume_bytes: int, workers: int, parts_bytes: int) -> None:
+    assert part_slabs(slabs, volume_bytes, workers=workers, parts_bytes=parts_bytes) == ((0, slabs),)
 
 
 # -- conversion -----------------------------------------------------------------------------------------------------
@@ -91,15 +91,15 @@ def _write_delivery(raw: Path) -> dict[str, str]:
             "case009": "unsupported_format"}
 
 
-def _spec(root: Path, raw: Path, *, split_bytes: int, non_finite: str = "reject", readers: str = "[]") -> Path:
-    path = root / "manifests" / "split" / "delivery.toml"
+def _spec(root: Path, raw: Path, *, parts_bytes: int, non_finite: str = "reject", readers: str = "[]") -> Path:
+    path = root / "manifests" / "parts" / "delivery.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        f'[delivery]\nname = "split"\nraw = "{raw}"\nstore = "{root / "store.zarr"}"\n\n'
+        f'[delivery]\nname = "parts"\nraw = "{raw}"\nstore = "{root / "store.zarr"}"\n\n'
         "[items]\nid_pattern = '(?P<id>case\\d+)'\n\n"
         "[store]\nchunks = [16, 16, 2]\nshards = [32, 32, 4]\ncompressor = \"blosc-lz4\"\nlevel = 5\n\n"
         f'[validate]\nnon_finite = "{non_finite}"\n\n'
-        f"[run]\nsplit_bytes = {split_bytes}\nreaders = {readers}\n")
+        f"[run]\nparts_bytes = {parts_bytes}\nreaders = {readers}\n")
     return path
 
 
@@ -110,59 +110,59 @@ def _volume_files(store: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def split_and_whole(tmp_path_factory: pytest.TempPathFactory, dask_client):
-    base = tmp_path_factory.mktemp("split")
+def parts_and_whole(tmp_path_factory: pytest.TempPathFactory, dask_client):
+    base = tmp_path_factory.mktemp("parts")
     raw = base / "raw"
     expected = _write_delivery(raw)
-    whole = execute(load_spec(_spec(base / "whole", raw, split_bytes=0), root=base), dask_client)
-    split = execute(load_spec(_spec(base / "split", raw, split_bytes=1), root=base), dask_client)
-    return base, expected, whole, split
+    whole = execute(load_spec(_spec(base / "whole", raw, parts_bytes=0), root=base), dask_client)
+    in_parts = execute(load_spec(_spec(base / "parts", raw, parts_bytes=1), root=base), dask_client)
+    return base, expected, whole, in_parts
 
 
-def test_split_volumes_store_the_same_bytes_as_one_task(split_and_whole) -> None:
-    base, expected, whole, split = split_and_whole
+def test_volumes_in_parts_store_the_same_bytes_as_one_task(parts_and_whole) -> None:
+    base, expected, whole, in_parts = parts_and_whole
     streamed = [i for i in expected if i not in ("case009",)]
-    assert whole.run_log["run"]["split"] == 0
-    assert split.run_log["run"]["split"] == len(streamed)  # every streamed volume, bad ones too, went in parts
-    assert split.manifest.read_bytes() == whole.manifest.read_bytes()
-    files = _volume_files(base / "split" / "store.zarr")
+    assert whole.run_log["run"]["parts"] == 0
+    assert in_parts.run_log["run"]["parts"] == len(streamed)  # every streamed volume, bad ones too, went in parts
+    assert in_parts.manifest.read_bytes() == whole.manifest.read_bytes()
+    files = _volume_files(base / "parts" / "store.zarr")
     assert files == _volume_files(base / "whole" / "store.zarr")
     assert any(name.startswith("case001/0/c/") for name in files)  # chunk files, not only metadata
     # The parts' statistics, absorbed in file order, are exactly those of one task (they are in the attrs too)
     stats = {r.item_id: r.stats for r in whole.rows if r.status == "ok"}
     assert all(s is not None and s.channels[0].count for s in stats.values())
-    assert {r.item_id: r.stats for r in split.rows if r.status == "ok"} == stats
+    assert {r.item_id: r.stats for r in in_parts.rows if r.status == "ok"} == stats
     # Nothing staged is left behind, for the ok volumes nor for the rejected ones.
-    assert not any((base / "split" / "store.zarr" / ".labzarr" / "staging").iterdir())
+    assert not any((base / "parts" / "store.zarr" / ".labzarr" / "staging").iterdir())
 
 
-def test_split_rejections_are_those_of_one_task(split_and_whole) -> None:
-    _, expected, whole, split = split_and_whole
-    got = {r.item_id: (r.status if r.status == "ok" else r.reason.value) for r in split.rows if r.reason or
+def test_rejections_in_parts_are_those_of_one_task(parts_and_whole) -> None:
+    _, expected, whole, in_parts = parts_and_whole
+    got = {r.item_id: (r.status if r.status == "ok" else r.reason.value) for r in in_parts.rows if r.reason or
            r.status == "ok"}
     assert got == expected
-    by_id = {r.item_id: r for r in split.rows}
+    by_id = {r.item_id: r for r in in_parts.rows}
     assert "2 of 30,000 voxels are NaN/Inf (first at (c,x,y,z) = (0, 3, 4, 41))" in by_id["case003"].detail
     assert "Incorrect checksum" in by_id["case005"].detail  # found by the last part, at the end of the stream
-    assert [(r.item_id, r.detail) for r in split.rows] == [(r.item_id, r.detail) for r in whole.rows]
+    assert [(r.item_id, r.detail) for r in in_parts.rows] == [(r.item_id, r.detail) for r in whole.rows]
 
 
-def test_split_volume_equals_its_source(split_and_whole) -> None:
+def test_a_volume_in_parts_equals_its_source(parts_and_whole) -> None:
     import zarr
 
-    base, _, _, split = split_and_whole
-    row = next(r for r in split.rows if r.item_id == "case001")
-    arr = zarr.open_array(base / "split" / "store.zarr" / row.array, mode="r")
+    base, _, _, in_parts = parts_and_whole
+    row = next(r for r in in_parts.rows if r.item_id == "case001")
+    arr = zarr.open_array(base / "parts" / "store.zarr" / row.array, mode="r")
     want = np.asanyarray(nib.as_closest_canonical(nib.load(base / "raw" / "case001.nii.gz")).dataobj)
     np.testing.assert_array_equal(arr[0], want)
     assert arr.attrs["complete"] == row.sha256
 
 
-def test_a_rerun_reuses_split_volumes(split_and_whole, dask_client) -> None:
-    base, _, _, split = split_and_whole
-    again = execute(load_spec(base / "split" / "manifests" / "split" / "delivery.toml", root=base), dask_client)
-    assert again.run_log["run"] == {"converted": 0, "unchanged": split.run_log["run"]["converted"], "split": 0}
-    assert again.manifest.read_bytes() == split.manifest.read_bytes()
+def test_a_rerun_reuses_volumes_in_parts(parts_and_whole, dask_client) -> None:
+    base, _, _, in_parts = parts_and_whole
+    again = execute(load_spec(base / "parts" / "manifests" / "parts" / "delivery.toml", root=base), dask_client)
+    assert again.run_log["run"] == {"converted": 0, "unchanged": in_parts.run_log["run"]["converted"], "parts": 0}
+    assert again.manifest.read_bytes() == in_parts.manifest.read_bytes()
 
 
 def test_non_finite_warning_counts_every_part(tmp_path: Path, dask_client) -> None:
@@ -172,11 +172,11 @@ def test_non_finite_warning_counts_every_part(tmp_path: Path, dask_client) -> No
     data[5, 6, 2], data[9, 9, 47] = np.nan, np.nan  # one in the first part, one in the last
     _nifti(raw / "case001.nii.gz", data, np.eye(4))
     rows = {}
-    for split_bytes in (0, 1):
-        result = execute(load_spec(_spec(tmp_path / str(split_bytes), raw, split_bytes=split_bytes,
+    for parts_bytes in (0, 1):
+        result = execute(load_spec(_spec(tmp_path / str(parts_bytes), raw, parts_bytes=parts_bytes,
                                          non_finite="warn"), root=tmp_path), dask_client)
-        assert result.run_log["run"]["split"] == split_bytes
-        (rows[split_bytes],) = result.rows
+        assert result.run_log["run"]["parts"] == parts_bytes
+        (rows[parts_bytes],) = result.rows
     assert rows[1] == rows[0] and rows[1].status == "ok"
     assert any("2 of 30,000 voxels are NaN/Inf (first at (c,x,y,z) = (0, 5, 6, 2))" in w for w in rows[1].warnings)
 
@@ -188,8 +188,8 @@ def test_a_part_whose_worker_dies_costs_its_volume_only(tmp_path: Path) -> None:
     _nifti(raw / "case002.nii.gz", np.arange(40 * 36 * 90, dtype=np.int32).reshape(40, 36, 90), np.eye(4))
     # Its own cluster, set up as `convert` sets it (a worker holds only the task it runs): the shared test
     # cluster would let the dying worker take an innocent queued part down with it.
-    result = convert_delivery(_spec(tmp_path, raw, split_bytes=1, readers=json.dumps(SLAB_PLUGINS)), workers=2)
-    assert result.run_log["run"]["split"] == 2
+    result = convert_delivery(_spec(tmp_path, raw, parts_bytes=1, readers=json.dumps(SLAB_PLUGINS)), workers=2)
+    assert result.run_log["run"]["parts"] == 2
     by_id = {r.item_id: r for r in result.rows}
     assert by_id["case002"].status == "ok", by_id["case002"].detail
     crashed = by_id["case001"]
@@ -200,24 +200,24 @@ def test_a_part_whose_worker_dies_costs_its_volume_only(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path / "store.zarr" / "volumes")) == ["case002", "zarr.json"]
 
 
-def test_a_dicom_series_is_split_from_an_eighth_of_split_bytes(split_and_whole, dask_client) -> None:
-    """A DICOM part reads only its own files (nothing to inflate up to its start), so a series is split from
-    split_bytes / DICOM_SPLIT_DIVISOR, where a NIfTI volume of that size is still written by one task."""
-    base, _, whole, _ = split_and_whole
+def test_a_dicom_series_is_in_parts_from_a_32nd_of_parts_bytes(parts_and_whole, dask_client) -> None:
+    """A DICOM part reads only its own files (nothing to inflate up to its start), so a series is in parts from
+    parts_bytes / DICOM_PARTS_DIVISOR, where a NIfTI volume of that size is still written by one task."""
+    base, _, whole, _ = parts_and_whole
     dicom = {r.item_id: math.prod(r.shape) * np.dtype(r.dtype).itemsize for r in whole.rows if r.kind == "dicom"}
     assert len(dicom) == 2
-    split_bytes = DICOM_SPLIT_DIVISOR * (min(dicom.values()) - 1)
+    parts_bytes = DICOM_PARTS_DIVISOR * (min(dicom.values()) - 1)
     raw = base / "raw-eighth"
     for item in dicom:
         shutil.copytree(base / "raw" / item, raw / item)
-    # A NIfTI volume over split_bytes / DICOM_SPLIT_DIVISOR and under split_bytes, its file big enough to be looked at
-    side = round((split_bytes / 2 / 4) ** (1 / 3))
+    # A NIfTI volume over parts_bytes / DICOM_PARTS_DIVISOR and under parts_bytes, its file big enough to be looked at
+    side = round((parts_bytes / 2 / 4) ** (1 / 3))
     noise = np.random.default_rng(1).normal(0, 1, (side, side, side)).astype(np.float32)
     _nifti(raw / "case010.nii", noise, np.eye(4))
-    assert split_bytes / DICOM_SPLIT_DIVISOR < noise.nbytes < split_bytes
-    got = execute(load_spec(_spec(base / "eighth", raw, split_bytes=split_bytes), root=base), dask_client)
+    assert parts_bytes / DICOM_PARTS_DIVISOR < noise.nbytes < parts_bytes
+    got = execute(load_spec(_spec(base / "eighth", raw, parts_bytes=parts_bytes), root=base), dask_client)
     assert [r.status for r in got.rows] == ["ok"] * 3
-    assert got.run_log["run"]["split"] == 2  # the two series, not the NIfTI volume
+    assert got.run_log["run"]["parts"] == 2  # the two series, not the NIfTI volume
     whole_files = _volume_files(base / "whole" / "store.zarr")
     got_files = _volume_files(base / "eighth" / "store.zarr")
     assert {k: v for k, v in got_files.items() if k.split("/")[0] in dicom} == {
