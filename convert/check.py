@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from labzarr.readers import readers_with
-from labzarr.store import UrlStore
 
 from .console import collision_lines, split_lines
 from .discover import discover, walk
@@ -98,7 +97,7 @@ class CheckReport:
         store = spec.delivery.store
         book = str(spec.labels.workbook.absolute()) if spec.labels else "none ([labels] is not set)"
         return [f"  spec:      {spec.path.absolute()}", f"  raw:       {spec.delivery.raw.absolute()}",
-                f"  store:     {store if isinstance(store, UrlStore) else store.absolute()}",
+                f"  store:     {store.absolute()}",
                 f"  workbook:  {book}",
                 f"  manifest:  {(spec.manifest_dir / 'manifest.csv').absolute()} (and summary.json beside it)"]
 

@@ -365,6 +365,10 @@ def _repair(args: argparse.Namespace) -> int:
     from .console import progress_display
     from .repair import describe_repair, repair_delivery
 
+    if not args.store.endswith(".toml") and as_location(args.store).lock_kind == "none":
+        raise UsageError(f"verify --repair {args.store}: a zipped store is read-only and cannot be repaired in place",
+                         "repair the store folder it was zipped from (labzarr verify --repair SPEC), then zip that "
+                         "folder again")
     if not args.store.endswith(".toml") or is_url(args.store):
         raise UsageError(f"verify --repair {args.store}: repairing needs the delivery's spec, not only its store",
                          "pass the delivery.toml, e.g. labzarr verify --repair manifests/demo/delivery.toml")

@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from labzarr.readers import Slab
 from labzarr.store import ChannelStats, Histogram, ItemStats
-from labzarr.store.stats import BINS, NONFINITE, codes_to_ordinals, ordinals
+from labzarr.store.format.stats import BINS, NONFINITE, codes_to_ordinals, ordinals
 
 from ._counting import counter
 

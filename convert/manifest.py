@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from labzarr.readers import Reason
-from labzarr.store.folder import atomic_write  # re-exported: the manifest, summary and report are written whole
-from labzarr.store.stats import ItemStats
+from labzarr.store.format.stats import ItemStats
+from labzarr.store.location.folder import (
+    atomic_write,  # re-exported: the manifest, summary and report are written whole
+)
 
 __all__ = ["BASE_COLUMNS", "ClassCount", "RoleSource", "Row", "Status", "atomic_write", "manifest_bytes",
            "read_manifest", "role_columns", "sort_rows", "split_columns", "summary_json"]

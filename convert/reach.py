@@ -6,33 +6,19 @@ with quick retries, and each way that fails gets its own message and fix.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-import fsspec
-
-from labzarr.store import Location, UrlStore
+from labzarr.store import Location
 
 from .errors import UsageError
 
 __all__ = ["check_reachable"]
 
-# The reachability probe gives up quickly: botocore's and s3fs's default retries keep a dead endpoint waiting.
-_PROBE_OPTIONS: Mapping[str, Mapping[str, Any]] = {
-    "s3": {"config_kwargs": {"retries": {"max_attempts": 2}, "connect_timeout": 10}},
-}
-
 
 def check_reachable(store: Location) -> None:
-    """Raise one `UsageError` unless `store`'s bucket (or the URL's first component) can be listed; a folder is
-    checked by writing it."""
-    if not isinstance(store, UrlStore):
-        return
-    bucket = store.path.split("/", 1)[0]
+    """Raise one `UsageError` unless `store` can be reached: a URL store's bucket (or the URL's first component)
+    is listed (`Location.probe`); a folder is checked by writing it."""
+    bucket = str(store).partition("://")[2].split("/", 1)[0]
     try:
-        fs = fsspec.filesystem(store.protocol, **{"skip_instance_cache": True, "use_listings_cache": False,
-                                                  **_PROBE_OPTIONS.get(store.protocol, {}), **store.options})
-        fs.ls(bucket, detail=False)
+        store.probe()
     except ImportError as exc:
         raise UsageError(f"{store}: no fsspec implementation for {store.protocol}:// ({exc})",
                          "install it, e.g. pip install 'labzarr[s3]' for s3://") from exc

@@ -15,11 +15,12 @@ import tomllib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from labzarr.readers import ColumnRef, Limits, SeriesRules, WorkbookLimits, load_reader
 from labzarr.readers.dicom import ALLOWED, is_known_keyword
-from labzarr.store import Folder, Location, UrlStore, is_url
+from labzarr.store import Location, as_location, is_url
+from labzarr.store.chunks.compressors import COMPRESSORS, LEVELS, Compressor
 
 from .errors import UsageError
 
@@ -45,9 +46,6 @@ __all__ = [
     "project_root",
 ]
 
-Compressor = Literal["zstd", "blosc-zstd", "blosc-lz4", "none"]
-_COMPRESSORS: tuple[Compressor, ...] = ("zstd", "blosc-zstd", "blosc-lz4", "none")
-_LEVELS: Mapping[str, tuple[int, int]] = {"zstd": (1, 22), "blosc-zstd": (1, 9), "blosc-lz4": (1, 9), "none": (0, 0)}
 NORMALIZERS: tuple[str, ...] = ("strip", "casefold", "drop_separators", "strip_leading_zeros")
 _DEFAULT_ID_PATTERN = r"(?P<id>[A-Za-z]+[-_ ]?\d+)"
 DELIVERY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # also a folder name under manifests/ and a store name
@@ -389,10 +387,10 @@ def _delivery(t: _Table, root: Path, store_table: _Table) -> DeliverySpec:
     given = t.take("store", str, what="a store path ending in .zarr, or a URL such as s3://bucket/x.zarr")
     options = store_table.take("storage_options", dict, {}, what='a table of fsspec options, e.g. '
                                '{ endpoint_url = "http://127.0.0.1:9000" }')
-    store: Location = Folder(_path(root, given)) if not is_url(given) else UrlStore(given.rstrip("/"), options)
+    store = _store_location(given, options, root)
     t.check("store", str(store), lambda v: v.endswith(".zarr"), "the store path must end in .zarr",
             f"e.g. store = \"data/stores/{name}.zarr\" or \"s3://bucket/{name}.zarr\"")
-    if isinstance(store, UrlStore):
+    if store.remote:
         _check_protocol(t, store)
     elif options:
         raise store_table.fail("storage_options", options, "only a URL store takes storage options",
@@ -401,17 +399,20 @@ def _delivery(t: _Table, root: Path, store_table: _Table) -> DeliverySpec:
     return DeliverySpec(name=name, raw=raw, store=store)
 
 
-def _check_protocol(t: _Table, store: UrlStore) -> None:
-    """The URL's protocol has an fsspec implementation installed (no I/O: the bucket is checked by the run)."""
-    import fsspec  # only a URL store needs it; the planner imports the spec without it
+def _store_location(given: str, options: Mapping[str, Any], root: Path) -> Location:
+    """The store `given` names (a relative path taken from `root`)."""
+    return as_location(given if is_url(given) else _path(root, given), options)
 
+
+def _check_protocol(t: _Table, store: Location) -> None:
+    """The URL's protocol has an fsspec implementation installed (no I/O: the bucket is checked by the run)."""
     try:
-        fsspec.get_filesystem_class(store.protocol)
+        store.check_protocol()
     except ValueError as exc:
-        raise t.fail("store", store.url, f"unknown protocol {store.protocol}:// ({exc})",
+        raise t.fail("store", str(store), f"unknown protocol {store.protocol}:// ({exc})",
                      "use a path, or a URL fsspec knows, e.g. s3://bucket/x.zarr") from exc
     except ImportError as exc:
-        raise t.fail("store", store.url, f"{store.protocol}:// needs a package that is not installed ({exc})",
+        raise t.fail("store", str(store), f"{store.protocol}:// needs a package that is not installed ({exc})",
                      "pip install 'labzarr[s3]' (s3fs) for s3://, or the package fsspec names") from exc
 
 
@@ -499,9 +500,9 @@ def _store(t: _Table) -> StoreSpec:
             lambda c: len(c) == 3 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in c),
             "expected three positive integers", "e.g. chunks = [64, 64, 64]")
     compressor = t.take("compressor", str, StoreSpec().compressor, what="a compressor name")
-    t.check("compressor", compressor, lambda c: c in _COMPRESSORS, f"allowed: {' | '.join(_COMPRESSORS)}",
+    t.check("compressor", compressor, lambda c: c in COMPRESSORS, f"allowed: {' | '.join(COMPRESSORS)}",
             f"pick one of those or drop the key (default {StoreSpec().compressor})")
-    lo, hi = _LEVELS[compressor]
+    lo, hi = LEVELS[compressor]
     default_level = 0 if compressor == "none" else min(StoreSpec().level, hi)
     level = t.take("level", int, default_level, what="an integer")
     t.check("level", level, lambda v: lo <= v <= hi, f"{compressor} levels are {lo}..{hi}",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from labzarr.store import StoreReader
-from labzarr.store.reader import Backend
+from labzarr.store.read import Backend
 
 __all__ = ["Backend", "ReadOptions"]
 

@@ -1,4 +1,6 @@
-"""The store layer: the store format, where a store lives, and the one read path every process uses.
+"""The store layer: every byte of a store. `location/` (where it lives: folder, zip, URL), `format/` (the
+index, `zarr.json` nodes, NGFF, statistics, the record of stored files), `chunks/` (codec chains and the shard
+layout, each both ways), and `read` (the one read path every process uses) with `view` on top.
 
 Depends on zarr, numcodecs, numpy and fsspec only (never torch, dask, readers or convert). Names are imported
 on first use (PEP 562), so a module that needs only a store's location (the spec, the pure planner) does not
@@ -12,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .aggregate import ClassFrequency, DatasetStats, Geometry, IntensityStats, Spread, dataset_stats
-    from .folder import Folder, atomic_write
-    from .format import (
+    from .format.index import (
         COMPLETE,
         CONTENT_SHA256,
         FORMAT_VERSION,
@@ -29,11 +30,24 @@ if TYPE_CHECKING:
         class_names,
         stack_slots,
     )
-    from .locate import Location, as_location, sorted_glob
-    from .location import Transport, is_url, open_transport, store_location, zarr_store_for
-    from .reader import ArrayReader, ChecksumError, StoreReader, UncheckedStoreWarning
-    from .stats import ChannelStats, Histogram, ItemStats
-    from .url import UrlStore, url_errors
+    from .format.stats import ChannelStats, Histogram, ItemStats
+    from .location import (
+        Folder,
+        Location,
+        ReadOnlyStore,
+        Transport,
+        UrlStore,
+        Zipped,
+        as_location,
+        atomic_write,
+        is_url,
+        open_transport,
+        sorted_glob,
+        store_location,
+        url_errors,
+        zarr_store_for,
+    )
+    from .read import ArrayReader, ChecksumError, StoreReader, UncheckedStoreWarning
     from .view import StoreView, open_store, read_index, read_statistics
 
 __all__ = [
@@ -58,6 +72,7 @@ __all__ = [
     "IntensityStats",
     "ItemStats",
     "Location",
+    "ReadOnlyStore",
     "StoreIndex",
     "StoreReader",
     "Spread",
@@ -66,6 +81,7 @@ __all__ = [
     "UncheckedStoreWarning",
     "UrlStore",
     "VolumeAttrs",
+    "Zipped",
     "as_location",
     "atomic_write",
     "class_names",
@@ -83,48 +99,50 @@ __all__ = [
 ]
 
 _WHERE = {
-    "Folder": "folder",
-    "atomic_write": "folder",
-    "ArrayReader": "reader",
-    "ChannelStats": "stats",
+    "ArrayReader": "read",
+    "COMPLETE": "format.index",
+    "CONTENT_SHA256": "format.index",
+    "ChannelStats": "format.stats",
+    "ChecksumError": "read",
     "ClassFrequency": "aggregate",
+    "ClassInfo": "format.index",
     "DatasetStats": "aggregate",
+    "FORMAT_VERSION": "format.index",
+    "Folder": "location",
+    "FormatError": "format.index",
     "Geometry": "aggregate",
-    "Histogram": "stats",
+    "Histogram": "format.stats",
+    "INDEX_KEY": "format.index",
+    "IndexItem": "format.index",
     "IntensityStats": "aggregate",
-    "ItemStats": "stats",
-    "STATISTICS": "format",
-    "STATS": "format",
+    "ItemStats": "format.stats",
+    "Location": "location",
+    "ReadOnlyStore": "location",
+    "STATE": "format.index",
+    "STATISTICS": "format.index",
+    "STATS": "format.index",
     "Spread": "aggregate",
-    "dataset_stats": "aggregate",
-    "COMPLETE": "format",
-    "CONTENT_SHA256": "format",
-    "ChecksumError": "reader",
-    "ClassInfo": "format",
-    "FORMAT_VERSION": "format",
-    "FormatError": "format",
-    "INDEX_KEY": "format",
-    "STATE": "format",
-    "IndexItem": "format",
-    "Location": "locate",
-    "StoreIndex": "format",
-    "StoreReader": "reader",
+    "StoreIndex": "format.index",
+    "StoreReader": "read",
     "StoreView": "view",
-    "UncheckedStoreWarning": "reader",
-    "stack_slots": "format",
     "Transport": "location",
-    "UrlStore": "url",
-    "VolumeAttrs": "format",
-    "as_location": "locate",
-    "class_names": "format",
+    "UncheckedStoreWarning": "read",
+    "UrlStore": "location",
+    "VolumeAttrs": "format.index",
+    "Zipped": "location",
+    "as_location": "location",
+    "atomic_write": "location",
+    "class_names": "format.index",
+    "dataset_stats": "aggregate",
     "is_url": "location",
     "open_store": "view",
     "open_transport": "location",
     "read_index": "view",
     "read_statistics": "view",
-    "sorted_glob": "locate",
+    "sorted_glob": "location",
+    "stack_slots": "format.index",
     "store_location": "location",
-    "url_errors": "url",
+    "url_errors": "location",
     "zarr_store_for": "location",
 }
 

@@ -16,8 +16,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .format import IndexItem
-from .stats import ChannelStats, ItemStats, merge_channels
+from .format.index import IndexItem
+from .format.stats import ChannelStats, ItemStats, merge_channels
 
 __all__ = ["PERCENTILES", "ClassFrequency", "DatasetStats", "Geometry", "IntensityStats", "Spread", "dataset_stats"]
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from ._layout import storage_keys
+from .format.layout import storage_keys
 
 if TYPE_CHECKING:
     import zarr

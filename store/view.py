@@ -9,7 +9,6 @@ standard environment or `storage_options`). Opening reads only the root's
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +17,11 @@ from typing import Any
 import numpy.typing as npt
 
 from .aggregate import DatasetStats, dataset_stats
-from .format import INDEX_KEY, STATISTICS, STATS, FormatError, IndexItem, StoreIndex, class_names, decode_stats
-from .location import Transport, open_transport, store_location
-from .reader import ArrayReader, StoreReader
-from .stats import ItemStats
-from .url import UrlStore
+from .format.index import INDEX_KEY, STATISTICS, STATS, FormatError, IndexItem, StoreIndex, class_names, decode_stats
+from .format.nodes import node_key, parse_node
+from .format.stats import ItemStats
+from .location import Location, Transport, as_location, open_transport, store_location
+from .read import ArrayReader, StoreReader
 
 __all__ = ["StoreView", "open_store", "read_index", "read_statistics"]
 
@@ -43,7 +42,7 @@ def read_statistics(path: Path | str, storage_options: Mapping[str, Any] | None 
     record."""
     where = store_location(path)
     try:
-        meta = _root_meta(open_transport(where, storage_options), where, f"{STATISTICS}/zarr.json")
+        meta = _root_meta(open_transport(where, storage_options), where, STATISTICS)
     except FileNotFoundError:
         return {}
     try:
@@ -53,7 +52,8 @@ def read_statistics(path: Path | str, storage_options: Mapping[str, Any] | None 
                           "delivery again") from exc
 
 
-def _root_meta(transport: Transport, where: Path | str, key: str = "zarr.json") -> dict[str, Any]:
+def _root_meta(transport: Transport, where: Path | str, path: str = "") -> dict[str, Any]:
+    key = node_key(path)
     try:
         blob = transport.read(key)
     except FileNotFoundError as exc:
@@ -65,13 +65,7 @@ def _root_meta(transport: Transport, where: Path | str, key: str = "zarr.json") 
     except Exception as exc:  # noqa: BLE001 - botocore's connection errors share no base class with OSError
         raise ConnectionError(f"{where}: cannot read the store ({type(exc).__name__}: {exc}); check the endpoint "
                               "(AWS_ENDPOINT_URL or storage_options) and the network") from exc
-    try:
-        meta = json.loads(blob)
-    except ValueError as exc:
-        raise ValueError(f"{where}/{key}: not JSON ({exc})") from exc
-    if not isinstance(meta, dict):
-        raise ValueError(f"{where}/{key}: not a zarr group's metadata")
-    return meta
+    return parse_node(blob, f"{where}/{key}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +129,7 @@ class StoreView:
                              read_statistics(self.path, self.storage_options))
 
 
-def open_store(path: Path | str | UrlStore, *, storage_options: Mapping[str, Any] | None = None) -> StoreView:
+def open_store(path: Path | str | Location, *, storage_options: Mapping[str, Any] | None = None) -> StoreView:
     """Open a converted store for inspection.
 
     Parameters
@@ -156,8 +150,8 @@ def open_store(path: Path | str | UrlStore, *, storage_options: Mapping[str, Any
     ConnectionError
         A URL store that cannot be read (endpoint unreachable, access denied).
     """
-    if isinstance(path, UrlStore):  # a store the converter located, with its own options
-        storage_options = {**path.options, **(storage_options or {})}
-    where = store_location(path.url if isinstance(path, UrlStore) else path)
+    located = as_location(path, storage_options)  # a location the converter made keeps its own options
+    storage_options = {**located.options, **(storage_options or {})}
+    where = store_location(str(located))
     return StoreView(path=where, index=read_index(where, storage_options),
                      storage_options=dict(storage_options or {}))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from labzarr.store import ChannelStats
-from labzarr.store.stats import bin_edges, ordinals
+from labzarr.store.format.stats import bin_edges, ordinals
 
 QS = (0.0, 0.5, 1.0, 25.0, 50.0, 75.0, 99.0, 99.5, 100.0)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from labzarr.readers import DicomReader, Plane, Reason, Rejected, SeriesStack, check_plane
-from labzarr.store.ngff import LEVEL0
+from labzarr.store.format.ngff import LEVEL0
 
 from ..discover import Candidate
 from ..manifest import Row

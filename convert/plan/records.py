@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labzarr.readers import Reason
-from labzarr.store.format import decode_stats, encode_stats
+from labzarr.store.format.index import decode_stats, encode_stats
 
 from ..manifest import ClassCount, RoleSource, Row
 from ..spec import Spec

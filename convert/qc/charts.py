@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from labzarr.store import ChannelStats
-from labzarr.store.stats import bin_edges
+from labzarr.store.format.stats import bin_edges
 
 __all__ = ["bar_chart", "intensity_chart", "top_values"]
 

@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from labzarr.store import ArrayReader
-from labzarr.store.ngff import class_color  # one colour per class, on the QC page and in the label images
+from labzarr.store.format.ngff import class_color  # one colour per class, on the QC page and in the label images
 
 __all__ = ["VIEW_NAMES", "class_color", "image_thumbnail", "thumbnail", "volume_planes", "volume_thumbnail", "window"]
 

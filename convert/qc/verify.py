@@ -31,10 +31,10 @@ from labzarr.store import (
     open_transport,
     store_location,
 )
-from labzarr.store._layout import storage_keys
 from labzarr.store.content import block_digests, chunk_digest, chunk_grid, combine_digests
-from labzarr.store.nodes import array_nodes, read_node
-from labzarr.store.written import STORED, StoredFiles
+from labzarr.store.format.layout import storage_keys
+from labzarr.store.format.nodes import array_nodes, read_node
+from labzarr.store.format.written import STORED, StoredFiles
 
 from ..reach import check_reachable
 

@@ -8,7 +8,6 @@ earlier runs recorded (`plan/records.py`, `write/outcomes.py`), and writes the m
 
 from __future__ import annotations
 
-import errno
 import gc
 import hashlib
 import logging
@@ -33,7 +32,7 @@ import psutil
 from distributed import Client, LocalCluster, as_completed
 
 from labzarr.readers import LabelSheet, Reason, readers_with
-from labzarr.store import IndexItem, ItemStats, Location, StoreIndex, UrlStore, dataset_stats
+from labzarr.store import IndexItem, ItemStats, Location, StoreIndex, dataset_stats
 
 from ..discover import Candidate, discover, walk
 from ..errors import UsageError
@@ -171,15 +170,12 @@ def _store_errors(store: Location) -> Iterator[None]:
     try:
         yield
     except store.transport_errors() as exc:
-        if isinstance(store, UrlStore):
-            raise UsageError(f"{store}: cannot write the store: {type(exc).__name__}: {exc}",
-                             "check the object store (endpoint, credentials, quota) and rerun the same command: "
-                             "finished items are kept and the run resumes") from exc
-        assert isinstance(exc, OSError)
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+        failure = store.write_failure(exc)
+        if failure is None:
             raise
-        raise UsageError(f"{store}: cannot write the store: {exc}",
-                         "free space (or fix permissions) and rerun the same command: finished items are kept "
+        what, fix = failure
+        raise UsageError(f"{store}: cannot write the store: {what}",
+                         f"{fix} and rerun the same command: finished items are kept "
                          "and the run resumes") from exc
 
 
@@ -314,10 +310,8 @@ def _heap_frozen() -> Iterator[None]:
 def _create_folder(store: Location) -> None:
     """Create a folder store (and its parents) before anything else, so a path that cannot be a folder (under a
     file, under /proc, too long) is one clear error; a URL store's prefix needs no creating."""
-    if isinstance(store, UrlStore):
-        return
     try:
-        store.mkdir(parents=True, exist_ok=True)
+        store.mkdir(parents=True, exist_ok=True)  # nothing to do for a URL store's prefix
     except OSError as exc:
         raise UsageError(f"[delivery] store = {str(store)!r}: cannot create the store folder: "
                          f"{exc.strerror or exc} ({exc.filename or store})",
@@ -469,8 +463,8 @@ def _crash_reports(store: Location) -> Iterator[Path]:
     On a cluster whose workers run on other hosts, their reports for a URL store stay on those hosts, so a
     crashed item's `detail` then lacks the traceback.
     """
-    if not isinstance(store, UrlStore):
-        yield crash_dir(store)
+    if not store.remote:
+        yield crash_dir(store).local_path()
         return
     temp = Path(tempfile.mkdtemp(prefix="labzarr-crash-"))
     try:

@@ -48,9 +48,9 @@ from labzarr.readers import (
 )
 from labzarr.readers.dicom import open_series
 from labzarr.store import STATS, ChannelStats, ItemStats, Location
-from labzarr.store.format import encode_stats
-from labzarr.store.ngff import role_path
-from labzarr.store.written import STORED, StoredFiles
+from labzarr.store.format.index import encode_stats
+from labzarr.store.format.ngff import role_path
+from labzarr.store.format.written import STORED, StoredFiles
 
 from ..intensity import Accumulator, ClassAccumulator
 from ..manifest import ClassCount, RoleSource, Row

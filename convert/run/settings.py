@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from labzarr.readers import Limits
 from labzarr.store import Folder, Location, as_location
-from labzarr.store.ngff import Pyramid
+from labzarr.store.format.ngff import Pyramid
 
 from ..plan.chunks import SLAB_BYTES
 from ..spec import MasksSpec, StoreSpec

@@ -24,7 +24,7 @@ from labzarr.readers import (
 )
 from labzarr.readers.dicom import open_series
 from labzarr.store import STATS, ItemStats, Location
-from labzarr.store.format import encode_stats
+from labzarr.store.format.index import encode_stats
 
 from ..intensity import Accumulator
 from ..manifest import Row

@@ -21,7 +21,6 @@ their kind of store can.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -31,19 +30,19 @@ from typing import Any
 
 import numpy as np
 import zarr
-import zarr.codecs
 from zarr.abc.codec import BytesBytesCodec
 
 from labzarr.store import COMPLETE, INDEX_KEY, STATISTICS, STATS, ClassInfo, IndexItem, ItemStats, Location, StoreIndex
+from labzarr.store.chunks.codecs import zarr_codecs
 from labzarr.store.content import missing_chunk_files
-from labzarr.store.format import encode_stats
-from labzarr.store.written import STORED, StoredFiles
+from labzarr.store.format import nodes
+from labzarr.store.format.index import encode_stats
+from labzarr.store.format.written import STORED, StoredFiles
 
 from ..manifest import Row
 from ..plan.build import VOLUMES, item_unit
 from ..plan.stacks import STACKS, Stack
 from ..spec import StoreSpec
-from . import nodes
 from .lock import lock_owner
 from .state import STATE, staging_dir, trash_dir
 
@@ -73,15 +72,7 @@ def compact_metadata() -> Iterator[None]:
 
 def codecs(spec: StoreSpec) -> tuple[BytesBytesCodec, ...]:
     """The bytes-to-bytes codecs for `spec`: the compressor, then crc32c over the compressed bytes."""
-    out: list[BytesBytesCodec] = []
-    if spec.compressor == "zstd":
-        out.append(zarr.codecs.ZstdCodec(level=spec.level))
-    elif spec.compressor in ("blosc-zstd", "blosc-lz4"):
-        out.append(zarr.codecs.BloscCodec(cname=zarr.codecs.BloscCname(spec.compressor.removeprefix("blosc-")),
-                                          clevel=spec.level, shuffle=zarr.codecs.BloscShuffle.shuffle))
-    if spec.checksum:
-        out.append(zarr.codecs.Crc32cCodec())
-    return tuple(out)
+    return zarr_codecs(spec.compressor, level=spec.level, checksum=spec.checksum)
 
 
 def open_root(store: Location, *, mode: str = "a") -> zarr.Group:
@@ -149,7 +140,7 @@ def install(store: Location, name: str, folder: Location, array: zarr.Array[Any]
     Raises `Superseded` when `run_id` no longer holds the store (a task of a dead run): the folder is not moved
     and is left for the next sweep. A volume of a URL store is sealed where it was written, `complete` written
     last, after its chunks (never deferred); a staged stack there is copied into place with its `zarr.json` last
-    (`labzarr.store.url`).
+    (`labzarr.store.location.url`).
     """
     node = folder / at if at else folder
     record = sealed_record(node, array, allowed=(attrs or {}).get("empty_shards", ()))
@@ -326,10 +317,10 @@ def write_index(store: Location, index: StoreIndex) -> None:
     The root's other attributes are kept; its node is rewritten by `nodes.create_group` (in one write, without
     zarr's deep copy of attributes that hold every item)."""
     try:
-        root = json.loads((store / nodes.ZARR_JSON).read_bytes())
+        root = nodes.read_node_at(store)
     except FileNotFoundError:
         root = {}
-    attrs = root.get("attributes", {}) if isinstance(root, dict) else {}
+    attrs = root.get("attributes", {})
     nodes.create_group(store, {**attrs, INDEX_KEY: index.encode()}, atomic=True)
 
 
@@ -345,14 +336,5 @@ def remove_stale(store: Location, keep: set[str]) -> None:
         names = sorted(child.name for child in folder.iterdir()) if folder.is_dir() else []
         for name in names:
             path = f"{group}/{name}"
-            if path not in units and _node_type(store / path) in removable:
+            if path not in units and nodes.node_type(store / path) in removable:
                 remove_array(store, path)
-
-
-def _node_type(folder: Location) -> str | None:
-    """What the zarr node at `folder` is ("array", "group"); None where there is none."""
-    try:
-        meta = json.loads((folder / nodes.ZARR_JSON).read_bytes())
-    except (OSError, ValueError):
-        return None
-    return meta.get("node_type") if isinstance(meta, dict) else None

@@ -14,15 +14,15 @@ in place), and the resume rule converts it again.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labzarr.store import COMPLETE, INDEX_KEY, Location, StoreIndex, UrlStore
+from labzarr.store import COMPLETE, INDEX_KEY, Location, StoreIndex
 from labzarr.store.content import stored_files
-from labzarr.store.ngff import LEVEL0
+from labzarr.store.format.ngff import LEVEL0
+from labzarr.store.format.nodes import ZARR_JSON, read_node_at
 
 from ..plan.build import VOLUMES, item_array, item_unit
 from ..plan.records import Damage, from_record
@@ -55,7 +55,7 @@ class Listing:
     @classmethod
     def of(cls, store: Location) -> Listing:
         """The listing of `store`: its groups' keys on a URL store, its groups' entries in a folder."""
-        if isinstance(store, UrlStore):
+        if store.remote:  # one listing per group: a request per thousand keys, not one per object
             found: dict[str, set[str]] = {}
             for group in (VOLUMES, STACKS):
                 for key in (store / group).keys():
@@ -63,7 +63,7 @@ class Listing:
                     if rest:
                         found.setdefault(f"{group}/{name}", set()).add(rest)
             return cls(tops=frozenset(found), listed={k: frozenset(v) for k, v in found.items()})
-        folder = os.fspath(store)
+        folder = os.fspath(store.local_path())
         tops: set[str] = set()
         for group in (VOLUMES, STACKS):
             try:
@@ -112,7 +112,7 @@ def find_damage(store: Location, nodes: Sequence[tuple[str, Mapping[str, Any]]],
         # Chunk files of the item's own array, but no array node for them (its zarr.json, or its group's, lost).
         path = item_array(top)
         if listing.has_chunks(path):
-            found[path] = Damage(ATTRS_UNREADABLE if listing.present(path, ["zarr.json"]) else ATTRS_MISSING,
+            found[path] = Damage(ATTRS_UNREADABLE if listing.present(path, [ZARR_JSON]) else ATTRS_MISSING,
                                  source=sources.get(path, ""))
     for path, source in sources.items():
         if item_unit(path) not in listing.tops:
@@ -176,8 +176,7 @@ def _is_level(path: str, meta: Mapping[str, Any]) -> bool:
 def _index_sources(store: Location) -> dict[str, str]:
     """The arrays the store's own index names, each with its item's source ("" for a stack, which holds many)."""
     try:
-        index = StoreIndex.decode(json.loads((store / "zarr.json").read_bytes()).get("attributes", {}).get(INDEX_KEY),
-                                  where=str(store))
+        index = StoreIndex.decode(read_node_at(store).get("attributes", {}).get(INDEX_KEY), where=str(store))
     except (OSError, ValueError, AttributeError):
         return {}  # no index yet (a first run), or one a run did not finish: it is written again at the end
     out: dict[str, str] = {}

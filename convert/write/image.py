@@ -20,7 +20,8 @@ from typing import Any
 import zarr
 
 from labzarr.store import COMPLETE, Location, VolumeAttrs
-from labzarr.store.ngff import (
+from labzarr.store.format import nodes
+from labzarr.store.format.ngff import (
     LABELS,
     LEVEL0,
     MASK,
@@ -33,7 +34,6 @@ from labzarr.store.ngff import (
     role_path,
 )
 
-from . import nodes
 from .arrays import Staged, begin_array, install
 from .pyramid import write_levels
 

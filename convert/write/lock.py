@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from labzarr.store import Location, UrlStore, as_location
+from labzarr.store import Location, as_location
 
 from ..errors import UsageError
 from ..reach import check_reachable
@@ -116,17 +116,15 @@ def _parse(blob: bytes) -> LockInfo | None:
 
 
 @contextmanager
-def _object_lock(store: UrlStore) -> Iterator[LockInfo]:
+def _object_lock(store: Location) -> Iterator[LockInfo]:
     """The lock object of a URL store: created only if absent (conditional PUT), deleted on release."""
     check_reachable(store)
     obj = lock_path(store)
-    assert isinstance(obj, UrlStore)
-    fs = obj.fs()
     info = _new_info()
     blob = json.dumps(asdict(info), sort_keys=True).encode() + b"\n"
     for attempt in (1, 2):
         try:
-            fs.pipe_file(obj.path, blob, mode="create")
+            obj.create_exclusive(blob)
             break
         except FileExistsError:
             try:
@@ -160,12 +158,15 @@ def store_lock(store: Location | Path) -> Iterator[LockInfo]:
 
     A folder is locked with flock on its lock file, a URL store with a lock object (no flock there)."""
     store = as_location(store)
-    if isinstance(store, UrlStore):
+    if store.lock_kind == "none":
+        raise UsageError(f"{store}: a zipped store is read-only: it cannot be converted into or repaired in place",
+                         "convert (or `labzarr verify --repair`) the store folder it was zipped from, then zip "
+                         "that folder again")
+    if store.lock_kind == "object":
         with _object_lock(store) as info:
             yield info
         return
-    path = lock_path(store)
-    assert isinstance(path, Path)
+    path = lock_path(store).local_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

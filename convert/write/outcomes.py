@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from labzarr.store import STATS, Location, sorted_glob
-from labzarr.store.format import decode_stats
+from labzarr.store.format.index import decode_stats
 
 from ..manifest import Row
 from ..plan.records import (

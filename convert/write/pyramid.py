@@ -25,8 +25,8 @@ import zarr
 
 from labzarr.store import Location
 from labzarr.store.content import ChunkDigests, block_digests, combine_digests
-from labzarr.store.ngff import Pyramid, level_shape
-from labzarr.store.written import STORED, StoredFiles
+from labzarr.store.format.ngff import Pyramid, level_shape
+from labzarr.store.format.written import STORED, StoredFiles
 
 __all__ = ["downsample", "level_layout", "write_levels"]
 

@@ -11,7 +11,6 @@ all kept stays as it is, untouched.
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import numpy as np
 
 from labzarr.store import Location, sorted_glob
 from labzarr.store.content import chunk_digest, combine_digests
+from labzarr.store.format.nodes import read_node_at
 
 from ..manifest import Row
 from ..plan.build import Plan
@@ -67,8 +67,7 @@ def stage_stacks(store: Location, plan: Plan, spec: Spec) -> dict[str, StagedSta
 
 
 def _installed_records(store: Location, array: str) -> str:
-    meta = json.loads((store / array / "zarr.json").read_bytes())
-    return str(meta["attributes"]["records"])
+    return str(read_node_at(store / array)["attributes"]["records"])
 
 
 def install_stack(store: Location, staged: StagedStack, decoded: Sequence[Row], run_id: str, fingerprint: str) -> None:

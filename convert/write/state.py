@@ -15,6 +15,7 @@ from typing import TypeVar, cast
 import zarr
 
 from labzarr.store import STATE, Location
+from labzarr.store.format.nodes import ZARR_JSON
 
 AnyStore = TypeVar("AnyStore", bound=Location)
 
@@ -80,7 +81,7 @@ def run_log_path(store: AnyStore) -> AnyStore:
 
 def ensure_state(store: Location) -> None:
     """Create `.labzarr/` as a zarr group (and the store's root group with it) if missing."""
-    if not (store / STATE / "zarr.json").exists():
+    if not (store / STATE / ZARR_JSON).exists():
         zarr.open_group(store.zarr(), path=STATE, mode="a", zarr_format=3,
                         attributes={"purpose": _PURPOSE})
 

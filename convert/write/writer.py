@@ -39,11 +39,11 @@ import zarr
 
 from labzarr.readers import Slab, VolumeHeader
 from labzarr.store import Location
+from labzarr.store.chunks.shard import ShardCodec
 from labzarr.store.content import ChunkDigests, block_digests, combine_digests
-from labzarr.store.ngff import Pyramid
+from labzarr.store.format import nodes
+from labzarr.store.format.ngff import Pyramid
 
-from . import nodes
-from ._shard import ShardCodec
 from .arrays import Staged, StoreWriteError, begin_array, discard, install
 from .image import begin_image, install_image
 

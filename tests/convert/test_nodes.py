@@ -12,9 +12,9 @@ import pytest
 import zarr
 
 from labzarr.convert.spec import StoreSpec
-from labzarr.convert.write import nodes
 from labzarr.convert.write.arrays import codecs, compact_metadata, open_root, write_index
 from labzarr.store import INDEX_KEY, Folder, IndexItem, StoreIndex
+from labzarr.store.format import nodes
 
 SPECS = {
     "blosc-lz4+crc": StoreSpec(),

@@ -23,7 +23,7 @@ from labzarr.loaders import Normalize, PatchDataset
 from labzarr.readers import Limits, open_source, read_head
 from labzarr.readers.nifti import NiftiReader
 from labzarr.store import STATS, dataset_stats, open_store, read_statistics
-from labzarr.store.format import decode_stats
+from labzarr.store.format.index import decode_stats
 
 from ..intensities import assert_matches, ct_like
 from ..segmentation import save

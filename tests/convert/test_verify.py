@@ -143,3 +143,40 @@ def test_stacks_flipped_bytes_and_missing_shards_are_caught(converted_images, tm
         assert report.damaged() == ["/".join(path.relative_to(store).parts[:2])] and "missing" in report.describe()
         path.write_bytes(original)
     assert verify_store(store).ok
+
+
+def _zip(folder: Path, dest: Path) -> Path:
+    from ..loaders.conftest import zip_store
+
+    return zip_store(folder, dest)
+
+
+def test_a_zipped_store_is_verified_as_its_folder_is(store: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    intact = verify_store(_zip(store, tmp_path / "intact.zarr.zip"))
+    folder = verify_store(store)
+    assert intact.ok and (intact.arrays, intact.chunks, intact.stored_bytes) == (folder.arrays, folder.chunks,
+                                                                                 folder.stored_bytes)
+    assert main(["verify", str(tmp_path / "intact.zarr.zip")]) == 0
+    assert "every chunk present and intact" in capsys.readouterr().out
+
+    shard = chunk_files(store)[0]
+    lost = "/".join(shard.relative_to(store).parts[:3])  # volumes/<item>/0
+    blob = bytearray(shard.read_bytes())
+    blob[len(blob) // 3] ^= 0x40
+    shard.write_bytes(bytes(blob))
+    second = chunk_files(store)[-1]
+    second.unlink()
+    report = verify_store(_zip(store, tmp_path / "damaged.zarr.zip"))
+    assert not report.ok
+    kinds = {(p.array, p.kind) for p in report.problems}
+    assert (lost, "chunk unreadable") in kinds
+    assert ("/".join(second.relative_to(store).parts[:3]), "chunk files missing") in kinds
+    assert main(["verify", str(tmp_path / "damaged.zarr.zip")]) == 1
+
+
+def test_repair_refuses_a_zip_and_says_how(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    zipped = _zip(store, tmp_path / "s.zarr.zip")
+    assert main(["verify", "--repair", str(zipped)]) == 2
+    err = capsys.readouterr().err
+    assert "read-only" in err and "zip that folder again" in err

@@ -17,9 +17,9 @@ import zarr
 import zarr.codecs
 import zarr.storage
 
-from labzarr.store._layout import Layout, UnsupportedLayout
+from labzarr.store.format.layout import Layout, UnsupportedLayout
 from labzarr.store.location import FsspecTransport
-from labzarr.store.reader import ArrayReader, ChecksumError, StoreReader
+from labzarr.store.read import ArrayReader, ChecksumError, StoreReader
 
 DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "int64", "uint64", "float32", "float64", "bool")
 CODECS = ("none", "zstd", "blosc-lz4", "blosc-zstd")
@@ -413,7 +413,7 @@ def transposed(root: Path) -> zarr.Array[Any]:
 def test_unknown_layout_goes_to_zarr_under_auto_and_is_refused_under_labzarr(tmp_path: Path,
                                                                            caplog: pytest.LogCaptureFixture) -> None:
     z = transposed(tmp_path / "s.zarr")
-    with caplog.at_level("DEBUG", logger="labzarr.store.reader"):
+    with caplog.at_level("DEBUG", logger="labzarr.store.read"):
         auto = StoreReader(tmp_path / "s.zarr")
         assert auto.path_used(NAME) == "zarr"
     assert "transpose" in caplog.text

@@ -12,7 +12,7 @@ import pytest
 from labzarr.convert.intensity import BLOCK, Accumulator, ClassAccumulator, measure
 from labzarr.readers import Slab
 from labzarr.store import ChannelStats, ItemStats
-from labzarr.store.format import decode_stats, encode_stats
+from labzarr.store.format.index import decode_stats, encode_stats
 
 from ..intensities import assert_matches, ct_like
 

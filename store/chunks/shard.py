@@ -9,7 +9,8 @@ compares the files byte for byte): every inner chunk that intersects the array, 
 (edge chunks padded with the fill value) by the array's own codec chain, stored back to back in Morton order;
 then the index, (offset, nbytes) as little-endian uint64 per inner chunk in C order (2^64-1 for a chunk wholly
 outside the array), and the index's crc32c. `ShardCodec.of` accepts only chains it encodes exactly so (what
-`store.codecs` makes); for any other the caller lets zarr-python write.
+`codecs.zarr_codecs` makes); for any other the caller lets zarr-python write. `decode_index` reads the index
+back, for the reader.
 
 A shard file appears whole: it is written through its location's `write_stream` (a folder: a `.partial` file
 beside its final name, renamed, what zarr's LocalStore does and what the next run sweeps after a kill; a URL:
@@ -25,24 +26,27 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import crc32c
-import numcodecs
 import numpy as np
 import numpy.typing as npt
-import zarr
 
-from labzarr.store import Location
-from labzarr.store.content import ChunkDigests
+from .codecs import ChunkDamage, Encode, encoder
 
-__all__ = ["ShardCodec"]
+if TYPE_CHECKING:
+    import zarr
 
-_ABSENT = 2**64 - 1  # the index entry (offset and nbytes) of an inner chunk that is not stored
+    from ..content import ChunkDigests
+    from ..location import Location
+
+__all__ = ["ABSENT", "CRC", "INDEX_ENTRY", "ShardCodec", "decode_index", "index_nbytes"]
+
+ABSENT = 2**64 - 1  # the index entry (offset and nbytes) of an inner chunk that is not stored
+INDEX_ENTRY = 16  # (offset, nbytes) as two little-endian uint64 per inner chunk
+CRC = 4
 _IN_FLIGHT_BYTES = 16 << 20  # voxels of the inner chunks being encoded at once (each also has its encoded copy)
 _JOB_CHUNKS, _JOB_BYTES = 8, 1 << 20  # inner chunks handed to an encoding thread at once: at most these
-
-_Encode = Callable[[bytes | npt.NDArray[Any]], bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +58,7 @@ class ShardCodec:
     fill: np.generic
     chunks: tuple[int, ...]  # the inner chunk
     shards: tuple[int, ...]
-    steps: tuple[_Encode, ...]  # bytes-to-bytes encoders in order, after the little-endian bytes
+    steps: tuple[Encode, ...]  # bytes-to-bytes encoders in order, after the little-endian bytes
     keys: Callable[[tuple[int, ...]], str]  # a shard's key below the array, from its grid coordinates
 
     @classmethod
@@ -73,9 +77,9 @@ class ShardCodec:
         inner = list(conf.get("codecs", ()))
         if not inner or _conf(inner[0], "bytes", endian=array.dtype.itemsize > 1) is None:
             return None
-        steps: list[_Encode] = []
+        steps: list[Encode] = []
         for c in inner[1:]:
-            step = _step(c)
+            step = encoder(c)
             if step is None:
                 return None
             steps.append(step)
@@ -100,7 +104,7 @@ class ShardCodec:
         per_job = max(1, min(_JOB_CHUNKS, _JOB_BYTES // max(1, nbytes)))
         jobs = [stored[i : i + per_job] for i in range(0, len(stored), per_job)]
         window = max(2, min(2 * threads, _IN_FLIGHT_BYTES // max(1, nbytes * per_job)))  # keeps every thread busy
-        index = np.full((*per, 2), _ABSENT, dtype="<u8")
+        index = np.full((*per, 2), ABSENT, dtype="<u8")
         digests: ChunkDigests = {}
         pending: deque[tuple[list[tuple[int, ...]], Future[list[tuple[bytes, bytes]]]]] = deque()
 
@@ -148,6 +152,21 @@ class ShardCodec:
         return digest, bytes(encoded)
 
 
+def index_nbytes(chunks_per_shard: Sequence[int], *, crc: bool) -> int:
+    """The encoded size of a shard index of `chunks_per_shard` inner chunks per axis."""
+    return INDEX_ENTRY * math.prod(chunks_per_shard) + (CRC if crc else 0)
+
+
+def decode_index(data: bytes, *, crc: bool) -> list[list[int]]:
+    """The (offset, nbytes) of each inner chunk (C order; `ABSENT` twice for one never stored) from a shard's
+    encoded index; raises ChunkDamage when its crc32c fails."""
+    body = len(data) - CRC if crc else len(data)
+    if crc and crc32c.crc32c(memoryview(data)[:body]) != int.from_bytes(data[body:], "little"):
+        raise ChunkDamage("crc32c mismatch")
+    out: list[list[int]] = np.frombuffer(data, dtype="<u8", count=body // 8).reshape(-1, 2).tolist()
+    return out
+
+
 class _ShardFile:
     """A shard's bytes as they are written (through its location's `write_stream`), and how many so far: each
     chunk's offset in the shard index."""
@@ -168,33 +187,6 @@ def _conf(codec: object, name: str, *, endian: bool = False) -> Mapping[str, Any
     if endian and conf.get("endian") != "little":
         return None
     return conf
-
-
-def _step(codec: object) -> _Encode | None:
-    """The encoder of one bytes-to-bytes codec as zarr-python runs it (the numcodecs codec it builds), or None."""
-    if not isinstance(codec, Mapping):
-        return None
-    name, conf = codec.get("name"), codec.get("configuration") or {}
-    if name == "crc32c":
-        return _crc32c
-    if name == "zstd":
-        zstd = numcodecs.Zstd(level=conf["level"], checksum=conf.get("checksum", False))
-        return lambda data: bytes(zstd.encode(data))
-    if name == "blosc":
-        shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[conf["shuffle"]]
-        try:  # numcodecs >= 0.16 takes the type size, as zarr-python passes it; older ones read the bytes' itemsize (1)
-            blosc = numcodecs.Blosc(cname=conf["cname"], clevel=conf["clevel"], shuffle=shuffle,
-                                    blocksize=conf.get("blocksize", 0), typesize=conf["typesize"])
-        except TypeError:
-            blosc = numcodecs.Blosc(cname=conf["cname"], clevel=conf["clevel"], shuffle=shuffle,
-                                    blocksize=conf.get("blocksize", 0))
-        return lambda data: bytes(blosc.encode(data))
-    return None
-
-
-def _crc32c(data: bytes | npt.NDArray[Any]) -> bytes:
-    raw = bytes(data)
-    return raw + crc32c.crc32c(raw).to_bytes(4, "little")
 
 
 def _morton(per: Sequence[int]) -> list[tuple[int, ...]]:

@@ -11,7 +11,6 @@ commit differently, the difference lives in these two classes, and
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import tempfile
@@ -19,14 +18,17 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path, PosixPath, PurePath
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from .transport import Range
 
 if TYPE_CHECKING:
     import zarr.storage
 
-__all__ = ["Folder", "atomic_write"]
+__all__ = ["Folder", "FolderTransport", "atomic_write"]
 
 _PARALLEL_FSYNC = 8  # from this many files on, `fsync_tree` syncs them from this many threads at once
 
@@ -45,6 +47,40 @@ class Folder(PosixPath):
     # A rename makes an array appear whole, so arrays are staged elsewhere and renamed into place.
     writes_in_place: ClassVar[bool] = False
     options: ClassVar[Mapping[str, Any]] = MappingProxyType({})  # a URL store's fsspec options; a folder has none
+    remote: ClassVar[bool] = False
+    protocol: ClassVar[str] = "file"
+    lock_kind: ClassVar[Literal["flock", "object", "none"]] = "flock"  # the kernel drops it when its holder dies
+
+    def check_protocol(self) -> None:
+        """Nothing to check: a folder needs no fsspec implementation."""
+
+    def transport(self) -> FolderTransport:
+        """The read transport of this folder (keys relative to it); ValueError for a file (that is not a zip)."""
+        if self.is_file():
+            raise ValueError(f"{self}: a file but not a zip; a store is a folder or a zip of one")
+        return FolderTransport(PosixPath(self))
+
+    def local_path(self) -> Path:
+        """This folder as a plain path."""
+        return PosixPath(self)
+
+    def probe(self) -> None:
+        """Nothing to check here: a folder problem is reported by the first write."""
+
+    def write_failure(self, exc: BaseException) -> tuple[str, str] | None:
+        """(what failed, what to do) when `exc` is the disk's doing (full, over quota, read-only, no permission);
+        None for any other error, which is a bug to report as it is."""
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            return str(exc), "free space (or fix permissions)"
+        return None
+
+    def create_exclusive(self, data: bytes) -> None:
+        """Create this file holding `data`, only if it does not exist (FileExistsError otherwise)."""
+        fd = os.open(self, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
 
     def zarr(self, *, read_only: bool = False) -> zarr.storage.LocalStore:
         """This folder as a zarr store."""
@@ -116,20 +152,22 @@ class Folder(PosixPath):
     def array_nodes(self, *, skip: str = "") -> list[tuple[str, dict[str, Any]]]:
         """(path, metadata) of every zarr array below, in path order; never descends into an array's chunk
         folders, a folder that is no zarr node, or the top-level folder `skip`."""
+        from ..format.nodes import ZARR_JSON, NodeError, parse_node
+
         out: list[tuple[str, dict[str, Any]]] = []
         for here, dirs, files in os.walk(self):
             at_root = PosixPath(here) == self
             dirs[:] = sorted(d for d in dirs if not (at_root and d == skip))
-            if "zarr.json" not in files:
+            if ZARR_JSON not in files:
                 if not at_root:
                     dirs.clear()  # not a zarr node: nothing of the hierarchy below
                 continue
             try:
-                meta = json.loads((PosixPath(here) / "zarr.json").read_bytes())
-            except (OSError, ValueError):
+                meta = parse_node((PosixPath(here) / ZARR_JSON).read_bytes(), here)
+            except (OSError, NodeError):
                 dirs.clear()
                 continue
-            if isinstance(meta, dict) and meta.get("node_type") == "array":
+            if meta.get("node_type") == "array":
                 dirs.clear()
                 out.append((PosixPath(here).relative_to(self).as_posix(), meta))
         return out
@@ -217,3 +255,71 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+@dataclass(slots=True)
+class FolderTransport:
+    """A store folder, read with `os.pread` on file descriptors kept open per process."""
+
+    root: Path
+    max_open: int = 256
+    _fds: dict[str, int] = field(default_factory=dict, repr=False)
+    _pid: int = field(default_factory=os.getpid, repr=False)
+
+    @property
+    def where(self) -> str:
+        return str(self.root)
+
+    def _fd(self, key: str) -> int:
+        if self._pid != os.getpid():  # a forked child: the parent's descriptors are shared offsets, not ours
+            self._fds, self._pid = {}, os.getpid()
+        fd = self._fds.get(key)
+        if fd is None:
+            fd = os.open(self.root / key, os.O_RDONLY | os.O_CLOEXEC)
+            if len(self._fds) >= self.max_open:
+                os.close(self._fds.pop(next(iter(self._fds))))
+            self._fds[key] = fd
+        return fd
+
+    def read(self, key: str) -> bytes:
+        return (self.root / key).read_bytes()
+
+    def read_ranges(self, key: str, ranges: Sequence[Range]) -> list[bytes]:
+        fd = self._fd(key)
+        out = []
+        for start, length in ranges:
+            if start < 0:
+                size = os.fstat(fd).st_size
+                start, length = max(0, size + start), min(size, -start)
+            data = os.pread(fd, length, start)
+            if len(data) != length:
+                raise EOFError(f"{self.root / key}: {len(data)} B at offset {start:,}, expected {length:,} B")
+            out.append(data)
+        return out
+
+    def size(self, key: str) -> int:
+        return os.fstat(self._fd(key)).st_size
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        base = self.root / prefix if prefix else self.root
+        if not base.is_dir():
+            return {}
+        return {p.relative_to(self.root).as_posix(): p.stat().st_size for p in base.rglob("*") if p.is_file()}
+
+    def close(self) -> None:
+        """Close this process's descriptors."""
+        if self._pid == os.getpid():
+            for fd in self._fds.values():
+                os.close(fd)
+        self._fds = {}
+
+    def __del__(self) -> None:
+        # Descriptors are plain ints, which nothing else closes: a transport dropped without close() (a reader
+        # that goes out of scope) would otherwise keep its files open for the life of the process.
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"root": self.root, "max_open": self.max_open}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.root, self.max_open, self._fds, self._pid = state["root"], state["max_open"], {}, os.getpid()

@@ -11,20 +11,33 @@ appears whole. Listings are never cached: other processes write the same store.
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn
 
-from .location import is_url
+from ..format import ZARR_JSON
+from .transport import Range
 
 if TYPE_CHECKING:
     import zarr.storage
     from fsspec.spec import AbstractFileSystem
 
-__all__ = ["UrlStore", "url_errors"]
+__all__ = ["FsspecTransport", "UrlStore", "is_url", "url_errors"]
+
+
+# The reachability probe gives up quickly: botocore's and s3fs's default retries keep a dead endpoint waiting.
+_PROBE_OPTIONS: Mapping[str, Mapping[str, Any]] = {
+    "s3": {"config_kwargs": {"retries": {"max_attempts": 2}, "connect_timeout": 10}},
+}
+
+
+def is_url(text: str) -> bool:
+    """True for an fsspec URL with a protocol other than `file` (`s3://bucket/x.zarr`)."""
+    head, sep, _ = text.partition("://")
+    return bool(sep) and head.isidentifier() and head != "file"
 
 
 def url_errors() -> tuple[type[BaseException], ...]:
@@ -55,6 +68,47 @@ class UrlStore:
 
     # No rename: an array is written at its final path and becomes whole when `complete` is set.
     writes_in_place: ClassVar[bool] = True
+    remote: ClassVar[bool] = True
+    lock_kind: ClassVar[Literal["flock", "object", "none"]] = "object"  # no flock: a conditionally created object
+
+    def transport(self) -> FsspecTransport:
+        """The read transport of this prefix (keys relative to it)."""
+        return FsspecTransport(self.url, dict(self.options))
+
+    def absolute(self) -> UrlStore:
+        """Itself: a URL is absolute."""
+        return self
+
+    def local_path(self) -> NoReturn:
+        raise TypeError(f"{self.url}: an object store has no local path")
+
+    def probe(self) -> None:
+        """List the bucket (the URL's first component) with quick retries; raises what fsspec raises: ImportError
+        (no implementation for the protocol), FileNotFoundError, PermissionError, or the client's own errors."""
+        import fsspec
+
+        bucket = self.path.split("/", 1)[0]
+        fs = fsspec.filesystem(self.protocol, **{"skip_instance_cache": True, "use_listings_cache": False,
+                                                 **_PROBE_OPTIONS.get(self.protocol, {}), **self.options})
+        fs.ls(bucket, detail=False)
+
+    def check_protocol(self) -> None:
+        """Raise ValueError (unknown protocol) or ImportError (its package missing) unless fsspec can open the URL's
+        protocol; no I/O."""
+        import fsspec
+
+        fsspec.get_filesystem_class(self.protocol)
+
+    def write_failure(self, exc: BaseException) -> tuple[str, str] | None:
+        """(what failed, what to do): any failed request is the object store's doing."""
+        if isinstance(exc, url_errors()):
+            return f"{type(exc).__name__}: {exc}", "check the object store (endpoint, credentials, quota)"
+        return None
+
+    def create_exclusive(self, data: bytes) -> None:
+        """Create this object holding `data`, only if it does not exist: a conditional PUT (`If-None-Match: *`),
+        which S3 and moto honour; FileExistsError otherwise."""
+        self.fs().pipe_file(self.path, data, mode="create")
 
     def __post_init__(self) -> None:
         if not is_url(self.url):
@@ -169,7 +223,7 @@ class UrlStore:
         (no `trash` needed for that: an object store has no rename)."""
         fs = self.fs()
         try:
-            fs.rm_file(f"{self.path}/zarr.json")
+            fs.rm_file(f"{self.path}/{ZARR_JSON}")
         except FileNotFoundError:
             pass
         keys = sorted(self.keys())
@@ -183,6 +237,8 @@ class UrlStore:
     def array_nodes(self, *, skip: str = "") -> list[tuple[str, dict[str, Any]]]:
         """(path, metadata) of every zarr array below, sorted by path, by listing one prefix per group (never the
         chunk keys below an array, nor the top-level prefix `skip`)."""
+        from ..format.nodes import NodeError, parse_node  # a module that only locates stores does without zarr
+
         fs = self.fs()
         out: list[tuple[str, dict[str, Any]]] = []
         todo = [""]
@@ -194,13 +250,13 @@ class UrlStore:
             except FileNotFoundError:
                 continue
             names = {e["name"].rsplit("/", 1)[-1]: e["type"] for e in entries}
-            if "zarr.json" not in names:
+            if ZARR_JSON not in names:
                 continue
             try:
-                meta = json.loads((here / "zarr.json").read_bytes())
-            except (OSError, ValueError):
+                meta = parse_node((here / ZARR_JSON).read_bytes(), here.url)
+            except (OSError, NodeError):
                 continue
-            if isinstance(meta, dict) and meta.get("node_type") == "array":
+            if meta.get("node_type") == "array":
                 out.append((rel, meta))
                 continue
             todo += [f"{rel}/{n}".lstrip("/") for n, kind in names.items()
@@ -230,13 +286,13 @@ class UrlStore:
         fs = self.fs()
         staged = self.keys()
         dest.remove_tree()
-        for key in sorted(staged - {"zarr.json"}):
+        for key in sorted(staged - {ZARR_JSON}):
             fs.copy(f"{self.path}/{key}", f"{dest.path}/{key}")
-        missing = sorted(staged - {"zarr.json"} - dest.keys())
+        missing = sorted(staged - {ZARR_JSON} - dest.keys())
         if missing:
             raise RuntimeError(f"{dest}: {len(missing)} object(s) missing after copying, first {missing[0]}")
-        if "zarr.json" in staged:
-            fs.copy(f"{self.path}/zarr.json", f"{dest.path}/zarr.json")
+        if ZARR_JSON in staged:
+            fs.copy(f"{self.path}/{ZARR_JSON}", f"{dest.path}/{ZARR_JSON}")
         self.remove_tree()
 
     def transport_errors(self) -> tuple[type[BaseException], ...]:
@@ -246,3 +302,81 @@ class UrlStore:
     def shown(self, cwd: object) -> str:
         """The URL, as the user wrote it."""
         return self.url
+
+
+@dataclass(slots=True)
+class FsspecTransport:
+    """A store at an fsspec URL; each range is one ranged GET (`cat_ranges` sends them together)."""
+
+    url: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    _fs: Any = field(default=None, repr=False)
+    _pid: int = field(default_factory=os.getpid, repr=False)
+
+    @property
+    def where(self) -> str:
+        return self.url
+
+    def _filesystem(self) -> Any:
+        if self._fs is None or self._pid != os.getpid():
+            import fsspec  # only URL stores need it
+
+            # Not the instance cache: an instance made before a fork holds the parent's event loop and sessions.
+            self._fs = fsspec.filesystem(self.url.partition("://")[0],
+                                         **{"skip_instance_cache": True, "use_listings_cache": False,
+                                            **self.options})
+            self._pid = os.getpid()
+        return self._fs
+
+    def _path(self, key: str) -> str:
+        return f"{self.url.partition('://')[2]}/{key}"
+
+    def read(self, key: str) -> bytes:
+        return bytes(self._filesystem().cat_file(self._path(key)))
+
+    def read_ranges(self, key: str, ranges: Sequence[Range]) -> list[bytes]:
+        try:
+            return self._read_ranges(key, ranges)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            # A range past an object's end is refused by the server (S3: 416, "not satisfiable"), not cut short
+            # as a file read is: tell that apart from other failures by the object's size, asked only now.
+            end = max((s + n for s, n in ranges if s >= 0), default=0)
+            size = self.size(key)
+            if end > size:
+                raise EOFError(f"{self.url}/{key}: {size:,} B, a range ends at {end:,} B") from exc
+            raise
+
+    def _read_ranges(self, key: str, ranges: Sequence[Range]) -> list[bytes]:
+        if not ranges:
+            return []
+        fs, path = self._filesystem(), self._path(key)
+        if len(ranges) == 1:
+            start, length = ranges[0]
+            return [bytes(fs.cat_file(path, start=start, end=None if start < 0 else start + length))]
+        starts = [s for s, _ in ranges]
+        ends = [None if s < 0 else s + n for s, n in ranges]
+        found = fs.cat_ranges([path] * len(ranges), starts, ends, on_error="raise")
+        return [bytes(b) for b in found]
+
+    def size(self, key: str) -> int:
+        return int(self._filesystem().size(self._path(key)))
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        root = self.url.partition("://")[2].rstrip("/")
+        try:
+            found = self._filesystem().find(f"{root}/{prefix}" if prefix else root, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {name[len(root) + 1:]: int(info.get("size") or 0) for name, info in found.items()}
+
+    def close(self) -> None:
+        """Forget the filesystem."""
+        self._fs = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "options": dict(self.options)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.url, self.options, self._fs, self._pid = state["url"], state["options"], None, os.getpid()

@@ -1,4 +1,4 @@
-"""The layout of one zarr v3 array, read from its `zarr.json`: what `store.reader` needs to find and decode chunks.
+"""The layout of one zarr v3 array, read from its `zarr.json`: what `store.read` needs to find and decode chunks.
 
 Invariant: a `Layout` exists only for arrays the reader decodes exactly as zarr-python does. `Layout.parse` is
 pure (no I/O) and raises `UnsupportedLayout` with the reason for anything else (an array-to-array codec, a
@@ -17,17 +17,15 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-__all__ = ["BYTES_CODECS", "Layout", "UnsupportedLayout", "storage_grid", "storage_keys"]
+from ..chunks.codecs import BYTES_CODECS
+from ..chunks.shard import index_nbytes
 
-# The bytes-to-bytes codecs with a decoder in store.reader; every one of them is self-describing (the decoder
-# needs no configuration), so a layout keeps only their names.
-BYTES_CODECS = frozenset({"blosc", "zstd", "gzip", "crc32c"})
+__all__ = ["Layout", "UnsupportedLayout", "storage_grid", "storage_keys"]
+
 
 _DTYPES = frozenset({"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
                      "float16", "float32", "float64", "complex64", "complex128"})
 _FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_INDEX_ENTRY = 16  # a shard index holds (offset, nbytes) as two little-endian uint64 per inner chunk
-_CRC = 4
 
 
 class UnsupportedLayout(ValueError):
@@ -75,7 +73,7 @@ class Layout:
         """The encoded size of one shard index (0 when not sharded)."""
         if not self.sharded:
             return 0
-        return _INDEX_ENTRY * math.prod(self.chunks_per_shard) + (_CRC if self.index_crc32c else 0)
+        return index_nbytes(self.chunks_per_shard, crc=self.index_crc32c)
 
     def key(self, coords: Sequence[int]) -> str:
         """The key (relative to the array) of the stored object at grid coordinates `coords`."""

@@ -21,7 +21,6 @@ Invariants:
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import math
 import operator
@@ -34,17 +33,16 @@ from pathlib import Path
 from types import EllipsisType
 from typing import Any, Literal, TypeAlias
 
-import crc32c
-import numcodecs
-import numcodecs.blosc
-import numcodecs.zstd
 import numpy as np
 import numpy.typing as npt
 import zarr
 
-from ._layout import Layout, UnsupportedLayout
+from .chunks.codecs import ChunkDamage, decode_chunk
+from .chunks.shard import ABSENT, decode_index
+from .format.layout import Layout, UnsupportedLayout
+from .format.nodes import NodeError, node_key, parse_node
+from .format.written import STORED, StoredFiles
 from .location import Transport, open_transport, zarr_store_for
-from .written import STORED, StoredFiles
 
 __all__ = ["ArrayReader", "Backend", "ChecksumError", "Selection", "StoreReader", "UncheckedStoreWarning",
            "UnsupportedLayout"]
@@ -54,9 +52,7 @@ log = logging.getLogger(__name__)
 Selection: TypeAlias = "int | slice | EllipsisType | tuple[int | slice | EllipsisType, ...]"
 Backend = Literal["auto", "labzarr", "zarr"]
 
-_ABSENT = 2**64 - 1  # a shard index entry (offset and nbytes) for an inner chunk that was never written
 _NAMED = 5  # items named in a message; more are counted
-_GZIP = numcodecs.GZip()
 
 
 class ChecksumError(Exception):
@@ -265,7 +261,7 @@ class _Direct:
         wanted = []  # (offset, nbytes, hits) of each present chunk
         for hits in chunk_hits:
             offset, nbytes = index[sum(h[2] for h in hits)]
-            if offset == _ABSENT:
+            if offset == ABSENT:
                 box[tuple(h[4] for h in hits)] = self.layout.fill_value
             else:
                 wanted.append((offset, nbytes, hits))
@@ -325,11 +321,11 @@ class _Direct:
             raise self._corrupt(None, key, f"shorter than recorded: {exc}", shard) from exc
         if len(data) != size:
             raise self._corrupt(None, key, f"{len(data):,} B where the index is {size:,} B", shard)
-        body = size - 4 if lay.index_crc32c else size
-        if lay.index_crc32c and crc32c.crc32c(memoryview(data)[:body]) != int.from_bytes(data[body:], "little"):
-            raise self._corrupt(None, key, "its index: crc32c mismatch", shard)
-        index: list[list[int]] = np.frombuffer(data, dtype="<u8", count=body // 8).reshape(-1, 2).tolist()
-        if recorded is not None and any(o != _ABSENT and o + n > recorded for o, n in index):
+        try:
+            index = decode_index(data, crc=lay.index_crc32c)
+        except ChunkDamage as exc:
+            raise self._corrupt(None, key, f"its index: {exc}", shard) from exc
+        if recorded is not None and any(o != ABSENT and o + n > recorded for o, n in index):
             raise self._corrupt(None, key, f"its index points past the {recorded:,} B the store recorded", shard)
         self._indexes[shard] = index
         return index
@@ -337,27 +333,10 @@ class _Direct:
     def _decode(self, data: bytes | memoryview, coords: tuple[int, ...], shard: str | None,
                 at: tuple[int, ...] | None = None) -> npt.NDArray[Any]:
         """One stored chunk as an array of the chunk shape; raises ChecksumError, never returns damaged values."""
-        buf: Any = data
-        for name in reversed(self.layout.codecs):
-            if name == "crc32c":
-                view = memoryview(buf)
-                if len(view) < 4:
-                    raise self._corrupt(coords, shard, f"{len(view)} B, too short for its crc32c", at)
-                if crc32c.crc32c(view[:-4]) != int.from_bytes(view[-4:], "little"):
-                    raise self._corrupt(coords, shard, "crc32c mismatch", at)
-                buf = view[:-4]
-                continue
-            try:
-                if name == "blosc":
-                    buf = numcodecs.blosc.decompress(buf)
-                elif name == "zstd":
-                    buf = numcodecs.zstd.decompress(buf)
-                else:
-                    buf = _GZIP.decode(buf)
-            except Exception as exc:  # each decoder has its own error types; all mean the bytes are not a chunk
-                raise self._corrupt(coords, shard, f"{name} cannot decode it: {type(exc).__name__}: {exc}", at) from exc
-        if len(buf) != self._chunk_nbytes:
-            raise self._corrupt(coords, shard, f"decodes to {len(buf):,} B, expected {self._chunk_nbytes:,} B", at)
+        try:
+            buf = decode_chunk(data, self.layout.codecs, self._chunk_nbytes)
+        except ChunkDamage as exc:
+            raise self._corrupt(coords, shard, str(exc), at) from exc
         return np.frombuffer(buf, dtype=self.layout.stored_dtype).reshape(self.layout.chunks)
 
     def _corrupt(self, chunk: tuple[int, ...] | None, shard: str | None, detail: str,
@@ -439,13 +418,11 @@ class ArrayReader:
         """labzarr's reader of the array at `path` (`slots`: a stack's item IDs by slot, for messages); raises
         FileNotFoundError (no `zarr.json`), UnsupportedLayout, ChecksumError (a damaged record of stored files)."""
         path = path.strip("/")
-        key = f"{path}/zarr.json" if path else "zarr.json"
+        key = node_key(path)
         try:
-            doc = json.loads(transport.read(key))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UnsupportedLayout(f"{key} is not JSON: {exc}") from exc
-        if not isinstance(doc, dict):
-            raise UnsupportedLayout(f"{key} is not a JSON object")
+            doc = parse_node(transport.read(key), key)
+        except NodeError as exc:
+            raise UnsupportedLayout(str(exc)) from exc
         return cls(_Direct(transport, path, Layout.parse(doc), slots), None)
 
     @classmethod

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._layout import storage_grid, storage_keys
+from .layout import storage_grid, storage_keys
 
 if TYPE_CHECKING:
     import zarr

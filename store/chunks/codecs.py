@@ -1,0 +1,109 @@
+"""A chunk's bytes-to-bytes codec chain, both ways: what the store is written with, and how its bytes decode.
+
+Invariant: this module owns every codec labzarr builds or runs. `zarr_codecs` gives zarr the chain a spec
+names (the compressor, then crc32c over the compressed bytes); `encoder` runs one codec of a chain exactly as
+zarr-python runs it (the numcodecs codec zarr builds), for the shard writer; `decode_chunk` undoes a chain by
+names, for the reader. A new compressor is added here and in `compressors.py`, nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import crc32c
+import numcodecs
+import numcodecs.blosc
+import numcodecs.zstd
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from zarr.abc.codec import BytesBytesCodec
+
+__all__ = ["BYTES_CODECS", "ChunkDamage", "Encode", "decode_chunk", "encoder", "zarr_codecs"]
+
+# The bytes-to-bytes codecs `decode_chunk` undoes; every one of them is self-describing (decoding needs no
+# configuration), so a layout keeps only their names.
+BYTES_CODECS = frozenset({"blosc", "zstd", "gzip", "crc32c"})
+
+Encode = Callable[[bytes | npt.NDArray[Any]], bytes]
+
+_GZIP = numcodecs.GZip()
+
+
+class ChunkDamage(ValueError):
+    """A chunk's stored bytes that fail their checksum or do not decode; the message says which and why."""
+
+
+def zarr_codecs(compressor: str, *, level: int, checksum: bool) -> tuple[BytesBytesCodec, ...]:
+    """The bytes-to-bytes codecs zarr writes a chunk with: the compressor (`compressors.COMPRESSORS`), then crc32c
+    over the compressed bytes when `checksum`."""
+    import zarr.codecs  # a module that only names compressors (the spec) does without zarr
+
+    out: list[BytesBytesCodec] = []
+    if compressor == "zstd":
+        out.append(zarr.codecs.ZstdCodec(level=level))
+    elif compressor in ("blosc-zstd", "blosc-lz4"):
+        out.append(zarr.codecs.BloscCodec(cname=zarr.codecs.BloscCname(compressor.removeprefix("blosc-")),
+                                          clevel=level, shuffle=zarr.codecs.BloscShuffle.shuffle))
+    elif compressor != "none":
+        raise ValueError(f"compressor {compressor!r}")
+    if checksum:
+        out.append(zarr.codecs.Crc32cCodec())
+    return tuple(out)
+
+
+def encoder(codec: object) -> Encode | None:
+    """The encoder of one bytes-to-bytes codec (its `zarr.json` entry) as zarr-python runs it, or None for a codec
+    this module does not encode exactly so."""
+    if not isinstance(codec, Mapping):
+        return None
+    name, conf = codec.get("name"), codec.get("configuration") or {}
+    if name == "crc32c":
+        return _crc32c
+    if name == "zstd":
+        zstd = numcodecs.Zstd(level=conf["level"], checksum=conf.get("checksum", False))
+        return lambda data: bytes(zstd.encode(data))
+    if name == "blosc":
+        shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[conf["shuffle"]]
+        try:  # numcodecs >= 0.16 takes the type size, as zarr-python passes it; older ones read the bytes' itemsize (1)
+            blosc = numcodecs.Blosc(cname=conf["cname"], clevel=conf["clevel"], shuffle=shuffle,
+                                    blocksize=conf.get("blocksize", 0), typesize=conf["typesize"])
+        except TypeError:
+            blosc = numcodecs.Blosc(cname=conf["cname"], clevel=conf["clevel"], shuffle=shuffle,
+                                    blocksize=conf.get("blocksize", 0))
+        return lambda data: bytes(blosc.encode(data))
+    return None
+
+
+def _crc32c(data: bytes | npt.NDArray[Any]) -> bytes:
+    raw = bytes(data)
+    return raw + crc32c.crc32c(raw).to_bytes(4, "little")
+
+
+def decode_chunk(data: bytes | memoryview, names: Sequence[str], nbytes: int) -> Any:
+    """The raw bytes of one chunk stored as `data`, encoded by the codecs `names` (in encoding order, from
+    `BYTES_CODECS`); raises ChunkDamage when a checksum fails, a codec cannot decode, or the result is not
+    `nbytes` long. Returns a buffer (bytes or a memoryview of `data`)."""
+    buf: Any = data
+    for name in reversed(names):
+        if name == "crc32c":
+            view = memoryview(buf)
+            if len(view) < 4:
+                raise ChunkDamage(f"{len(view)} B, too short for its crc32c")
+            if crc32c.crc32c(view[:-4]) != int.from_bytes(view[-4:], "little"):
+                raise ChunkDamage("crc32c mismatch")
+            buf = view[:-4]
+            continue
+        try:
+            if name == "blosc":
+                buf = numcodecs.blosc.decompress(buf)
+            elif name == "zstd":
+                buf = numcodecs.zstd.decompress(buf)
+            else:
+                buf = _GZIP.decode(buf)
+        except Exception as exc:  # each decoder has its own error types; all mean the bytes are not a chunk
+            raise ChunkDamage(f"{name} cannot decode it: {type(exc).__name__}: {exc}") from exc
+    if len(buf) != nbytes:
+        raise ChunkDamage(f"decodes to {len(buf):,} B, expected {nbytes:,} B")
+    return buf

@@ -1,0 +1,43 @@
+"""Reading a store: the per-process `Transport` every kind of location hands out (`Location.transport()`).
+
+Invariant: a `Transport` is per process. It opens files (or an fsspec filesystem)
+lazily and forgets them in a child process (a new pid opens its own), so a
+handle made before a fork is never used after it, and nothing it holds is
+pickled. Keys are the store's posix paths relative to its root (`zarr.json`,
+`volumes/case1/c/0/0/0/0`). Reads are byte ranges: a suffix (`start < 0`) for a
+shard index, then `(start, length)` ranges for the chunks a region touches.
+A missing key raises `FileNotFoundError`, a range past an object's end
+`EOFError`; nothing here ever returns fill bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+__all__ = ["Range", "Transport"]
+
+Range = tuple[int, int]  # (start, length); start < 0 with length 0 reads the last -start bytes
+
+
+class Transport(Protocol):
+    """Read access to the keys of one store, in this process."""
+
+    @property
+    def where(self) -> str:
+        """The store's path or URL, for messages."""
+
+    def read(self, key: str) -> bytes:
+        """The whole object at `key`."""
+
+    def read_ranges(self, key: str, ranges: Sequence[Range]) -> list[bytes]:
+        """The bytes of each range of `key`, in order (a suffix range: the object's last bytes)."""
+
+    def size(self, key: str) -> int:
+        """The length of the object at `key`."""
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """Every key under `prefix` (all keys for "") with its length, from one listing."""
+
+    def close(self) -> None:
+        """Close what this process holds open (files, a connection); a later read opens it again."""
