@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -148,3 +149,31 @@ def test_a_worker_dying_in_a_shard_costs_only_its_own_image(tmp_path: Path) -> N
     for i, want in pixels.items():
         item = by_source[f"tile_{i:03d}.png"]
         np.testing.assert_array_equal(view.array(item)[item.slot], want[np.newaxis])
+
+
+def test_damage_in_a_stack_names_the_items_stored_there(converted_images, tmp_path: Path) -> None:
+    from labzarr.store import ChecksumError
+    from labzarr.store.chunks.shard import decode_index
+
+    d, _, _ = converted_images
+    store = Path(shutil.copytree(d.store, tmp_path / "images.zarr"))
+    view = open_store(store)
+    array = "stacks/3x32x40_uint8"
+    by_slot = {i.slot: i.item_id for i in view.items if i.array == array}
+    shard = next(p for p in (store / array / "c").rglob("*") if p.is_file())
+    n = view.array(array).shape[0]  # one shard holds every slot; its index has an entry per slot
+    blob = bytearray(shard.read_bytes())
+    index = decode_index(bytes(blob[-(16 * n + 4):]), crc=True)
+    slot = min(by_slot)
+    offset, nbytes = index[slot]
+    blob[offset + nbytes // 2] ^= 0x08
+    shard.write_bytes(bytes(blob))
+    with pytest.raises(ChecksumError) as raised:  # one image per chunk: exactly the item in that slot
+        open_store(store).read(by_slot[slot])
+    assert raised.value.items == (by_slot[slot],) and f"(item {by_slot[slot]})" in str(raised.value)
+    others = [i for s, i in by_slot.items() if s != slot]
+    open_store(store).read(others[0])  # the shard's other images still read
+    shard.unlink()
+    with pytest.raises(ChecksumError) as raised:  # the whole shard lost: every item stored in it
+        open_store(store).read(others[0])
+    assert set(raised.value.items) == set(by_slot.values()) and "items " in str(raised.value)
