@@ -9,7 +9,8 @@ again. A byte flipped inside a chunk file is not seen here: that takes `labzarr 
 chunk (`verify --repair`, `convert --verify`).
 
 An array without `complete` is not damage: a run stopped before sealing it (on a URL store arrays are written
-in place), and the resume rule converts it again.
+in place), and the resume rule converts it again. An array sealed without a record of its stored files (by a
+labzarr before store format 3) is: it is converted again, so a rerun leaves a store of format 3 throughout.
 """
 
 from __future__ import annotations
@@ -23,18 +24,21 @@ from labzarr.store import COMPLETE, INDEX_KEY, Location, StoreIndex
 from labzarr.store.content import stored_files
 from labzarr.store.format.ngff import LEVEL0
 from labzarr.store.format.nodes import ZARR_JSON, read_node_at
+from labzarr.store.format.written import STORED, StoredFiles
 
 from ..plan.build import VOLUMES, item_array, item_unit
 from ..plan.records import Damage, from_record
 from ..plan.stacks import STACKS
 
-__all__ = ["ARRAY_MISSING", "ATTRS_MISSING", "ATTRS_UNREADABLE", "CHUNKS_MISSING", "Listing", "absent_files",
+__all__ = ["ARRAY_MISSING", "ATTRS_MISSING", "ATTRS_UNREADABLE", "CHUNKS_MISSING", "UNRECORDED", "Listing",
+           "absent_files",
            "find_damage"]
 
 CHUNKS_MISSING = "chunk files missing"
 ATTRS_MISSING = "attributes missing"  # chunk files without the zarr.json that describes them
 ATTRS_UNREADABLE = "attributes unreadable"
 ARRAY_MISSING = "array missing"  # in the store's index, nothing of it in the store
+UNRECORDED = "no record of stored files"  # sealed by a labzarr before store format 3: converted again
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +125,8 @@ def find_damage(store: Location, nodes: Sequence[tuple[str, Mapping[str, Any]]],
 
 
 def absent_files(path: str, meta: Mapping[str, Any], listing: Listing) -> list[tuple[str, tuple[int, ...]]]:
-    """(key, grid coordinates) of the storage files `meta` implies that array `path` lacks, whether all zeros on
-    purpose (its `empty_shards` attr) or lost; raises ValueError for metadata labzarr does not read."""
+    """(key, grid coordinates) of the storage files `meta` implies that array `path` lacks, whether never written
+    (its record of stored files says 0) or lost; raises ValueError for metadata labzarr does not read."""
     expected = stored_files(meta)
     present = listing.present(path, [key for key, _ in expected])
     return [(key, coords) for key, coords in expected if key not in present]
@@ -134,15 +138,17 @@ def _node_damage(path: str, meta: Mapping[str, Any], listing: Listing, *, record
         return Damage(ATTRS_UNREADABLE)
     if COMPLETE not in attrs:
         return None
+    if STORED not in attrs:  # sealed before store format 3: its lost files cannot be told from absent ones
+        return Damage(UNRECORDED)
     try:
         if record and path.startswith(f"{VOLUMES}/"):
             from_record(attrs["row"])
             str(attrs["settings"])
+        written = StoredFiles.decode(attrs[STORED])
         absent = absent_files(path, meta, listing)
     except (KeyError, ValueError, TypeError):
         return Damage(ATTRS_UNREADABLE)
-    empty = set(attrs.get("empty_shards", []))
-    lost = [coords for key, coords in absent if key not in empty]
+    lost = [coords for _, coords in absent if written.size(coords)]
     if not lost:
         return None
     if path.startswith(f"{VOLUMES}/"):

@@ -118,6 +118,31 @@ def test_unfinished_or_tampered_arrays_are_redone_and_leftovers_swept(tmp_path: 
     assert verify_store(d.store).ok
 
 
+def test_arrays_sealed_before_the_record_of_stored_files_are_converted_again(tmp_path: Path, dask_client) -> None:
+    from labzarr.store import FORMAT_VERSION, FormatError
+
+    d = make_delivery(tmp_path)
+    first = run(d, dask_client)
+    for array in ("volumes/case2/0", "volumes/case7/0"):  # as a labzarr before store format 3 sealed them
+        meta_path = d.store / array / "zarr.json"
+        meta = json.loads(meta_path.read_bytes())
+        del meta["attributes"]["stored"]
+        meta_path.write_text(json.dumps(meta))
+    root_path = d.store / "zarr.json"
+    root = json.loads(root_path.read_bytes())
+    root["attributes"]["labzarr"]["format_version"] = 2
+    root_path.write_text(json.dumps(root))
+    with pytest.raises(FormatError, match="format version 2.*convert the delivery again"):
+        open_store(d.store)  # an old store is refused, not read unchecked
+    again = run(d, dask_client)
+    assert again.converted == 2 and again.unchanged == N_DECODED - 2
+    assert again.manifest.read_bytes() == first.manifest.read_bytes()
+    view = open_store(d.store)
+    assert view.attrs["format_version"] == FORMAT_VERSION
+    assert all("stored" in view.array(i).attrs for i in view.items)
+    assert verify_store(d.store).ok
+
+
 def test_unicode_normalisation_of_a_name_is_the_same_file(tmp_path: Path, dask_client) -> None:
     d = make_delivery(tmp_path)
     nfd = d.raw / "Muse\u0301e" / "case_099.nii.gz"  # a folder named on macOS (NFD)
