@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import zarr
 
 __all__ = ["ChunkDigests", "array_content_sha256", "block_digests", "chunk_digest", "chunk_grid", "combine_digests",
-           "missing_chunk_files", "missing_chunks", "stored_files"]
+           "missing_chunk_files", "stored_files"]
 
 ChunkDigests = dict[tuple[int, ...], bytes]
 
@@ -72,19 +72,9 @@ def array_content_sha256(arr: zarr.Array[Any]) -> str:
 
 
 def missing_chunk_files(keys: set[str] | frozenset[str], array: zarr.Array[Any]) -> list[str]:
-    """Storage keys (chunk or shard files) of `array` that are not among `keys`, its folder's listing.
-
-    Keys the array's `empty_shards` attr lists (all-zero shards zarr will not store) do not count.
-    """
-    return [key for key, _ in missing_chunks(keys, array)]
-
-
-def missing_chunks(keys: set[str] | frozenset[str], array: zarr.Array[Any]) -> list[tuple[str, tuple[int, ...]]]:
-    """`missing_chunk_files` with each key's grid coordinates (in storage files: shards when sharded)."""
-    allowed = set(cast(list[str], array.attrs.get("empty_shards", [])))
+    """Storage keys (chunk or shard files) of `array` that are not among `keys`, its folder's listing."""
     grid = itertools.product(*(range(n) for n in chunk_grid(array.shape, array.shards or array.chunks)))
-    return [(key, coords) for coords in grid
-            if (key := array.metadata.encode_chunk_key(coords)) not in keys and key not in allowed]
+    return [key for coords in grid if (key := array.metadata.encode_chunk_key(coords)) not in keys]
 
 
 def stored_files(meta: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:

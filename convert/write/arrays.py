@@ -132,7 +132,7 @@ class Staged:
 
 def install(store: Location, name: str, folder: Location, array: zarr.Array[Any], *, complete: str,
             run_id: str, at: str = "", attrs: Mapping[str, Any] | None = None,
-            defer: list[Staged] | None = None) -> None:
+            defer: list[Staged] | None = None, never_written: Collection[str] = ()) -> None:
     """Seal the staged `array` (chunk files checked, `attrs` and `complete` recorded, all of it fsynced) and move
     it to `name`; with `defer`, the sealed folder is appended there instead, for one `publish` of many.
 
@@ -143,7 +143,7 @@ def install(store: Location, name: str, folder: Location, array: zarr.Array[Any]
     (`labzarr.store.location.url`).
     """
     node = folder / at if at else folder
-    record = sealed_record(node, array, allowed=(attrs or {}).get("empty_shards", ()))
+    record = sealed_record(node, array, allowed=never_written)
     sealed = {**(attrs or {}), STORED: record.encode(), COMPLETE: complete}
     if store.writes_in_place:  # readers may look here already: `complete` only once the voxels are durable
         folder.fsync_tree()
@@ -241,8 +241,8 @@ def fill_missing_shards(folder: Location, array: zarr.Array[Any]) -> list[str]:
     """Write zeros where no task wrote a shard (all its images failed); returns the keys still absent.
 
     Slot by slot, since zarr skips a whole-shard write of fill values. A shard of one slot is then still
-    absent (zarr never stores an all-fill shard in one write): the caller records those keys in the
-    stack's `empty_shards` attr, so `verify` knows they are absent on purpose.
+    absent (zarr never stores an all-fill shard in one write): the caller passes those keys to `install` as
+    never written, so the stack's record of stored files says so and they read as zeros.
     """
     per_shard = (array.shards or array.chunks)[0]
     for key in missing_chunk_files(folder.keys(), array):

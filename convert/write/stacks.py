@@ -85,10 +85,11 @@ def install_stack(store: Location, staged: StagedStack, decoded: Sequence[Row], 
     ok = sorted((r.slot or 0, r.sha256) for r in decoded if r.status == "ok" and r.array == staged.stack.array)
     attrs = {
         "content_sha256": combine_digests(array.shape, array.dtype, array.chunks, digests),
-        "records": staged.records_id, "settings": fingerprint, "ok": len(ok), "empty_shards": empty,
+        "records": staged.records_id, "settings": fingerprint, "ok": len(ok),
     }
     complete = hashlib.sha256("\n".join(f"{slot}:{sha}" for slot, sha in ok).encode()).hexdigest()
-    install(store, staged.stack.array, staged.folder, array, complete=complete, run_id=run_id, attrs=attrs)
+    install(store, staged.stack.array, staged.folder, array, complete=complete, run_id=run_id, attrs=attrs,
+            never_written=empty)
 
 
 def records_in_use(store: Location) -> set[str]:

@@ -168,8 +168,9 @@ def test_a_damaged_stack_redoes_only_its_damaged_shards(tmp_path: Path, schedule
 
 
 def test_a_shard_left_empty_on_purpose_is_no_damage(tmp_path: Path, scheduler: str) -> None:
-    """A one-image stack whose image fails to decode holds an all-zero shard, which zarr does not store: the stack
-    names it in `empty_shards`, so the cheap check does not call it lost."""
+    """A one-image stack whose image fails to decode holds an all-zero shard, which zarr does not store: the
+    stack's record of stored files says it was never written, so the cheap check does not call it lost, and its
+    slot reads as zeros."""
     raw = tmp_path / "raw"
     put(raw, "a/img_001.jpg", jpeg(1))
     blob = jpeg(2, (20, 20, 3))
@@ -178,7 +179,10 @@ def test_a_shard_left_empty_on_purpose_is_no_damage(tmp_path: Path, scheduler: s
     first = convert_delivery(spec, scheduler=scheduler)
     assert [r.status for r in first.rows] == ["ok", "rejected"]
     meta = json.loads((tmp_path / "s.zarr" / "stacks" / "3x20x20_uint8" / "zarr.json").read_bytes())
-    assert meta["attributes"]["empty_shards"] == ["c/0/0/0/0"]
+    assert meta["attributes"]["stored"]["nbytes"][0] == 0 and all(meta["attributes"]["stored"]["nbytes"][1:])
+    from labzarr.store import StoreReader
+
+    assert not StoreReader(tmp_path / "s.zarr").read("stacks/3x20x20_uint8").any()
     again = convert_delivery(spec, scheduler=scheduler)
     assert not again.repaired and again.manifest.read_bytes() == first.manifest.read_bytes()
     assert verify_store(tmp_path / "s.zarr").ok
