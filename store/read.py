@@ -7,10 +7,13 @@ does the direct read for the layouts labzarr writes (`Layout` says which); it is
 byte for byte (tests/store/test_reader.py), and any other array is read by zarr-python itself.
 
 Invariants:
-- A region is read as zarr-python reads it: same values, shape and dtype; an absent chunk or shard (and an
-  absent inner chunk of a shard) reads as the fill value.
-- Damage is never returned as voxels: a checksum mismatch, an undecodable chunk or a truncated object raises
-  `ChecksumError`, which names the store, the array, the item and the chunk.
+- A region is read as zarr-python reads it: same values, shape and dtype. A chunk or shard reads as the fill
+  value only where the array's record of stored files (`format/written.py`) says it was never written (and an
+  inner chunk of a shard where the shard's index says so); an array without a record (not sealed by labzarr)
+  reads an absent file as zarr does, after one `UncheckedStoreWarning` per store.
+- Damage is never returned as voxels: a file the record sizes that is missing, shorter or longer, a checksum
+  mismatch or an undecodable chunk raises `ChecksumError`, which names the store, the array, the items whose
+  voxels lie there and the chunk. zarr-python's path checks the same record before each read.
 - Per process: nothing opened before a fork (descriptors, filesystems, zarr handles) is used after it, and a
   pickled `StoreReader` carries only its configuration. No threads or event loops are started here.
 - A shard's index is fetched once per reader and kept; then each read fetches only the byte ranges of the

@@ -28,8 +28,6 @@ from labzarr.store import (
     StoreIndex,
     StoreReader,
     as_location,
-    open_transport,
-    store_location,
 )
 from labzarr.store.content import block_digests, chunk_digest, chunk_grid, combine_digests
 from labzarr.store.format.layout import storage_keys
@@ -118,7 +116,7 @@ def verify_store(store: Location | Path | str, *, threads: int | None = None) ->
     be reached."""
     store = as_location(store)
     check_reachable(store)
-    transport = open_transport(store_location(str(store)), store.options)
+    transport = store.transport()
     try:
         root = read_node(transport, "")
     except FileNotFoundError as exc:
