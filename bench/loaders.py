@@ -330,7 +330,7 @@ class _PlainZarr:
 
 
 def _plain_zarr_dataset(baseline_store: Path, n: int) -> _PlainZarr:
-    return _PlainZarr([baseline_store / "volumes" / p for p in _volume_names(baseline_store)], n)
+    return _PlainZarr([baseline_store / "volumes" / p / "0" for p in _volume_names(baseline_store)], n)
 
 
 # -- fresh processes and their memory -------------------------------------------------------------------------
@@ -485,7 +485,6 @@ def _latency_rows(inputs: Inputs, store: Path, baseline_store: Path) -> list[Res
     np.testing.assert_array_equal(unrecorded[keys[0]]["image"].numpy(), ds[keys[0]]["image"].numpy())
     calls: dict[str, Callable[[int], object]] = {
         "labzarr ds[i], default ReadOptions": lambda j: ds[keys[j]],
-        UNRECORDED: lambda j: unrecorded[keys[j]],
         "labzarr ds[i], ReadOptions(backend='zarr')": lambda j: ds_zarr[keys[j]],
         BASELINE: lambda j: plain[j],
         BARE: lambda j: bare[plan[j][0]].read((0, *plan[j][1]), (1, *PATCH)),
@@ -502,9 +501,6 @@ def _latency_rows(inputs: Inputs, store: Path, baseline_store: Path) -> list[Res
             f"read path {ds.read_path(ds.items[0])}; {t_lab / t_base:.2f} of the baseline's time (target <= "
             f"{OF_BASELINE}: {_verdict(t_lab <= OF_BASELINE * t_base)}); {t_lab / t_bare:.2f}x of bare read (target "
             f"<= {OF_BARE}x: {_verdict(t_lab <= OF_BARE * t_bare)})",
-        UNRECORDED: f"the same store with each array's record of stored files removed: the read before the record "
-                    f"(a lost file read as zeros); the record costs {t_lab / times[UNRECORDED][0] - 1:+.1%} "
-                    f"(target <= {RECORD_COST:.0%}: {_verdict(t_lab <= (1 + RECORD_COST) * times[UNRECORDED][0])})",
         "labzarr ds[i], ReadOptions(backend='zarr')": f"zarr-python on the same store; read path "
                                                       f"{ds_zarr.read_path(ds_zarr.items[0])}",
         BASELINE: f"{BASELINE_LAYOUT} store; zarr.open_array once per volume, a[...] per patch",
@@ -517,6 +513,17 @@ def _latency_rows(inputs: Inputs, store: Path, baseline_store: Path) -> list[Res
     }
     rows = [Result(name, m * 1e3, "ms", higher_is_better=False, baseline=name == BASELINE, group=group,
                    note=f"p90 {p * 1e3:.2f} ms; {notes[name]}") for name, (m, p) in times.items()]
+    # The record's cost, measured as a pair taking turns at going first on the same patches: in the group above
+    # a row that follows another reading the same chunks finds them in the CPU's caches, which would flatter it.
+    pair = {k: median_p90(t) for k, t in _interleaved({"recorded": lambda j: ds[keys[j]],
+                                                       "unrecorded": lambda j: unrecorded[keys[j]]}, n).items()}
+    (m_rec, _), (m_un, p_un) = pair["recorded"], pair["unrecorded"]
+    rows.insert(1, Result(UNRECORDED, m_un * 1e3, "ms", higher_is_better=False, group=group,
+                          note=f"p90 {p_un * 1e3:.2f} ms; the same store with each array's record of stored files "
+                               f"removed (the read before the record: a lost file read as zeros), paired with ds[i] "
+                               f"on the default store ({m_rec * 1e3:.3f} ms), each first in turn: the record costs "
+                               f"{m_rec / m_un - 1:+.1%} (target <= {RECORD_COST:.0%}: "
+                               f"{_verdict(m_rec <= (1 + RECORD_COST) * m_un)})"))
     if not ts_arrays:
         rows.insert(4, _skipped(TS, "ms", group, "tensorstore is not installed", higher_is_better=False))
     gc.collect()
@@ -746,7 +753,7 @@ def layout_rows(inputs: Inputs) -> list[Result]:
     truth = np.load(inputs.npy[0], mmap_mode="r")
     for layout, section in LAYOUTS.items():
         store = inputs.store(layout)
-        name = f"volumes/{_volume_names(store)[0]}"
+        name = f"volumes/{_volume_names(store)[0]}/0"  # the image group's full-resolution level
         files, size = _du(store / name)
         readers = {"labzarr": StoreReader(store, backend="labzarr"), "zarr": StoreReader(store, backend="zarr")}
         calls: dict[str, Callable[[int], object]] = {
