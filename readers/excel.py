@@ -13,6 +13,7 @@ defusedxml (a dependency of labzarr, so openpyxl always finds it).
 
 from __future__ import annotations
 
+import difflib
 import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -291,8 +292,10 @@ def _find_header(rows: Iterator[_Row], refs: Mapping[str, ColumnRef], header_row
         texts = ", ".join(f"{k} = {refs[k].header!r}" for k in named)
         absent = [k for k in named
                   if not any(_norm(t) == _norm(refs[k].header) for r in first for _, t in r.header_cells())]
+        misses = "".join(f"; {refs[k].header!r} is in none of them, {_nearest(refs[k].header, first)}"
+                         for k in absent)
         raise WorkbookError((absent or named)[0],
-                            f"no row of {where} holds all the headers ({texts}); rows found: {found}",
+                            f"no row of {where} holds all the headers ({texts}){misses}; rows found: {found}",
                             "fix the header text (matched ignoring case and extra spaces), use a column letter, "
                             "or set header_row")
     for row in first:  # a letter that is really a header's text ("ID") explains the miss best
@@ -302,6 +305,19 @@ def _find_header(rows: Iterator[_Row], refs: Mapping[str, ColumnRef], header_row
                         "set header_row to the row number of the header")
 
 
+def _nearest(header: str, rows: Sequence[_Row]) -> str:
+    """`nearest: 'Diagnosis' (row 4, column D)`: the cells of `rows` whose text is most like `header`."""
+    cells: dict[str, tuple[int, int, str]] = {}
+    for row in rows:
+        for col, text in row.header_cells():
+            cells.setdefault(_norm(text), (row.r, col, text))
+    close = difflib.get_close_matches(_norm(header), list(cells), n=3)
+    if not close:
+        return "and no cell there resembles it"
+    return "nearest: " + ", ".join(f"{t!r} (row {r}, column {get_column_letter(c)})"
+                                   for r, c, t in (cells[k] for k in close))
+
+
 def _looks_like_header(row: _Row, id_col: int) -> bool:
     # A title row (merged or not) holds one text; a header holds the ID column's name and others.
     return bool(row.cell(id_col).value.strip()) and len({t for _, t in row.header_cells()}) >= 2
@@ -309,10 +325,15 @@ def _looks_like_header(row: _Row, id_col: int) -> bool:
 
 def _resolve(row: _Row, refs: Mapping[str, ColumnRef], where: str, *, strict: bool,
              seen: Sequence[str]) -> dict[str, int]:
-    """Each ref's column number in header `row`; {} when a header is absent and not `strict`."""
+    """Each ref's column number in header `row`; {} when a header is absent and not `strict`.
+
+    Headers are looked up first: only a row that holds them all is the header row, so a letter is checked
+    against a header of the same text (`id_column = "ID"`) there, never against a data row's values (a site
+    coded 'A' under id_column = 'A').
+    """
     cells = row.header_cells()
     cols: dict[str, int] = {}
-    for key, ref in refs.items():
+    for key, ref in sorted(refs.items(), key=lambda kv: bool(kv[1].letter)):
         if ref.letter:
             cols[key] = column_index_from_string(ref.letter)
             clash = [c for c, t in cells if _norm(t) == _norm(ref.letter) and c != cols[key]]
@@ -335,7 +356,7 @@ def _resolve(row: _Row, refs: Mapping[str, ColumnRef], where: str, *, strict: bo
                                     'fix the header text or the header_row, or use "auto"')
             return {}
         cols[key] = hits[0]
-    return cols
+    return {k: cols[k] for k in refs}
 
 
 def _data_rows(rows: Iterator[_Row], cols: Mapping[str, int], names: Sequence[str], title: str,

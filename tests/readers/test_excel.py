@@ -175,6 +175,10 @@ def _chart(wb: openpyxl.Workbook) -> None:
     wb.create_chartsheet("Chart", 2).add_chart(chart)
 
 
+def _site_a(wb: openpyxl.Workbook) -> None:
+    wb["Annotations v2"]["B4"] = "A"  # a data row's site code, the same text as id_column's letter
+
+
 BAD = [
     pytest.param(_xls, {}, "workbook", r"legacy Excel 97-2003 \.xls", "save a copy as .xlsx", id="xls"),
     pytest.param(_encrypted, {}, "workbook", r"password-protected xlsx", "remove the password", id="encrypted"),
@@ -204,6 +208,14 @@ BAD = [
                  {"refs": {"id_column": ColumnRef.parse("ID"), "columns": {"cell_type": ColumnRef.parse("B")}}},
                  "id_column", r"'ID' is read as column letter ID, but header row 3 .* has a header 'ID' in column F",
                  '{ header = "ID" }', id="letter-or-header"),
+    # Issue 33: a misspelt header under id_column = 'A' was blamed on a data row's 'A' in column B ("write the
+    # letter 'B'", which takes the IDs from another column); the header that matches nothing is the error.
+    pytest.param(_wb(_site_a), {"refs": {"id_column": ColumnRef.parse("A"),
+                                         "columns": {"cell_type": ColumnRef.parse("Cel type")}}},
+                 "columns.cell_type",
+                 r"holds all the headers \(columns\.cell_type = 'Cel type'\); 'Cel type' is in none of them, "
+                 r"nearest: 'Cell type' \(row 3, column F\); rows found", "fix the header text",
+                 id="misspelt-header-under-a-letter"),
     pytest.param(_wb(None, entity_expansion()), {}, "workbook", r"unsafe or malformed XML.*(Entities|DTD)Forbidden", "",
                  id="billion-laughs"),
 ]
