@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..manifest import atomic_write
 from ..spec import DELIVERY_NAME, DeliverySpec, ItemsSpec, Spec, StoreSpec, ValidateSpec, load_spec
 from ..survey import format_counts, probe
-from .ids import CANDIDATES, IdTrial, best_trial, try_pattern
+from .ids import IdTrial, best_trial, candidate_patterns, preferred, try_pattern
 from .template import LabelsChoice, render
 from .workbook import IdColumn, LabelColumn, Workbook, best_column, label_columns, survey_workbooks
 
@@ -42,6 +42,7 @@ class InitResult:
     formats: dict[str, int]
     trials: tuple[IdTrial, ...]
     chosen: IdTrial
+    why: tuple[str, ...]  # why `chosen` beat the others, in words: a line per measure that decided
     workbooks: tuple[Workbook, ...]
     labels: tuple[Workbook, IdColumn, int] | None  # the chosen workbook, ID column and item IDs it matches
 
@@ -52,7 +53,8 @@ class InitResult:
                  f"  files:       {files:,} under raw: " + ", ".join(f"{k} {n:,}" for k, n in self.formats.items()),
                  f"  id_pattern:  '{self.chosen.pattern.regex}' ({self.chosen.pattern.where}), id_normalize "
                  f"{list(self.chosen.normalize)}: {self.chosen.describe()}; tried {len(self.trials)} (see the "
-                 "comments in the file)"]
+                 "comments in the file)",
+                 *(f"    {line}" for line in self.why)]
         for c in self.chosen.collisions[:5]:
             lines.append(f"    warning: ID {c.item_id!r} is given to {c.contents} distinct contents: "
                          + ", ".join(r.source for r in c.rows[:5]) + (" ..." if len(c.rows) > 5 else ""))
@@ -92,17 +94,18 @@ def init_delivery(name: str, raw: Path, *, root: Path, force: bool = False) -> I
     candidates = discover(entries, base.items)
     probes = probe(candidates, READERS)
     books = survey_workbooks(candidates)
-    trials = [try_pattern(base, p, n, entries, probes) for p in CANDIDATES for n in _NORMALIZE]
+    trials = [try_pattern(base, p, n, entries, probes) for p in candidate_patterns(entries) for n in _NORMALIZE]
     matches = [found[2] if (found := best_column(books, t.ids, t.normalize)) else 0 for t in trials]
-    chosen = trials[best_trial(trials, matches)]
+    best = best_trial(trials, matches)
+    chosen, why = trials[best], _why(trials[best], preferred(trials, matches, best))
     labels = best_column(books, chosen.ids, chosen.normalize)
     text = render(name=name, raw=_relative(raw, root), store=store, id_pattern=chosen.pattern.regex,
                   id_normalize=chosen.normalize, labels=_labels_choice(books, labels),
                   preamble=_preamble(name, _relative(raw, root), format_counts(candidates, probes)),
-                  items_notes=_id_notes(trials, chosen, len(entries)))
+                  items_notes=_id_notes(trials, chosen, len(entries), why))
     _write_checked(target, text, root)
     return InitResult(path=target, formats=format_counts(candidates, probes), trials=tuple(trials), chosen=chosen,
-                      workbooks=tuple(books), labels=labels)
+                      why=why, workbooks=tuple(books), labels=labels)
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -128,12 +131,23 @@ def _preamble(name: str, raw: str, formats: dict[str, int]) -> list[str]:
             + ", ".join(f"{k} {n:,}" for k, n in formats.items()) + "."]
 
 
-def _id_notes(trials: Sequence[IdTrial], chosen: IdTrial, n_files: int) -> list[str]:
+def _name(t: IdTrial) -> str:
+    return t.pattern.where + (" + strip_leading_zeros" if "strip_leading_zeros" in t.normalize else "")
+
+
+def _why(chosen: IdTrial, beaten: Sequence[tuple[IdTrial, str]]) -> tuple[str, ...]:
+    """`chosen: <pattern>`, then `  preferred to <pattern>: it splits 1 DICOM series ...`, a line per measure."""
+    head = f"chosen: {_name(chosen)}" + (f" (WARNING: it {chosen.splits_what()}, as every candidate does)"
+                                         if chosen.split else "")
+    return (head, *(f"  preferred to {_name(t)}: {reason}" for t, reason in beaten))
+
+
+def _id_notes(trials: Sequence[IdTrial], chosen: IdTrial, n_files: int, why: Sequence[str]) -> list[str]:
     notes = [f"id_pattern and id_normalize: tried on the {n_files:,} files under raw, planned as convert plans them:"]
     for t in trials:
         mark = "  <- chosen" if t is chosen else ""
-        zeros = " + strip_leading_zeros" if "strip_leading_zeros" in t.normalize else ""
-        notes.append(f"  {t.pattern.where}{zeros}: {t.describe()}{mark}")
+        notes.append(f"  {_name(t)}: {t.describe()}{mark}")
+    notes += why
     if chosen.collisions:
         notes.append(f"WARNING: {len(chosen.collisions)} ID(s) given to distinct contents (stored as <id>~1, <id>~2, "
                      "one label between them):")

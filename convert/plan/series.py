@@ -49,7 +49,7 @@ from ..ids import PART
 from ..manifest import Row
 from ..probe import Probe
 
-__all__ = ["DISTINCT_PLANE", "SeriesItem", "group_series", "series_of"]
+__all__ = ["DISTINCT_PLANE", "SeriesItem", "group_series", "series_key", "series_of"]
 
 DISTINCT_PLANE = 0.05  # direction-cosine difference beyond which two files image different planes (~3 degrees)
 KIND = "dicom"
@@ -101,7 +101,7 @@ def group_series(files: Sequence[tuple[Candidate, Probe]], rules: SeriesRules, *
         if not f.header.spatial:  # a radiograph, a photo, a cine loop: each file is its own item
             _place(_laid_out([f], f.rel, rules, note=()), items, rows)
             continue
-        groups[(c.item_id or "", f.header.study_uid, f.header.series_uid or posixpath.dirname(c.rel))].append(f)
+        groups[(c.item_id or "", *series_key(c.rel, f.header))].append(f)
     named = _name_groups(groups)
     for key, group in sorted(groups.items(), key=lambda kv: (kv[0][0], named[kv[0]])):
         source = named[key]
@@ -137,6 +137,12 @@ def group_series(files: Sequence[tuple[Candidate, Probe]], rules: SeriesRules, *
         for r in laid:
             _place(r, items, rows)
     return items, rows
+
+
+def series_key(rel: str, header: DicomHeader) -> tuple[str, str]:
+    """The series a file with patient geometry belongs to, whatever ID its path gives it: (StudyInstanceUID,
+    SeriesInstanceUID), the file's folder standing in for a missing SeriesInstanceUID."""
+    return header.study_uid, header.series_uid or posixpath.dirname(rel)
 
 
 def _derived_notes(derived: Sequence[_Part], item_id: str, rules: SeriesRules) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from labzarr.convert import UsageError, convert_delivery, load_spec
+from labzarr.convert.check import check_delivery
 from labzarr.convert.cli import main
 from labzarr.convert.demo import EXPECTED, EXPECTED_LABELS, NIBABEL_DATA, write_demo
 from labzarr.convert.init import init_delivery
@@ -111,6 +112,38 @@ def test_init_keeps_a_dicom_series_one_item_whatever_its_file_names(tmp_path: Pa
     assert result.chosen.ids == {"case001", "case002"} and not result.chosen.collisions
     by_name = next(t for t in result.trials if t.pattern.where == "in the file name")
     assert by_name.rejected == 10  # every slice its own one-slice item: series_too_short
+
+
+def second_delivery(raw: Path) -> Path:
+    """Issue 33: two NIfTI cases named by file, and one 4-slice DICOM series in a case folder, slices named IM0001.."""
+    for rel, name in (("batch2/case_001.nii", "anatomical.nii"), ("batch2/case_002.nii.gz", "standard.nii.gz")):
+        (raw / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(NIBABEL_DATA / name, raw / rel)
+    slices = ct_series(raw / "batch2" / "case_004", "case_004", lambda k, ds: ds if k < 4 else None)
+    for k, path in enumerate(sorted(slices)):
+        path.rename(path.with_name(f"IM{k + 1:04d}.dcm"))
+    return raw
+
+
+def test_init_never_splits_a_dicom_series_and_says_why_it_chose(tmp_path: Path) -> None:
+    raw = second_delivery(tmp_path / "data" / "raw" / "lab")
+    result = init_delivery("lab", raw, root=tmp_path)
+    # The file name gives each slice its own ID (im0001 ... im0004): four one-slice items, series_too_short.
+    by_name = next(t for t in result.trials if t.pattern.where == "in the file name")
+    assert [(s.source, s.items) for s in by_name.split] == [("batch2/case_004/ (series 5)", 4)]
+    assert "splits 1 DICOM series into 4 items" in by_name.describe()
+    assert not result.chosen.split
+    assert result.chosen.ids == {"case001", "case002", "case004"} and not result.chosen.collisions
+    # Why this one: named in the printed summary and in the spec's comments.
+    assert ("\n    chosen: 'case' and its number\n      preferred to in the file name: it splits 1 DICOM series into "
+            "4 items (batch2/case_004/ (series 5))\n") in result.describe(Path("x.toml"))
+    text = result.path.read_text()
+    assert re.search(r"# chosen: .*\n#   preferred to in the file name: it splits 1 DICOM series into 4 items", text)
+    # The spec plans the series as one item and every NIfTI as its own: nothing rejected before decoding.
+    rows = [p.row for p in check_delivery(result.path, root=tmp_path).planned]
+    assert sorted((r.item_id, r.source, r.status) for r in rows) == [
+        ("case001", "batch2/case_001.nii", "ok"), ("case002", "batch2/case_002.nii.gz", "ok"),
+        ("case004", "batch2/case_004/ (series 5)", "ok")]
 
 
 def test_init_refuses_to_overwrite_a_spec_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
