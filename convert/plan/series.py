@@ -37,8 +37,8 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from labzarr.readers import Reason, Rejected, SeriesRules, SeriesStack
@@ -170,13 +170,13 @@ def _place(laid: SeriesItem | Row, items: list[SeriesItem], rows: list[Row]) -> 
 
 
 def series_of(source: str) -> str:
-    """The series a row's `source` names (`<folder>/ (series N[ UID])`), without the part a split added
-    (`, echo 2`, `, plane 1 of 3`); "" for a source that names a file."""
+    """The series a row's `source` names (`<folder>/ (series N[ UID])`, `<file> (series N)`), without the part
+    a split added (`, echo 2`, `, plane 1 of 3`); "" for a source that names a file alone."""
     m = _SERIES_SOURCE.fullmatch(source)
     return f"{m.group(1)})" if m else ""
 
 
-_SERIES_SOURCE = re.compile(r"(.*/ \(series [^,()]*)(?:, [^()]*)?\)")
+_SERIES_SOURCE = re.compile(r"(.* \(series [^,()]*)(?:, [^()]*)?\)")
 
 
 def _laid_out(part: list[_File], source: str, rules: SeriesRules, note: tuple[str, ...], *, item_id: str | None = None,
@@ -219,16 +219,28 @@ def _members_sha256(files: Sequence[_File], part: str = "") -> str:
 
 
 def _name_groups(groups: dict[tuple[str, str, str], list[_File]]) -> dict[tuple[str, str, str], str]:
-    """`<folder>/ (series N)`: the members' common folder and series number, the UID added where that is ambiguous."""
+    """Each group's source, unique across the delivery and naming its files: a one-file series is
+    `<file> (series N)`, a longer one `<folder>/ (series N)` (the members' common folder). Where two names
+    still clash (two series in one folder, or one series whose files carry two IDs), the SeriesInstanceUID
+    is added, then the item ID and StudyInstanceUID: a report, or an email to the lab, names one series."""
     names = {}
     for key, group in groups.items():
-        folder = posixpath.commonpath([posixpath.dirname(f.rel) for f in group]) if group else ""
         number = group[0].header.series_number
-        names[key] = f"{folder or '.'}/ (series {number if number is not None else '?'})"
-    seen: dict[tuple[str, str], int] = defaultdict(int)
-    for key, name in names.items():
-        seen[(key[0], name)] += 1
-    return {key: name if seen[(key[0], name)] == 1 else f"{name[:-1]} {key[2]})" for key, name in names.items()}
+        series = f"(series {number if number is not None else '?'})"
+        if len(group) == 1:
+            names[key] = f"{group[0].rel} {series}"
+        else:
+            folder = posixpath.commonpath([posixpath.dirname(f.rel) for f in group])
+            names[key] = f"{folder or '.'}/ {series}"
+    names = _disambiguated(names, lambda key, name: f"{name[:-1]} {key[2]})")
+    return _disambiguated(names, lambda key, name: f"{name[:-1]} {key[0] or 'no-ID'} {key[1]})")
+
+
+def _disambiguated(names: dict[tuple[str, str, str], str], more: Callable[[tuple[str, str, str], str], str]
+                   ) -> dict[tuple[str, str, str], str]:
+    """`names`, with `more` applied to each name another key shares."""
+    seen = Counter(names.values())
+    return {key: name if seen[name] == 1 else more(key, name) for key, name in names.items()}
 
 
 _Key = tuple[tuple[int, int], float | None, int, str, str]  # (Rows x Columns, echo, plane, image type, derived)

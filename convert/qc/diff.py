@@ -240,7 +240,8 @@ def _parse(text: str, ref: str) -> list[dict[str, str]]:
         raise UsageError(f"{ref}: not a labzarr manifest (no column {missing[0]!r})",
                          "pass the manifest.csv that `labzarr convert` wrote beside the spec")
     rows = [dict(r) for r in reader]
-    # Several series in one DICOM folder share their folder as source: number them in manifest order.
+    # A manifest written before sources were unique could give two series one source (`./ (series 1)`):
+    # number them in manifest order.
     total = Counter(r["source"] for r in rows)
     seen: Counter[str] = Counter()
     for r in rows:

@@ -109,7 +109,7 @@ def test_an_enhanced_file_of_two_types_is_two_items(converted, tmp_path: Path) -
     """Each part equals dcm2niix's file for it (`` and `_real`), each with its own rescale: precise values as
     dcm2niix's default, display values as -p n."""
     raw = converted["raw"][1]
-    sources = ["case_003/ (series 301, echo 1)", "case_003/ (series 301, echo 2, fieldmap)"]
+    sources = ["case_003/fieldmap.dcm (series 301, echo 1)", "case_003/fieldmap.dcm (series 301, echo 2, fieldmap)"]
     for (result, store), flags in ((converted["default"], ()), (converted["other"], ("-p", "n"))):
         rows = [r for r in result.rows if r.source.startswith("case_003/")]
         assert [(r.source, r.status) for r in rows] == [(s, "ok") for s in sources]

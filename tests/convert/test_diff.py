@@ -12,12 +12,15 @@ import numpy as np
 import pytest
 
 from labzarr.convert import Row, UsageError, convert_delivery
+from labzarr.convert.check import check_delivery
 from labzarr.convert.cli import main
+from labzarr.convert.demo import write_spec
 from labzarr.convert.manifest import manifest_bytes, read_manifest
 from labzarr.convert.qc.diff import diff_manifests, load_manifest_rows
 from labzarr.readers import Reason
 
 from ..conftest import make_delivery
+from ..dicom_data import CT5N, copy_files, read, write
 
 
 def _ok(item_id: str, source: str, sha: str, label: str = "") -> Row:
@@ -130,6 +133,31 @@ def test_diff_against_the_committed_manifest(tmp_path: Path, scheduler: str) -> 
     assert changes[1] == "  - case_006/reoriented_anat_moved.nii [case6]: ok"
     assert changes[2] == "  ~ case-008.nii [case8]: ok -> rejected truncated; content changed"
     assert len(changes) == 3 + 1  # the detail line under the rejection
+
+
+def test_one_file_series_side_by_side_diff_by_their_files(tmp_path: Path) -> None:
+    """Issue 33: two one-file series at raw's root were both `./ (series 5)`; with one changed and the other
+    deleted, diff showed two removals and an addition of that same name, and no content change."""
+    raw = tmp_path / "raw"
+    ct, mr = copy_files(raw, CT5N[:2], ["ct003.dcm", "mr002.dcm"])
+    spec = write_spec(tmp_path / "manifests" / "lab" / "delivery.toml", raw=raw, store=tmp_path / "lab.zarr",
+                      name="lab", labels=False)
+
+    def manifest(name: str) -> list[dict[str, str]]:
+        path = _write(tmp_path / name, [p.row for p in check_delivery(spec, root=tmp_path).planned])
+        return load_manifest_rows(str(path), cwd=tmp_path)
+
+    old = manifest("old.csv")
+    assert sorted(r["source"] for r in old) == ["ct003.dcm (series 5)", "mr002.dcm (series 5)"]
+    ds = read(mr)
+    ds.InstitutionName = "redelivered"
+    write(ds, mr)
+    ct.unlink()
+    diff = diff_manifests(old, manifest("new.csv"))
+    assert not diff.added and not diff.status
+    assert [(c.source, c.item_id) for c in diff.removed] == [("ct003.dcm (series 5)", "ct3")]
+    assert [(c.source, c.item_id) for c in diff.content] == [("mr002.dcm (series 5)", "mr2")]
+    assert "  ~ mr002.dcm (series 5) [mr2]: sha256 " in diff.describe()
 
 
 @pytest.mark.parametrize("ref, match", [

@@ -94,11 +94,42 @@ def test_three_localizer_folders_are_three_rows_that_say_where() -> None:
     assert all("[dicom] min_slices = 4: a localizer or scout" in r.detail for r in rows)
 
 
+def _at(paths: list[Path], rels: list[str], ids: list[str]) -> list[tuple[Candidate, Probe]]:
+    return [probe(p, rel, item_id) for p, rel, item_id in zip(paths, rels, ids, strict=True)]
+
+
+# Issue 33: a source must name its files, unambiguously across the delivery (a report, an email to the lab).
+# (found, the sources expected: exact strings, or a prefix each of the distinct sources starts with)
+NAMING = [
+    pytest.param(lambda tmp: _at(CT5N[:2], ["ct003.dcm", "mr002.dcm"], ["ct3", "mr2"]),
+                 ["ct003.dcm (series 5)", "mr002.dcm (series 5)"], id="one-file-series-at-the-root"),
+    pytest.param(lambda tmp: _at(CT5N[:1], ["case_1/ct/a.dcm"], ["case1"]) + files(CT5N[1:], "case_1/ct", "case2"),
+                 ["case_1/ct/ (series 5)", "case_1/ct/a.dcm (series 5)"], id="one-file-beside-its-series"),
+    pytest.param(lambda tmp: files(CT5N, "scans", "ct3") + files(four_d(tmp / "fmri", volumes=2), "scans", "mr2"),
+                 "scans/ (series 5 ", id="two-ids-two-series-one-folder"),
+    pytest.param(lambda tmp: files(CT5N[:3], "s", "a1") + files(CT5N[3:], "s", "b2"),
+                 "s/ (series 5 ", id="one-series-given-two-ids"),
+]
+
+
+@pytest.mark.parametrize(("build", "want"), NAMING)
+def test_every_series_source_names_its_files_once(tmp_path: Path, build, want: list[str] | str) -> None:
+    items, rows = group(build(tmp_path))
+    sources = [i.source for i in items] + [r.source for r in rows]
+    assert len(set(sources)) == len(sources) == (len(want) if isinstance(want, list) else 2)
+    if isinstance(want, list):
+        assert sorted(sources) == want
+    else:
+        assert all(s.startswith(want) for s in sources)
+    assert all(series_of(s) == s for s in sources)  # a source names its whole series, so collisions count it once
+
+
 def test_split_parts_name_their_series() -> None:
     assert series_of("case_1/me/ (series 5, echo 2)") == "case_1/me/ (series 5)"
     assert series_of("a/ (series 2 1.2.3, plane 1 of 3)") == "a/ (series 2 1.2.3)"
     assert series_of("a/ (series 5)") == "a/ (series 5)"
     assert series_of("case_1/x.dcm") == ""
+    assert series_of("case_1/x.dcm (series 5, echo 2)") == "case_1/x.dcm (series 5)"
 
 
 def test_a_file_holding_two_planes_is_split_frame_by_frame() -> None:
