@@ -395,8 +395,25 @@ def _delivery(t: _Table, root: Path, store_table: _Table) -> DeliverySpec:
     elif options:
         raise store_table.fail("storage_options", options, "only a URL store takes storage options",
                                "drop the key, or set [delivery] store to a URL such as s3://bucket/x.zarr")
+    else:
+        _check_apart(t, raw, store.local_path(), name)
     t.done()
     return DeliverySpec(name=name, raw=raw, store=store)
+
+
+def _check_apart(t: _Table, raw: Path, store: Path, name: str) -> None:
+    """The store and raw do not nest: a store under raw would be walked as part of the delivery (its own
+    files rows of its own manifest, changing on every run), and raw under the store would be written over."""
+    real_raw, real_store = raw.resolve(), store.resolve()  # symlinks and `..` followed: where the bytes are
+    if real_store == real_raw or real_raw in real_store.parents:
+        raise t.fail("store", str(store), f"lies inside [delivery] raw = {str(raw)!r} (as {real_store}); a store "
+                     "there would be read as files of the delivery",
+                     f"put the store outside the raw folder, e.g. store = \"data/stores/{name}.zarr\"")
+    if real_store in real_raw.parents:
+        raise t.fail("store", str(store), f"holds [delivery] raw = {str(raw)!r} (as {real_raw}) inside it; "
+                     "converting would write into the delivery's own folder",
+                     f"put the store and the raw folder side by side, e.g. store = \"data/stores/{name}.zarr\" "
+                     f"and raw = \"data/raw/{name}\"")
 
 
 def _store_location(given: str, options: Mapping[str, Any], root: Path) -> Location:
