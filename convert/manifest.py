@@ -82,6 +82,7 @@ class Row:
     split_group: str = ""
     split: str = ""
     fold: int | None = None
+    pin: str = ""  # the `[splits] pinned` cell's text, read with the labels (convert/labels.py); not a column
     # A DICOM item's acquisition metadata (readers/_dicom_meta.py), sorted (name, value) pairs; the columns
     # `meta.<name>` that `[manifest] metadata` names.
     metadata: tuple[tuple[str, Any], ...] = ()

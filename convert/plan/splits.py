@@ -11,7 +11,8 @@ split furthest below its target (fraction x groups in the stratum, counting the 
 or pinned), ties to the first split listed. So every stratum's split sizes are within one group of the
 target on a first run, and appending items fills the splits that fell short without moving any group.
 
-A `pinned` label column pins items by hand (`train`, `val`, `test`; with folds `test` or a fold number).
+A `pinned` workbook column (each row's `pin`, read apart from the labels) pins items by hand (`train`,
+`val`, `test`; with folds `test` or a fold number).
 The audit (`Leak`) flags a group pinned to several splits, one content (the file's sha256 or the stored
 voxels' content hash) in several splits, and a group whose items disagree on the stratification label.
 With `leakage = "reject"` the first two cost the copies outside the group's (or content's) first split
@@ -165,7 +166,7 @@ def assign_splits(rows: Sequence[Row], spec: SplitsSpec, items: ItemsSpec, *, pr
         if warning:
             warnings[i].append(warning)
         if spec.pinned:
-            pin = _pin(dict(out[i].labels).get(spec.pinned, ""), cats, spec)
+            pin = _pin(out[i].pin, cats, spec)
             if isinstance(pin, _Cat):
                 pins[i] = pin
             elif pin is not None:
