@@ -41,10 +41,11 @@ from ..manifest import Row, atomic_write, manifest_bytes, sort_rows, split_colum
 from ..plan.build import VOLUMES, plan
 from ..plan.collisions import collision_summary, find_collisions
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
+from ..plan.splits import duplicate_key
 from ..plan.stacks import STACKS
 from ..probe import Probe, probe_files
 from ..progress import Progress, ProgressEvent
-from ..spec import Spec, load_spec
+from ..spec import Spec, SplitsSpec, load_spec
 from ..survey import readable
 from ..write.arrays import (
     compact_metadata,
@@ -359,7 +360,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout, progress=progress)
     t_convert = time.perf_counter()
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
-    decoded = _drop_duplicates([*converted, *the_plan.unchanged], store)
+    decoded = _drop_duplicates([*converted, *the_plan.unchanged], store, splits=spec.splits)
     rows = sort_rows([*decoded, *the_plan.rows])
     label_names: tuple[str, ...] = ()
     label_summary: dict[str, Any] = {}
@@ -484,18 +485,20 @@ def _task_settings(spec: Spec, client: Client, lock: LockInfo, fingerprint: str,
                         store_options=dict(store.options), crash_reports=str(reports))
 
 
-def _drop_duplicates(rows: list[Row], store: Location) -> list[Row]:
-    """The second ok file with the same bytes (by source order) is `duplicate_content`."""
-    first: dict[str, str] = {}
+def _drop_duplicates(rows: list[Row], store: Location, *, splits: SplitsSpec | None) -> list[Row]:
+    """The second ok file with the same bytes (by source order; with `[splits]`, of the same item: `duplicate_key`)
+    is `duplicate_content`."""
+    first: dict[tuple[str, str], str] = {}
     out = []
     for row in sorted(rows, key=lambda r: r.source):
         if row.status == "ok":
-            if row.sha256 in first:
+            key = duplicate_key(splits, row.item_id, row.sha256)
+            if key in first:
                 if row.slot is None:  # a stack slot is emptied with the others, in _clear_slots
                     remove_array(store, row.group or row.array)
-                row = row.rejected(Reason.DUPLICATE_CONTENT, f"same sha256 as {first[row.sha256]}")
+                row = row.rejected(Reason.DUPLICATE_CONTENT, f"same sha256 as {first[key]}")
             else:
-                first[row.sha256] = row.source
+                first[key] = row.source
         out.append(row)
     return sort_rows(out)
 

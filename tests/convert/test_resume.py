@@ -250,7 +250,7 @@ def test_samples_with_the_same_bytes_are_duplicates_after_decoding(tmp_path: Pat
     (tmp_path / "volumes" / "b").mkdir(parents=True)
     rows = [Row(item_id=i, status="ok", source=f"{i}_img.nii", sha256="a" * 64, group=f"volumes/{i}",
                 array=f"volumes/{i}/image") for i in ("b", "a")]
-    out = _drop_duplicates(rows, Folder(tmp_path))
+    out = _drop_duplicates(rows, Folder(tmp_path), splits=None)
     assert [(r.item_id, r.status, r.reason) for r in out] == [("a", "ok", None),
                                                                ("b", "rejected", Reason.DUPLICATE_CONTENT)]
     assert not (tmp_path / "volumes" / "b").exists()

@@ -282,3 +282,40 @@ def test_a_wrong_pin_column_is_one_usage_error(tmp_path: Path, change: object, n
     with pytest.raises(UsageError) as err:
         check_delivery(spec)
     assert needle in str(err.value), err.value
+
+
+@pytest.mark.parametrize(("leakage", "copy_status", "copy_reason", "rejected"), [
+    pytest.param("reject", "rejected", "split_leakage", ["P005/P005_t9.nii.gz"], id="reject"),
+    pytest.param("warn", "ok", "", [], id="warn"),
+])
+def test_a_byte_identical_copy_under_a_patient_in_another_split_is_a_leak_not_a_duplicate(
+        tmp_path: Path, scheduler: str, leakage: str, copy_status: str, copy_reason: str, rejected: list[str]) -> None:
+    from labzarr.convert.check import check_delivery
+
+    pins = {"P004_t1": "train", "P005_t1": "test", "P006_t1": "train"}
+    spec = project(tmp_path, splits=FRACTIONS + f'pinned = "Split"\nleakage = "{leakage}"\n', patients=range(1, 9),
+                   pins=pins)
+    raw = tmp_path / "data" / "raw" / "cohort"
+    original = (raw / "P004" / "P004_t1.nii.gz").read_bytes()
+    (raw / "P005" / "P005_t9.nii.gz").write_bytes(original)  # under a test patient: a leak
+    (raw / "P006" / "P006_t8.nii.gz").write_bytes(original)  # under another train patient: a plain duplicate
+    planned = {p.row.item_id: p.row for p in check_delivery(spec).planned}
+    result = convert_delivery(spec, scheduler=scheduler)
+    rows = {r["item_id"]: r for r in _manifest(spec)}
+    copy = rows["p005t9"]
+    assert (copy["status"], copy["reason"], copy["split"]) == (copy_status, copy_reason, "test")
+    assert (planned["p005t9"].status, planned["p005t9"].split) == (copy_status, "test")  # check says the same
+    if copy_reason:
+        assert "as p004t1 (P004/P004_t1.nii.gz) in train; this copy in test" in copy["detail"]
+    (leak,) = [lk for lk in _summary(spec)["splits"]["leakage"] if lk["kind"] == "content_in_several_splits"]
+    assert {(i["item_id"], i["where"]) for i in leak["items"]} == {("p004t1", "train"), ("p005t9", "test")}
+    assert leak["rejected"] == rejected
+    assert rows["p004t1"]["status"] == "ok"
+    same = rows["p006t8"]
+    assert (same["status"], same["reason"], same["split"]) == ("rejected", "duplicate_content", "train")
+    assert same["detail"].startswith("same sha256 as P004/P004_t1.nii.gz")
+    assert result.summary["reasons"].get("split_leakage", 0) == len(rejected)
+    from labzarr import open_store
+
+    stored = {i.item_id for i in open_store(tmp_path / "data/stores/cohort.zarr").items}
+    assert ("p005t9" in stored) == (leakage == "warn") and "p006t8" not in stored
