@@ -37,7 +37,16 @@ from labzarr.store import IndexItem, ItemStats, Location, StoreIndex, dataset_st
 from ..discover import Candidate, discover, walk
 from ..errors import UsageError
 from ..labels import join_labels, load_labels, workbook_rel
-from ..manifest import Row, atomic_write, manifest_bytes, sort_rows, split_columns, summary_json
+from ..manifest import (
+    Row,
+    atomic_write,
+    earlier_index,
+    manifest_bytes,
+    number_rows,
+    sort_rows,
+    split_columns,
+    summary_json,
+)
 from ..plan.build import VOLUMES, plan
 from ..plan.collisions import collision_summary, find_collisions
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
@@ -381,9 +390,12 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     planar = {r.source for r in decoded if r.slot is not None} | {i.source for s in the_plan.shards for i in s.items}
     write_outcomes(store, [r for r in decoded if r.source not in planar and not r.group], fingerprint)
     _write_array_labels(client, store, rows, written={r.array for r in converted if r.status == "ok"})
+    manifest_path = spec.manifest_dir / "manifest.csv"
+    summary_path = spec.manifest_dir / "summary.json"
+    index, next_index = number_rows(rows, earlier_index(manifest_path, summary_path))
     manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles],
                               split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
-                              spec.manifest.metadata)
+                              spec.manifest.metadata, index=index)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
     items = index_items(rows)
     records = item_statistics(items, rows)
@@ -392,7 +404,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
                                   tool_version=tool_version(), items=items))
     t_end = time.perf_counter()
     summary = (_summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows) | splits
-               | _statistics(items, records))
+               | _statistics(items, records) | {"next_index": next_index})
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
     run_log = {
         "delivery": spec.delivery.name,
@@ -408,8 +420,6 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         "repaired": [{"item_id": r.item_id, "source": r.source, "array": r.array, "why": r.why}
                      for r in the_plan.repaired],
     }
-    manifest_path = spec.manifest_dir / "manifest.csv"
-    summary_path = spec.manifest_dir / "summary.json"
     run_log_path(store).write_atomic(summary_json(run_log))
     atomic_write(manifest_path, manifest)
     atomic_write(summary_path, summary_json(summary))
