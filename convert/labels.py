@@ -10,13 +10,17 @@ value there (outer whitespace removed); a missing one is `no_label` when
 `[labels] required = true`. One ID on several rows (also as differently written
 IDs that normalise alike) is fine while they agree; where they differ the item is
 `label_conflict` (or, with `conflict = "warn"`, kept with that label empty).
+
+A `[splits] pinned` column is read from the same sheet but is no label: its cell goes to the row's
+`pin` (blank: not pinned), never makes an item `no_label`, and an ID's rows that pin it differently
+leave it unpinned with a warning.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,9 +31,12 @@ from .ids import base_id, normalize_id
 from .manifest import Row
 from .spec import LabelsSpec, Spec
 
-__all__ = ["LabelJoin", "join_labels", "load_labels", "workbook_rel"]
+__all__ = ["PIN", "LabelJoin", "join_labels", "load_labels", "workbook_rel"]
 
 log = logging.getLogger(__name__)
+
+# The `[splits] pinned` column's name in the sheet read: not an identifier, so never a label's name.
+PIN = "[splits] pinned"
 
 
 def load_labels(spec: Spec) -> LabelSheet | None:
@@ -38,11 +45,18 @@ def load_labels(spec: Spec) -> LabelSheet | None:
     if labels is None:
         return None
     rel = workbook_rel(spec)
+    columns = dict(labels.columns)
+    pin = spec.splits.pinned_column if spec.splits is not None else None
+    if pin is not None:
+        columns[PIN] = pin
     try:
+        # A pin column may be blank throughout: nothing pinned yet.
         sheet = read_label_sheet(labels.workbook, sheet=labels.sheet, id_column=labels.id_column,
-                                 columns=labels.columns, header_row=labels.header_row, limits=labels.limits)
+                                 columns=columns, header_row=labels.header_row, limits=labels.limits,
+                                 may_be_blank=(PIN,))
     except WorkbookError as exc:
-        raise UsageError(f"{spec.path}: [labels] {exc.key}: {rel}: {exc}", exc.hint) from exc
+        key = "[splits] pinned" if exc.key == f"columns.{PIN}" else f"[labels] {exc.key}"
+        raise UsageError(f"{spec.path}: {key}: {rel}: {exc}", exc.hint) from exc
     for note in sheet.warnings:
         log.warning("%s: %s", rel, note)
     log.info("%s: %d ID rows from sheet %d %r below header row %d", rel, len(sheet.rows), sheet.sheet_index,
@@ -77,8 +91,11 @@ class _Outcome:
 
 def join_labels(rows: Sequence[Row], sheet: LabelSheet, spec: LabelsSpec, normalize: Sequence[str],
                 workbook: str) -> LabelJoin:
-    """Attach labels to `rows` (item IDs already normalised by `normalize`); pure."""
-    names = tuple(n for n, _, _ in sheet.columns)
+    """Attach labels (and `[splits] pinned` cells, as `pin`) to `rows` (item IDs already normalised by
+    `normalize`); pure."""
+    at = {n: i for i, (n, _, _) in enumerate(sheet.columns)}
+    pin_at = at.pop(PIN, None)
+    names = tuple(at)
     by_id: dict[str, list[LabelRow]] = defaultdict(list)
     for r in sheet.rows:
         by_id[normalize_id(r.id.value, normalize)].append(r)
@@ -88,8 +105,10 @@ def join_labels(rows: Sequence[Row], sheet: LabelSheet, spec: LabelsSpec, normal
             out.append(row)
             continue
         # A part kept apart (`case1~trace`) is labelled as its item.
-        outcome = _outcome(row.item_id, by_id.get(base_id(row.item_id), []), names, spec, sheet, workbook)
-        out.append(_apply(row, outcome, spec))
+        group = by_id.get(base_id(row.item_id), [])
+        outcome = _outcome(row.item_id, group, at, spec, sheet, workbook)
+        labelled = _apply(row, outcome, spec)
+        out.append(labelled if pin_at is None else _pinned(labelled, [r.values[pin_at] for r in group]))
     item_ids = {base_id(r.item_id) for r in rows if r.item_id and r.status != "ignored"}
     unmatched = [{"id": r.id.value, "normalized": key, "cell": r.id.ref}
                  for key, group in by_id.items() if key not in item_ids for r in group]
@@ -104,7 +123,7 @@ def join_labels(rows: Sequence[Row], sheet: LabelSheet, spec: LabelsSpec, normal
         "label_workbook": {
             "path": workbook, "sheet": sheet.sheet, "sheet_index": sheet.sheet_index, "sheets": list(sheet.sheets),
             "header_row": sheet.header_row, "id_column": sheet.id_column,
-            "columns": {n: {"column": letter, "header": header} for n, letter, header in sheet.columns},
+            "columns": {n: {"column": letter, "header": header} for n, letter, header in sheet.columns if n != PIN},
             "id_rows": len(sheet.rows), "id_normalize": list(normalize), "required": spec.required,
             "conflict": spec.conflict, "warnings": list(sheet.warnings),
         },
@@ -112,7 +131,16 @@ def join_labels(rows: Sequence[Row], sheet: LabelSheet, spec: LabelsSpec, normal
     return LabelJoin(rows=tuple(out), names=names, summary=summary)
 
 
-def _outcome(item_id: str, group: Sequence[LabelRow], names: Sequence[str], spec: LabelsSpec, sheet: LabelSheet,
+def _pinned(row: Row, cells: Sequence[LabelCell]) -> Row:
+    """`row` with its pin: the one text its ID's rows agree on; blank, or rows that disagree, pin nothing."""
+    distinct = dict.fromkeys(c.value.strip() for c in cells if c.value.strip())
+    if len(distinct) <= 1:
+        return replace(row, pin=next(iter(distinct), ""))
+    text = ", ".join(f"{_shown(c)} at {c.ref}" for c in cells)
+    return replace(row, warnings=row.warnings + (f"[splits] pinned cells disagree: {text}; not pinned",))
+
+
+def _outcome(item_id: str, group: Sequence[LabelRow], at: Mapping[str, int], spec: LabelsSpec, sheet: LabelSheet,
              workbook: str) -> _Outcome:
     if not group:
         return _Outcome((), "", Reason.NO_LABEL,
@@ -122,7 +150,8 @@ def _outcome(item_id: str, group: Sequence[LabelRow], names: Sequence[str], spec
     sources: list[str] = []
     conflicts: list[str] = []
     blanks: list[str] = []
-    for i, name in enumerate(names):
+    names = tuple(at)
+    for name, i in at.items():
         cells = [r.values[i] for r in group]
         distinct = dict.fromkeys(c.value.strip() for c in cells)
         if len(distinct) > 1:

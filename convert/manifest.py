@@ -2,6 +2,11 @@
 
 Invariant: the same rows give the same bytes: rows sorted by (item_id, source),
 floats formatted with fixed precision, `\n` line endings, no timestamps.
+
+The `index` column is stable across deliveries (`number_rows`): a row keeps the index the
+committed manifest gave its source, and a new row gets the next index never handed out
+(`summary.json`'s `next_index`), in manifest order; an index is never reused. So a rerun's
+`git diff` shows only the rows that changed, and a first run numbers 0, 1, 2, ... in order.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,8 +26,11 @@ from labzarr.store.location.folder import (
     atomic_write,  # re-exported: the manifest, summary and report are written whole
 )
 
-__all__ = ["BASE_COLUMNS", "ClassCount", "RoleSource", "Row", "Status", "atomic_write", "manifest_bytes",
-           "read_manifest", "role_columns", "sort_rows", "split_columns", "summary_json"]
+__all__ = ["BASE_COLUMNS", "ClassCount", "EarlierIndex", "RoleSource", "Row", "Status", "atomic_write",
+           "earlier_index", "manifest_bytes", "number_rows", "read_manifest", "role_columns", "sort_rows",
+           "split_columns", "summary_json"]
+
+log = logging.getLogger(__name__)
 
 Status = Literal["ok", "rejected", "ignored"]
 
@@ -82,6 +91,7 @@ class Row:
     split_group: str = ""
     split: str = ""
     fold: int | None = None
+    pin: str = ""  # the `[splits] pinned` cell's text, read with the labels (convert/labels.py); not a column
     # A DICOM item's acquisition metadata (readers/_dicom_meta.py), sorted (name, value) pairs; the columns
     # `meta.<name>` that `[manifest] metadata` names.
     metadata: tuple[tuple[str, Any], ...] = ()
@@ -151,9 +161,59 @@ def _cells(index: int, row: Row, label_names: Sequence[str], role_names: Sequenc
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class EarlierIndex:
+    """What the committed manifest numbered: each source's index, and the next index never handed out."""
+
+    by_source: Mapping[str, int] = field(default_factory=dict)
+    next: int = 0
+
+
+def earlier_index(manifest: Path, summary: Path) -> EarlierIndex:
+    """The committed `manifest.csv`'s index by source and `summary.json`'s `next_index` (one past the manifest's
+    largest index where the summary has none); empty when there is no manifest, or one that cannot be read."""
+    try:
+        rows = read_manifest(manifest)
+        by_source: dict[str, int] = {}
+        for row in rows:
+            by_source.setdefault(row["source"], int(row["index"]))
+    except FileNotFoundError:
+        return EarlierIndex()
+    except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
+        log.warning("%s: cannot read the earlier index (%s); rows are numbered afresh", manifest, exc)
+        return EarlierIndex()
+    after = max(by_source.values(), default=-1) + 1
+    try:
+        recorded = json.loads(summary.read_bytes()).get("next_index", 0)
+    except (OSError, ValueError, AttributeError):
+        recorded = 0  # a manifest without its summary: the manifest's own numbers still stand
+    return EarlierIndex(by_source, max(after, recorded if isinstance(recorded, int) else 0))
+
+
+def number_rows(rows: Sequence[Row], earlier: EarlierIndex) -> tuple[list[int], int]:
+    """Each row's `index` (rows in manifest order) and the next index never handed out; see the module docstring."""
+    taken: set[int] = set()
+    out: list[int] = []
+    fresh: list[int] = []  # positions of rows the earlier manifest did not number
+    for n, row in enumerate(rows):
+        index = earlier.by_source.get(row.source)
+        if index is None or index in taken:  # a source listed twice keeps its index once
+            fresh.append(n)
+            out.append(-1)
+        else:
+            taken.add(index)
+            out.append(index)
+    nxt = earlier.next
+    for n in fresh:
+        out[n], nxt = nxt, nxt + 1
+    return out, nxt
+
+
 def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str], role_names: Sequence[str] = (),
-                   splits: Sequence[str] = (), metadata: Sequence[str] = ()) -> bytes:
-    """The CSV for `rows` (already in manifest order); `index` is the row's position.
+                   splits: Sequence[str] = (), metadata: Sequence[str] = (),
+                   index: Sequence[int] | None = None) -> bytes:
+    """The CSV for `rows` (already in manifest order); `index` is each row's (`number_rows`), by default its
+    position.
 
     With `role_names` (a delivery of samples), each role's source and sha256 and the mask's
     class voxel counts (`classes`, "value:voxels" pairs) follow the base columns; then the
@@ -165,7 +225,7 @@ def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str], role_names: 
     w.writerow([*BASE_COLUMNS, *role_columns(role_names), *splits, *(f"label.{n}" for n in label_names),
                 "label_source", *(f"meta.{n}" for n in metadata)])
     for i, row in enumerate(rows):
-        w.writerow(_cells(i, row, label_names, role_names, splits, metadata))
+        w.writerow(_cells(i if index is None else index[i], row, label_names, role_names, splits, metadata))
     return buf.getvalue().encode("utf-8")
 
 

@@ -211,7 +211,10 @@ class SplitsSpec:
     group: str = ""
     group_from: Literal["id", "pattern", "label"] = "id"
     stratify: str = ""  # a [labels] column; "" for none
-    pinned: str = ""  # a [labels] column whose values pin an item's split by hand; "" for none
+    # A column of the [labels] workbook whose cells pin an item's split by hand, read on its own (not a label:
+    # a blank cell is "not pinned"); `pinned` as the spec names it, "" for none.
+    pinned: str = ""
+    pinned_column: ColumnRef | None = None
     seed: int = 0
     leakage: Literal["reject", "warn"] = "reject"
 
@@ -395,8 +398,25 @@ def _delivery(t: _Table, root: Path, store_table: _Table) -> DeliverySpec:
     elif options:
         raise store_table.fail("storage_options", options, "only a URL store takes storage options",
                                "drop the key, or set [delivery] store to a URL such as s3://bucket/x.zarr")
+    else:
+        _check_apart(t, raw, store.local_path(), name)
     t.done()
     return DeliverySpec(name=name, raw=raw, store=store)
+
+
+def _check_apart(t: _Table, raw: Path, store: Path, name: str) -> None:
+    """The store and raw do not nest: a store under raw would be walked as part of the delivery (its own
+    files rows of its own manifest, changing on every run), and raw under the store would be written over."""
+    real_raw, real_store = raw.resolve(), store.resolve()  # symlinks and `..` followed: where the bytes are
+    if real_store == real_raw or real_raw in real_store.parents:
+        raise t.fail("store", str(store), f"lies inside [delivery] raw = {str(raw)!r} (as {real_store}); a store "
+                     "there would be read as files of the delivery",
+                     f"put the store outside the raw folder, e.g. store = \"data/stores/{name}.zarr\"")
+    if real_store in real_raw.parents:
+        raise t.fail("store", str(store), f"holds [delivery] raw = {str(raw)!r} (as {real_raw}) inside it; "
+                     "converting would write into the delivery's own folder",
+                     f"put the store and the raw folder side by side, e.g. store = \"data/stores/{name}.zarr\" "
+                     f"and raw = \"data/raw/{name}\"")
 
 
 def _store_location(given: str, options: Mapping[str, Any], root: Path) -> Location:
@@ -721,11 +741,10 @@ def _splits(t: _Table, items: ItemsSpec, labels: LabelsSpec | None) -> SplitsSpe
                      f"({where_columns})",
                      "name a group of id_pattern, e.g. '(?P<patient>P\\d+)_(?P<id>.+)', or a [labels] column")
     stratify = t.take("stratify", str, "", what="a [labels] column")
-    pinned = t.take("pinned", str, "", what="a [labels] column holding train/val/test")
-    for key, column in (("stratify", stratify), ("pinned", pinned)):
-        if column and column not in columns:
-            raise t.fail(key, column, f"not a [labels] column ({where_columns})",
-                         "add the column to [labels] columns, or name one of those")
+    if stratify and stratify not in columns:
+        raise t.fail("stratify", stratify, f"not a [labels] column ({where_columns})",
+                     "add the column to [labels] columns, or name one of those")
+    pinned, pinned_column = _pinned(t, labels)
     seed = t.take("seed", int, 0, what="an integer >= 0")
     t.check("seed", seed, lambda v: v >= 0, "must be >= 0", "e.g. seed = 0")
     leakage = t.take("leakage", str, "reject", what='"reject" or "warn"')
@@ -733,4 +752,20 @@ def _splits(t: _Table, items: ItemsSpec, labels: LabelsSpec | None) -> SplitsSpe
             'use "reject" (default: a leaking copy is rejected split_leakage) or "warn"')
     t.done()
     return SplitsSpec(fractions=tuple(given.items()), folds=folds, group=group, group_from=group_from,
-                      stratify=stratify, pinned=pinned, seed=seed, leakage=cast(Literal["reject", "warn"], leakage))
+                      stratify=stratify, pinned=pinned, pinned_column=pinned_column, seed=seed,
+                      leakage=cast(Literal["reject", "warn"], leakage))
+
+
+def _pinned(t: _Table, labels: LabelsSpec | None) -> tuple[str, ColumnRef | None]:
+    """`[splits] pinned`: a column of the [labels] workbook, by letter or header text, or by the name of a
+    `[labels] columns` entry (its column; the pins are still read apart from the label)."""
+    given = t.take("pinned", (str, dict), "", what="a column of the [labels] workbook holding train/val/test")
+    if given == "":
+        return "", None
+    if labels is None:
+        raise t.fail("pinned", given, "needs a [labels] workbook to read the pins from",
+                     'add [labels] with workbook = "..." and id_column, or drop pinned')
+    if isinstance(given, str) and given in labels.columns:
+        return given, labels.columns[given]
+    column = _column(t, "pinned", given)
+    return (given if isinstance(given, str) else column.letter or column.header), column

@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -96,13 +96,17 @@ class LabelSheet:
 
 
 def read_label_sheet(path: Path, *, sheet: int | str, id_column: ColumnRef, columns: Mapping[str, ColumnRef],
-                     header_row: int | Literal["auto"], limits: WorkbookLimits = WorkbookLimits()) -> LabelSheet:
-    """Read the ID and label columns of one sheet; raises `WorkbookError` for a workbook unusable as asked."""
+                     header_row: int | Literal["auto"], limits: WorkbookLimits = WorkbookLimits(),
+                     may_be_blank: Collection[str] = ()) -> LabelSheet:
+    """Read the ID and label columns of one sheet; raises `WorkbookError` for a workbook unusable as asked.
+
+    A column holding no value in any ID row is taken for a wrong column, except those `may_be_blank` names.
+    """
     check_container(path, limits)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            result = _read(path, sheet, id_column, columns, header_row)
+            result = _read(path, sheet, id_column, columns, header_row, may_be_blank)
         except (DefusedXmlException, ParseError) as exc:
             raise WorkbookError("workbook", f"unsafe or malformed XML inside the xlsx: {type(exc).__name__}: {exc}",
                                 "export the workbook again from Excel or LibreOffice") from exc
@@ -137,7 +141,7 @@ def _open(path: Path) -> Workbook:
 
 
 def _read(path: Path, sheet: int | str, id_column: ColumnRef, columns: Mapping[str, ColumnRef],
-          header_row: int | Literal["auto"]) -> LabelSheet:
+          header_row: int | Literal["auto"], may_be_blank: Collection[str]) -> LabelSheet:
     wb = _open(path)
     try:
         ws, index, notes = _pick(wb, sheet, path)
@@ -147,7 +151,7 @@ def _read(path: Path, sheet: int | str, id_column: ColumnRef, columns: Mapping[s
         rows = _rows(ws, scan)
         refs = {"id_column": id_column, **{f"columns.{n}": c for n, c in columns.items()}}
         header, cols = _find_header(rows, refs, header_row, ws.title, index)
-        sheet_rows, read_notes = _data_rows(rows, cols, list(columns), ws.title, header.r)
+        sheet_rows, read_notes = _data_rows(rows, cols, list(columns), ws.title, header.r, may_be_blank)
     finally:
         wb.close()
     headers = {c: t for c, t in header.header_cells()}
@@ -360,7 +364,7 @@ def _resolve(row: _Row, refs: Mapping[str, ColumnRef], where: str, *, strict: bo
 
 
 def _data_rows(rows: Iterator[_Row], cols: Mapping[str, int], names: Sequence[str], title: str,
-               header: int) -> tuple[tuple[LabelRow, ...], list[str]]:
+               header: int, may_be_blank: Collection[str]) -> tuple[tuple[LabelRow, ...], list[str]]:
     out: list[LabelRow] = []
     notes: list[str] = []
     filled = dict.fromkeys(names, 0)
@@ -385,7 +389,7 @@ def _data_rows(rows: Iterator[_Row], cols: Mapping[str, int], names: Sequence[st
                             f"{header} of sheet {title!r} (rows {header + 1}..{last})",
                             "check [labels] sheet, id_column and header_row")
     for n, count in filled.items():
-        if count == 0:
+        if count == 0 and n not in may_be_blank:
             col = get_column_letter(cols[f"columns.{n}"])
             raise WorkbookError(f"columns.{n}", f"column {col} holds no value in any of the {len(out)} ID rows "
                                 f"below header row {header} of sheet {title!r}", "point the label at the right column")

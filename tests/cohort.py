@@ -60,8 +60,8 @@ id_pattern = '(?P<id>(?P<patient>P\\d+)_t\\d)'
 [labels]
 workbook = "labels.xlsx"
 id_column = "A"
-columns = {{ diagnosis = "B"{pin} }}
-required = false
+columns = {{ diagnosis = "B" }}
+required = {required}
 
 [splits]
 {splits}
@@ -70,9 +70,11 @@ required = false
 FRACTIONS = 'train = 0.5\nval = 0.25\ntest = 0.25\ngroup = "patient"\nstratify = "diagnosis"\nseed = 7\n'
 
 
-def project(root: Path, splits: str = FRACTIONS, patients: range = range(1, N_PATIENTS + 1), **kw: object) -> Path:
+def project(root: Path, splits: str = FRACTIONS, patients: range = range(1, N_PATIENTS + 1), *,
+            required: bool = False, **kw: object) -> Path:
+    """The cohort under `root`; the workbook's column C ("Split") holds `pins`, for `[splits] pinned`."""
     write_raw(root / "data" / "raw" / "cohort", patients, **kw)  # type: ignore[arg-type]
     spec = root / "manifests" / "cohort" / "delivery.toml"
     spec.parent.mkdir(parents=True)
-    spec.write_text(SPEC.format(splits=splits, pin=', pin = "C"' if kw.get("pins") else ""))
+    spec.write_text(SPEC.format(splits=splits, required=str(required).lower()))
     return spec

@@ -79,7 +79,8 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("splits", "folds"): "instead of train/val: deal the groups into this many folds",
     ("splits", "group"): "never split: a named group of id_pattern or a [labels] column; \"\": the item ID",
     ("splits", "stratify"): "a [labels] column to balance across the splits",
-    ("splits", "pinned"): "a [labels] column pinning items by hand (train, val, test, or a fold number)",
+    ("splits", "pinned"): "a [labels] workbook column (letter or header) pinning items by hand (train, val, "
+                          "test, or a fold number); blank: not pinned",
     ("splits", "seed"): "keys the hash that orders new groups",
     ("splits", "leakage"): "reject | warn: a copy or group member that would sit in two splits",
     ("run", "item_timeout"): "seconds one item may take on a worker -> timeout",
@@ -181,7 +182,7 @@ def render(*, name: str, raw: str, store: str, id_pattern: str, id_normalize: Se
     mask_keys = [Key(k.name, [] if k.name == "classes" and k.value is None else k.value) for k in _defaults(masks)]
     lines += [*_section("masks", mask_keys, active=False, header="only with a mask role in [items] roles"), ""]
     split_keys = [Key("train", 0.8), Key("val", 0.1), Key("test", 0.1),
-                  *_defaults(SplitsSpec(), skip=("fractions", "group_from"))]
+                  *_defaults(SplitsSpec(), skip=("fractions", "group_from", "pinned_column"))]
     lines += [*_section("splits", split_keys, active=False, header="train/val/test or folds, per patient"), ""]
     lines += _section("run", _defaults(RunSpec()))
     return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ from ..spec import Spec
 from .records import Damage, KeptShard, Outcome, Recorded, Repair
 from .samples import Part, SampleTask, file_part, group_samples, series_part
 from .series import group_series
+from .splits import duplicate_key
 from .stacks import ShardTask, Stack, StackEntry, plan_stacks
 
 __all__ = ["IMAGE_SUFFIXES", "Plan", "VolumeTask", "plan"]
@@ -150,7 +151,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
             dicom.append((c, decided))
         else:
             others.append((c, decided))
-    others, duplicates = _split_duplicates(others)
+    others, duplicates = _split_duplicates(others, spec)
     rows += duplicates
     planar: list[StackEntry] = []
     todo: list[VolumeTask] = []
@@ -170,14 +171,15 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
                                  size=p.size))
     series, series_rows = group_series(dicom, spec.dicom.rules(), id_pattern=spec.items.id_pattern)
     rows += series_rows
-    first = {p.sha256: c.rel for c, p in others}
+    first = {duplicate_key(spec.splits, c.item_id or "", p.sha256): c.rel for c, p in others}
     for s in sorted(series, key=lambda s: s.source):
-        if s.sha256 in first:  # a whole series delivered twice (e.g. copied into two folders)
+        key = duplicate_key(spec.splits, s.item_id, s.sha256)
+        if key in first:  # a whole series delivered twice (e.g. copied into two folders)
             rows.append(Row(item_id=s.item_id, status="rejected", source=s.source, kind=DicomReader.kind,
                             sha256=s.sha256, n_files=len(s.members), members=s.members,
-                            reason=Reason.DUPLICATE_CONTENT, detail=f"same sha256 as {first[s.sha256]}"))
+                            reason=Reason.DUPLICATE_CONTENT, detail=f"same sha256 as {first[key]}"))
             continue
-        first[s.sha256] = s.source
+        first[key] = s.source
         size = sum(probes[m].size for m in s.members)
         if s.stack.layout == "image":  # a radiograph or photograph: a 2D item, stacked like a JPEG
             plane = Plane(s.stack.samples, s.stack.rows, s.stack.columns, s.stack.dtype)
@@ -284,23 +286,26 @@ def _same(earlier: Outcome, task: VolumeTask, fingerprint: str) -> bool:
             and row.item_id == task.item_id and row.array in (task.array, "") and row.members == task.members)
 
 
-def _split_duplicates(decoding: list[tuple[Candidate, Probe]]) -> tuple[list[tuple[Candidate, Probe]], list[Row]]:
-    """The first file with given bytes is decoded; later ones are `duplicate_content`, decided here, not decoded.
+def _split_duplicates(decoding: list[tuple[Candidate, Probe]],
+                      spec: Spec) -> tuple[list[tuple[Candidate, Probe]], list[Row]]:
+    """The first file with given bytes is decoded; later ones are `duplicate_content`, decided here, not decoded
+    (with `[splits]`, only copies under the same item: see `duplicate_key`).
 
     "First" prefers a file's own name over an NFC alias of another name, then source order.
     """
-    first: dict[str, str] = {}
+    first: dict[tuple[str, str], str] = {}
     keep: list[tuple[Candidate, Probe]] = []
     rows: list[Row] = []
     for c, p in sorted(decoding, key=lambda cp: (cp[0].entry.alias_of is not None, cp[0].rel)):
-        if p.sha256 in first:
-            detail = f"same sha256 as {first[p.sha256]}"
-            if c.entry.alias_of == first[p.sha256]:
+        key = duplicate_key(spec.splits, c.item_id or "", p.sha256)
+        if key in first:
+            detail = f"same sha256 as {first[key]}"
+            if c.entry.alias_of == first[key]:
                 detail += " (the same name in another Unicode normalisation form)"
             rows.append(Row(item_id=c.item_id or "", status="rejected", source=c.rel, kind=p.kind or "",
                             sha256=p.sha256, reason=Reason.DUPLICATE_CONTENT, detail=detail))
         else:
-            first[p.sha256] = c.rel
+            first[key] = c.rel
             keep.append((c, p))
     keep.sort(key=lambda cp: cp[0].rel)
     return keep, rows

@@ -167,7 +167,7 @@ def to_record(row: Row) -> dict[str, Any]:
     """A JSON-able dict of a row's decoded fields (labels and splits are decided afresh on every run, so left out)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(Row):
-        if f.name in ("labels", "label_source", "split_group", "split", "fold"):
+        if f.name in ("labels", "label_source", "split_group", "split", "fold", "pin"):
             continue
         value = getattr(row, f.name)
         if f.name == "stats":

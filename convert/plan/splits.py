@@ -11,11 +11,16 @@ split furthest below its target (fraction x groups in the stratum, counting the 
 or pinned), ties to the first split listed. So every stratum's split sizes are within one group of the
 target on a first run, and appending items fills the splits that fell short without moving any group.
 
-A `pinned` label column pins items by hand (`train`, `val`, `test`; with folds `test` or a fold number).
+A `pinned` workbook column (each row's `pin`, read apart from the labels) pins items by hand (`train`,
+`val`, `test`; with folds `test` or a fold number).
 The audit (`Leak`) flags a group pinned to several splits, one content (the file's sha256 or the stored
 voxels' content hash) in several splits, and a group whose items disagree on the stratification label.
 With `leakage = "reject"` the first two cost the copies outside the group's (or content's) first split
 their place: they are rejected `split_leakage`; a stratum disagreement is only reported.
+
+Byte-identical files of different items reach the audit (`duplicate_key`): where they land in several
+splits they are a content leak like any other; a later copy in the same split as an earlier one is
+`duplicate_content`, as it is without `[splits]`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -33,7 +38,14 @@ from ..ids import base_id, normalize_id
 from ..manifest import Row
 from ..spec import ItemsSpec, SplitsSpec
 
-__all__ = ["Leak", "Prior", "SplitResult", "assign_splits", "previous_assignment"]
+__all__ = ["Leak", "Prior", "SplitResult", "assign_splits", "duplicate_key", "previous_assignment"]
+
+
+def duplicate_key(splits: SplitsSpec | None, item_id: str, sha256: str) -> tuple[str, str]:
+    """What a file's bytes are compared by to find a `duplicate_content` before any split is known: the bytes
+    alone, and with `[splits]` the item too. A copy under another item (another patient, maybe) may land in
+    another split, where it is the leak the audit reports; so it is decoded and left to `assign_splits`."""
+    return (item_id if splits is not None else "", sha256)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -165,7 +177,7 @@ def assign_splits(rows: Sequence[Row], spec: SplitsSpec, items: ItemsSpec, *, pr
         if warning:
             warnings[i].append(warning)
         if spec.pinned:
-            pin = _pin(dict(out[i].labels).get(spec.pinned, ""), cats, spec)
+            pin = _pin(out[i].pin, cats, spec)
             if isinstance(pin, _Cat):
                 pins[i] = pin
             elif pin is not None:
@@ -212,25 +224,40 @@ def assign_splits(rows: Sequence[Row], spec: SplitsSpec, items: ItemsSpec, *, pr
             leaks.append(Leak("group_in_several_splits", key,
                               tuple((out[i].item_id, out[i].source, str(pins.get(i, chosen[key]))) for i in idx),
                               tuple(out[i].source for i in losers) if spec.leakage == "reject" else ()))
-    leaks += _content_leaks(out, place, rejected, contents, spec)
+    copies = _same_split_copies(out, place, rejected)
+    leaks += _content_leaks(out, place, rejected, contents, spec, skip=copies.keys())
     group_of = {i: key for key, idx in members.items() for i in idx}
     for i in ok:
         c = place[i]
         row = replace(out[i], split_group=group_of[i], split=c.split, fold=c.fold,
                       warnings=out[i].warnings + tuple(warnings[i]))
-        if i in rejected:
-            row = replace(row.rejected(Reason.SPLIT_LEAKAGE, rejected[i]), split_group=row.split_group,
-                          split=c.split, fold=c.fold)
+        if i in rejected or i in copies:
+            why = (Reason.SPLIT_LEAKAGE, rejected[i]) if i in rejected else (Reason.DUPLICATE_CONTENT, copies[i])
+            row = replace(row.rejected(*why), split_group=row.split_group, split=c.split, fold=c.fold)
         out[i] = row
     leaks.sort(key=lambda lk: (lk.kind, lk.key))
     return SplitResult(rows=tuple(out), leaks=tuple(leaks), summary=_summary(out, spec, cats, leaks, strata))
 
 
+def _same_split_copies(rows: Sequence[Row], place: Mapping[int, _Cat], rejected: Mapping[int, str]) -> dict[int, str]:
+    """Byte-identical files of different items in one split (`duplicate_key`): the later ones by source, with why."""
+    first: dict[tuple[str, _Cat], str] = {}
+    out: dict[int, str] = {}
+    for i in sorted((i for i in place if i not in rejected and rows[i].sha256), key=lambda i: rows[i].source):
+        key = (rows[i].sha256, place[i])
+        if key in first:
+            out[i] = f"same sha256 as {first[key]} (in {place[i]} too)"
+        else:
+            first[key] = rows[i].source
+    return out
+
+
 def _content_leaks(rows: Sequence[Row], place: Mapping[int, _Cat], rejected: dict[int, str],
-                   contents: Mapping[str, str], spec: SplitsSpec) -> list[Leak]:
-    """One content (file bytes, or stored voxels) in several splits; with reject, copies outside the first go."""
+                   contents: Mapping[str, str], spec: SplitsSpec, *, skip: Collection[int]) -> list[Leak]:
+    """One content (file bytes, or stored voxels) in several splits; with reject, copies outside the first go.
+    `skip`: rows already out (a copy of another in its own split)."""
     by_content: dict[str, list[int]] = defaultdict(list)
-    for i in sorted((i for i in place if i not in rejected), key=lambda i: rows[i].source):
+    for i in sorted((i for i in place if i not in rejected and i not in skip), key=lambda i: rows[i].source):
         keys = {f"sha256:{rows[i].sha256}"} if rows[i].sha256 else set()
         if rows[i].slot is None and rows[i].array in contents:  # a stack's hash is of all its images
             keys.add(f"content_sha256:{contents[rows[i].array]}")

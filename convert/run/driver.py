@@ -37,14 +37,24 @@ from labzarr.store import IndexItem, ItemStats, Location, StoreIndex, dataset_st
 from ..discover import Candidate, discover, walk
 from ..errors import UsageError
 from ..labels import join_labels, load_labels, workbook_rel
-from ..manifest import Row, atomic_write, manifest_bytes, sort_rows, split_columns, summary_json
+from ..manifest import (
+    Row,
+    atomic_write,
+    earlier_index,
+    manifest_bytes,
+    number_rows,
+    sort_rows,
+    split_columns,
+    summary_json,
+)
 from ..plan.build import VOLUMES, plan
 from ..plan.collisions import collision_summary, find_collisions
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
+from ..plan.splits import duplicate_key
 from ..plan.stacks import STACKS
 from ..probe import Probe, probe_files
 from ..progress import Progress, ProgressEvent
-from ..spec import Spec, load_spec
+from ..spec import Spec, SplitsSpec, load_spec
 from ..survey import readable
 from ..write.arrays import (
     compact_metadata,
@@ -359,7 +369,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout, progress=progress)
     t_convert = time.perf_counter()
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
-    decoded = _drop_duplicates([*converted, *the_plan.unchanged], store)
+    decoded = _drop_duplicates([*converted, *the_plan.unchanged], store, splits=spec.splits)
     rows = sort_rows([*decoded, *the_plan.rows])
     label_names: tuple[str, ...] = ()
     label_summary: dict[str, Any] = {}
@@ -380,9 +390,12 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     planar = {r.source for r in decoded if r.slot is not None} | {i.source for s in the_plan.shards for i in s.items}
     write_outcomes(store, [r for r in decoded if r.source not in planar and not r.group], fingerprint)
     _write_array_labels(client, store, rows, written={r.array for r in converted if r.status == "ok"})
+    manifest_path = spec.manifest_dir / "manifest.csv"
+    summary_path = spec.manifest_dir / "summary.json"
+    index, next_index = number_rows(rows, earlier_index(manifest_path, summary_path))
     manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles],
                               split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
-                              spec.manifest.metadata)
+                              spec.manifest.metadata, index=index)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
     items = index_items(rows)
     records = item_statistics(items, rows)
@@ -391,7 +404,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
                                   tool_version=tool_version(), items=items))
     t_end = time.perf_counter()
     summary = (_summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows) | splits
-               | _statistics(items, records))
+               | _statistics(items, records) | {"next_index": next_index})
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
     run_log = {
         "delivery": spec.delivery.name,
@@ -407,8 +420,6 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         "repaired": [{"item_id": r.item_id, "source": r.source, "array": r.array, "why": r.why}
                      for r in the_plan.repaired],
     }
-    manifest_path = spec.manifest_dir / "manifest.csv"
-    summary_path = spec.manifest_dir / "summary.json"
     run_log_path(store).write_atomic(summary_json(run_log))
     atomic_write(manifest_path, manifest)
     atomic_write(summary_path, summary_json(summary))
@@ -484,18 +495,20 @@ def _task_settings(spec: Spec, client: Client, lock: LockInfo, fingerprint: str,
                         store_options=dict(store.options), crash_reports=str(reports))
 
 
-def _drop_duplicates(rows: list[Row], store: Location) -> list[Row]:
-    """The second ok file with the same bytes (by source order) is `duplicate_content`."""
-    first: dict[str, str] = {}
+def _drop_duplicates(rows: list[Row], store: Location, *, splits: SplitsSpec | None) -> list[Row]:
+    """The second ok file with the same bytes (by source order; with `[splits]`, of the same item: `duplicate_key`)
+    is `duplicate_content`."""
+    first: dict[tuple[str, str], str] = {}
     out = []
     for row in sorted(rows, key=lambda r: r.source):
         if row.status == "ok":
-            if row.sha256 in first:
+            key = duplicate_key(splits, row.item_id, row.sha256)
+            if key in first:
                 if row.slot is None:  # a stack slot is emptied with the others, in _clear_slots
                     remove_array(store, row.group or row.array)
-                row = row.rejected(Reason.DUPLICATE_CONTENT, f"same sha256 as {first[row.sha256]}")
+                row = row.rejected(Reason.DUPLICATE_CONTENT, f"same sha256 as {first[key]}")
             else:
-                first[row.sha256] = row.source
+                first[key] = row.source
         out.append(row)
     return sort_rows(out)
 

@@ -192,7 +192,7 @@ def test_the_template_writes_every_key_the_spec_module_knows() -> None:
         "store": names(StoreSpec) | {"storage_options"},
         "validate": names(ValidateSpec), "dicom": names(DicomSpec), "masks": names(MasksSpec), "run": names(RunSpec),
         "manifest": names(ManifestSpec),
-        "splits": names(SplitsSpec) - {"fractions", "group_from"} | {"train", "val", "test"},
+        "splits": names(SplitsSpec) - {"fractions", "group_from", "pinned_column"} | {"train", "val", "test"},
     }
 
 

@@ -14,7 +14,7 @@ from distributed import Client, LocalCluster
 from labzarr.convert import UsageError, convert_delivery, execute, load_spec, read_manifest
 from labzarr.convert.cli import main
 from labzarr.convert.discover import discover, walk
-from labzarr.convert.labels import join_labels, load_labels
+from labzarr.convert.labels import PIN, join_labels, load_labels
 from labzarr.convert.manifest import Row
 from labzarr.convert.spec import ItemsSpec, LabelsSpec
 from labzarr.loaders import open_store
@@ -64,6 +64,30 @@ def test_normalisation_steps_are_the_specs() -> None:
     out = join([ok("case007")], sheet(("case_7", "neuron")), steps=("strip", "casefold", "drop_separators"))
     assert out.rows[0].status == "rejected" and out.rows[0].reason is Reason.NO_LABEL
     assert out.summary["unmatched_workbook_ids"] == [{"id": "case_7", "normalized": "case7", "cell": "S!A4"}]
+
+
+def _pinned_sheet(*rows: tuple[str, str, str]) -> LabelSheet:
+    """A sheet with a label column F and a `[splits] pinned` column G."""
+    return LabelSheet(sheet="S", sheet_index=1, sheets=("S",), header_row=1, id_column="A",
+                      columns=(("cell_type", "F", "Cell type"), (PIN, "G", "Split")),
+                      rows=tuple(LabelRow(LabelCell(i, f"S!A{2 + k}"), (LabelCell(v, f"S!F{2 + k}"),
+                                                                       LabelCell(p, f"S!G{2 + k}")))
+                                 for k, (i, v, p) in enumerate(rows)), warnings=())
+
+
+@pytest.mark.parametrize(("rows", "pin", "warning"), [
+    pytest.param([("case1", "neuron", "val")], "val", "", id="pinned"),
+    pytest.param([("case1", "neuron", " ")], "", "", id="blank-is-not-pinned"),
+    pytest.param([("case1", "neuron", "val"), ("case1", "neuron", "")], "val", "", id="one-of-two-rows"),
+    pytest.param([("case1", "neuron", "val"), ("case1", "neuron", "test")], "",
+                 "[splits] pinned cells disagree: 'val' at S!G2, 'test' at S!G3; not pinned", id="rows-disagree"),
+])
+def test_a_pin_cell_is_no_label(rows: list[tuple[str, str, str]], pin: str, warning: str) -> None:
+    out = join([ok("case1")], _pinned_sheet(*rows), required=True)
+    row = out.rows[0]
+    assert (row.status, row.labels, row.pin) == ("ok", (("cell_type", "neuron"),), pin)
+    assert row.warnings == ((warning,) if warning else ())
+    assert out.names == ("cell_type",) and list(out.summary["label_workbook"]["columns"]) == ["cell_type"]
 
 
 def test_same_id_twice_same_value_is_fine_different_values_conflict() -> None:

@@ -250,7 +250,53 @@ def test_samples_with_the_same_bytes_are_duplicates_after_decoding(tmp_path: Pat
     (tmp_path / "volumes" / "b").mkdir(parents=True)
     rows = [Row(item_id=i, status="ok", source=f"{i}_img.nii", sha256="a" * 64, group=f"volumes/{i}",
                 array=f"volumes/{i}/image") for i in ("b", "a")]
-    out = _drop_duplicates(rows, Folder(tmp_path))
+    out = _drop_duplicates(rows, Folder(tmp_path), splits=None)
     assert [(r.item_id, r.status, r.reason) for r in out] == [("a", "ok", None),
                                                                ("b", "rejected", Reason.DUPLICATE_CONTENT)]
     assert not (tmp_path / "volumes" / "b").exists()
+
+
+def _lines(manifest: Path) -> dict[str, str]:
+    """Each row's CSV line by source (the manifest's sources are plain: no quoting in the demo)."""
+    return {r["source"]: line for r, line in zip(read_manifest(manifest), manifest.read_text().splitlines()[1:])}
+
+
+def test_appending_and_removing_items_keeps_every_other_rows_index_and_bytes(tmp_path: Path, dask_client) -> None:
+    d = make_delivery(tmp_path)
+    first = _lines(run(d, dask_client).manifest)
+    removed = "case_003/example4d.nii.gz"
+    (d.raw / removed).unlink()
+    (d.raw / "case_000.nii.gz").write_bytes(nifti_gz(1000))  # sorts first: it would renumber every row below
+    second_run = run(d, dask_client)
+    second = _lines(second_run.manifest)
+    # The diff is what changed: the new row in, the removed row out, every other line byte for byte.
+    assert set(second.values()) - set(first.values()) == {second["case_000.nii.gz"]}
+    assert set(first.values()) - set(second.values()) == {first[removed]}
+    index = {s: int(r["index"]) for s, r in ((r["source"], r) for r in read_manifest(second_run.manifest))}
+    assert index["case_000.nii.gz"] == len(first) and second_run.summary["next_index"] == len(first) + 1
+    # A removed item's index is not handed out again, nor is the last one given.
+    (d.raw / "case_098.nii.gz").write_bytes(nifti_gz(1098))
+    third_run = run(d, dask_client)
+    third = read_manifest(third_run.manifest)
+    assert {r["source"]: int(r["index"]) for r in third}["case_098.nii.gz"] == len(first) + 1
+    assert int(first[removed].split(",", 1)[0]) not in {int(r["index"]) for r in third}
+    assert [(r["item_id"], r["source"]) for r in third] == sorted((r["item_id"], r["source"]) for r in third)
+    before = third_run.manifest.read_bytes()
+    assert run(d, dask_client).manifest.read_bytes() == before  # a no-op rerun: the same bytes
+
+
+@pytest.mark.parametrize(("sources", "earlier", "expected", "after"), [
+    pytest.param(["a", "b", "c"], {}, [0, 1, 2], 3, id="first-run-counts-in-order"),
+    pytest.param(["a", "b", "c"], {"a": 0, "b": 1, "c": 2}, [0, 1, 2], 3, id="no-op"),
+    pytest.param(["a", "a2", "b"], {"a": 0, "b": 1}, [0, 2, 1], 3, id="new-in-the-middle"),
+    pytest.param(["a", "d"], {"a": 0, "b": 1, "c": 2}, [0, 3], 4, id="removed-not-reused"),
+    pytest.param(["a", "e"], {"a": 0, "_next": 7}, [0, 7], 8, id="earlier-removals-not-reused"),
+])
+def test_number_rows_keeps_earlier_indices_and_never_reuses_one(sources: list[str], earlier: dict[str, int],
+                                                                expected: list[int], after: int) -> None:
+    from labzarr.convert.manifest import EarlierIndex, number_rows
+
+    by_source = {s: i for s, i in earlier.items() if s != "_next"}
+    nxt = max(earlier.get("_next", 0), max(by_source.values(), default=-1) + 1)
+    rows = [Row(item_id=s, status="ok", source=s) for s in sources]
+    assert number_rows(rows, EarlierIndex(by_source, nxt)) == (expected, after)

@@ -170,3 +170,40 @@ def test_unknown_key_names_the_closest_known_one(tmp_path: Path, text: str, matc
     with pytest.raises(UsageError, match=match) as info:
         load_spec(write(tmp_path, text), root=tmp_path)
     assert info.value.hint.startswith(hint), info.value.hint
+
+
+def _link_into_raw(tmp: Path) -> None:
+    (tmp / "out").symlink_to(tmp / "raw")  # `out/lab-1.zarr` is then raw/lab-1.zarr
+
+
+def _raw_under_store(tmp: Path) -> None:
+    (tmp / "d.zarr" / "raw").mkdir(parents=True)
+
+
+@pytest.mark.parametrize(("setup", "raw", "store", "match"), [
+    pytest.param(None, "raw", "raw/mylab/inside.zarr", r"store = '.*raw/mylab/inside\.zarr': lies inside "
+                 r"\[delivery\] raw = '.*raw'", id="store-in-raw"),
+    pytest.param(None, "raw", "raw/../raw/x.zarr", r"lies inside \[delivery\] raw", id="store-in-raw-by-dotdot"),
+    pytest.param(_link_into_raw, "raw", "out/lab-1.zarr", r"lies inside \[delivery\] raw", id="store-in-raw-by-link"),
+    pytest.param(_raw_under_store, "d.zarr/raw", "d.zarr", r"store = '.*d\.zarr': holds \[delivery\] raw = "
+                 r"'.*d\.zarr/raw'", id="raw-in-store"),
+])
+def test_a_store_and_raw_that_nest_are_refused_before_any_work(tmp_path: Path, setup: object, raw: str, store: str,
+                                                               match: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if callable(setup):
+        setup(tmp_path)
+    text = GOOD.replace('raw = "raw"', f'raw = "{raw}"').replace('"out/lab-1.zarr"', f'"{store}"')
+    spec = write(tmp_path, text)
+    with pytest.raises(UsageError, match=match) as info:
+        load_spec(spec, root=tmp_path)
+    assert "outside the raw folder" in info.value.hint or "side by side" in info.value.hint
+    # `labzarr check` refuses the same way, and nothing was created: no store, no manifest.
+    assert main(["check", str(spec)]) == 2
+    assert "labzarr: error: " in capsys.readouterr().err
+    assert not (tmp_path / "manifest.csv").exists() and not (tmp_path / "raw" / "mylab").exists()
+
+
+def test_a_store_beside_raw_with_a_common_name_prefix_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "raw2").mkdir()
+    text = GOOD.replace('"out/lab-1.zarr"', '"raw2/lab-1.zarr"')  # raw2 is not inside raw
+    assert load_spec(write(tmp_path, text), root=tmp_path).delivery.store.local_path() == tmp_path / "raw2/lab-1.zarr"

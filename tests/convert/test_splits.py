@@ -123,7 +123,7 @@ def test_folds_partition_the_groups_and_hold_test_out(tmp_path: Path, scheduler:
 
 def _pinned_project(root: Path, leakage: str) -> Path:
     pins = {"P008_t1": "train", "P008_t2": "train", "P008_t3": "val", "P004_t1": "train", "P005_t1": "val"}
-    spec = project(root, splits=FRACTIONS + f'pinned = "pin"\nleakage = "{leakage}"\n', pins=pins)
+    spec = project(root, splits=FRACTIONS + f'pinned = "Split"\nleakage = "{leakage}"\n', pins=pins)
     raw = root / "data" / "raw" / "cohort"
     # A planted duplicate: P005's scan delivered again, uncompressed, as P004's: the same voxels in two splits.
     img = nib.load(raw / "P005" / "P005_t1.nii.gz")
@@ -232,3 +232,90 @@ def test_check_shows_each_items_split_and_the_audit_before_converting(tmp_path: 
     by_id = {r["item_id"]: r["split"] for r in _manifest(cohort)}
     assert {p.row.item_id: p.row.split for p in report.planned if p.row.status == "ok"} == \
         {i: s for i, s in by_id.items() if s}
+
+
+_PINS = {"P004_t1": "test", "P005_t2": "val", "P006_t1": "train"}
+
+
+@pytest.mark.parametrize("pinned", ['"Split"', '"C"', '{ header = "split" }'])
+def test_a_pin_column_is_read_on_its_own_and_a_blank_pin_pins_nothing(tmp_path: Path, scheduler: str,
+                                                                       pinned: str) -> None:
+    # Labels required: an item without a pin is still labelled (its diagnosis), never no_label for the blank pin.
+    spec = project(tmp_path, splits=FRACTIONS + f"pinned = {pinned}\n", patients=range(1, 9), pins=_PINS,
+                   required=True)
+    convert_delivery(spec, scheduler=scheduler)
+    rows = _manifest(spec)
+    assert {r["status"] for r in rows if r["kind"]} == {"ok"}, [r["detail"] for r in rows if r["status"] != "ok"]
+    assert not [r["warnings"] for r in rows if r["warnings"]]
+    assert "label.pin" not in rows[0] and "label.split" not in rows[0]
+    split_of = {r["split_group"]: r["split"] for r in rows if r["status"] == "ok"}
+    assert (split_of["p004"], split_of["p005"], split_of["p006"]) == ("test", "val", "train")  # the whole patient
+    assert list(_summary(spec)["label_workbook"]["columns"]) == ["diagnosis"]
+
+
+def test_a_pin_column_that_names_a_label_column_reads_that_column(tmp_path: Path) -> None:
+    spec = project(tmp_path, splits=FRACTIONS + 'pinned = "pin"\n', patients=range(1, 2))
+    spec.write_text(spec.read_text().replace('diagnosis = "B"', 'diagnosis = "B", pin = "C"'))
+    from labzarr.readers import ColumnRef
+
+    splits = load_spec(spec).splits
+    assert splits is not None and (splits.pinned, splits.pinned_column) == ("pin", ColumnRef(letter="C"))
+
+
+def _without_labels(text: str) -> str:
+    head, rest = text.split("[labels]\n")
+    return head + "[splits]\n" + rest.split("[splits]\n")[1].replace('stratify = "diagnosis"\n', "")
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    pytest.param(lambda text: text + 'pinned = "Fold"\n', "[splits] pinned: labels.xlsx: no row of sheet",
+                 id="header-absent"),
+    pytest.param(lambda text: _without_labels(text) + 'pinned = "C"\n',
+                 "[splits] pinned = 'C': needs a [labels] workbook", id="no-labels"),
+])
+def test_a_wrong_pin_column_is_one_usage_error(tmp_path: Path, change: object, needle: str) -> None:
+    from labzarr.convert.check import check_delivery
+
+    spec = project(tmp_path, patients=range(1, 2))
+    assert callable(change)
+    spec.write_text(change(spec.read_text()))
+    with pytest.raises(UsageError) as err:
+        check_delivery(spec)
+    assert needle in str(err.value), err.value
+
+
+@pytest.mark.parametrize(("leakage", "copy_status", "copy_reason", "rejected"), [
+    pytest.param("reject", "rejected", "split_leakage", ["P005/P005_t9.nii.gz"], id="reject"),
+    pytest.param("warn", "ok", "", [], id="warn"),
+])
+def test_a_byte_identical_copy_under_a_patient_in_another_split_is_a_leak_not_a_duplicate(
+        tmp_path: Path, scheduler: str, leakage: str, copy_status: str, copy_reason: str, rejected: list[str]) -> None:
+    from labzarr.convert.check import check_delivery
+
+    pins = {"P004_t1": "train", "P005_t1": "test", "P006_t1": "train"}
+    spec = project(tmp_path, splits=FRACTIONS + f'pinned = "Split"\nleakage = "{leakage}"\n', patients=range(1, 9),
+                   pins=pins)
+    raw = tmp_path / "data" / "raw" / "cohort"
+    original = (raw / "P004" / "P004_t1.nii.gz").read_bytes()
+    (raw / "P005" / "P005_t9.nii.gz").write_bytes(original)  # under a test patient: a leak
+    (raw / "P006" / "P006_t8.nii.gz").write_bytes(original)  # under another train patient: a plain duplicate
+    planned = {p.row.item_id: p.row for p in check_delivery(spec).planned}
+    result = convert_delivery(spec, scheduler=scheduler)
+    rows = {r["item_id"]: r for r in _manifest(spec)}
+    copy = rows["p005t9"]
+    assert (copy["status"], copy["reason"], copy["split"]) == (copy_status, copy_reason, "test")
+    assert (planned["p005t9"].status, planned["p005t9"].split) == (copy_status, "test")  # check says the same
+    if copy_reason:
+        assert "as p004t1 (P004/P004_t1.nii.gz) in train; this copy in test" in copy["detail"]
+    (leak,) = [lk for lk in _summary(spec)["splits"]["leakage"] if lk["kind"] == "content_in_several_splits"]
+    assert {(i["item_id"], i["where"]) for i in leak["items"]} == {("p004t1", "train"), ("p005t9", "test")}
+    assert leak["rejected"] == rejected
+    assert rows["p004t1"]["status"] == "ok"
+    same = rows["p006t8"]
+    assert (same["status"], same["reason"], same["split"]) == ("rejected", "duplicate_content", "train")
+    assert same["detail"].startswith("same sha256 as P004/P004_t1.nii.gz")
+    assert result.summary["reasons"].get("split_leakage", 0) == len(rejected)
+    from labzarr import open_store
+
+    stored = {i.item_id for i in open_store(tmp_path / "data/stores/cohort.zarr").items}
+    assert ("p005t9" in stored) == (leakage == "warn") and "p006t8" not in stored
