@@ -13,8 +13,11 @@ slice normal in increasing position; the affine maps (i, j, k) to RAS mm.
 
 Output dtype rule: when no frame is rescaled the stored integer type is kept
 (uint8/int8/uint16/int16/uint32/int32, float for float pixel data); when every
-RescaleSlope/Intercept is an integer and the rescaled range that BitsStored
-allows fits int16, int16; otherwise float32.
+RescaleSlope/Intercept is an integer, the narrowest of int16 and int32 that
+holds the whole rescaled range BitsStored allows; otherwise float32. The range
+is the header's, not the pixels': the dtype is planned before any pixel is
+decoded, so a 16-bit signed CT with an intercept of -1024 is int32 (as wide as
+float32, and exact) even when its values would fit int16.
 """
 
 from __future__ import annotations
@@ -461,8 +464,9 @@ def output_dtype(h: DicomHeader, frames: Sequence[Frame]) -> str:
         stored = min(h.bits_stored, h.bits_allocated) or h.bits_allocated
         lo, hi = (-(1 << (stored - 1)), (1 << (stored - 1)) - 1) if h.signed else (0, (1 << stored) - 1)
         ends = [v * f.slope + f.intercept for f in frames for v in (lo, hi)]
-        if -32768 <= min(ends) and max(ends) <= 32767:
-            return "int16"
+        for dtype in ("int16", "int32"):
+            if np.iinfo(dtype).min <= min(ends) and max(ends) <= np.iinfo(dtype).max:
+                return dtype
     return "float32"
 
 
