@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._dicom_header import DicomHeader, Frame
+from ._dicom_meta import Descriptors
 from .reasons import Reason, Rejected
 from .records import ByFields, Metadata
 
@@ -57,6 +58,8 @@ class SeriesRules:
     derived: Literal["separate", "drop"] = "separate"
     # DICOM keywords read into an item's metadata besides the allow-list (readers/_dicom_meta.py): opt-in.
     metadata: tuple[str, ...] = ()
+    # The allow-list's free-text SeriesDescription and ProtocolName: read into the metadata, or left in the files.
+    descriptors: Descriptors = "drop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,7 @@ class SeriesStack(ByFields):
     bvalues: tuple[float | None, ...] = ()
     gradients: tuple[tuple[float, float, float] | None, ...] = ()
     extra_metadata: tuple[str, ...] = ()
+    descriptors: Descriptors = "drop"
 
     @property
     def nbytes(self) -> int:
@@ -145,7 +149,8 @@ def layout_series(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     ref = min(members, key=lambda m: m.source)
     first = ref.header.frames[0]
     return replace(stack, warnings=copies + stack.warnings, metadata=scaling, image_type=first.image_type,
-                   echo_time_ms=first.echo if ref.header.enhanced else None, extra_metadata=rules.metadata)
+                   echo_time_ms=first.echo if ref.header.enhanced else None, extra_metadata=rules.metadata,
+                   descriptors=rules.descriptors)
 
 
 def _apply_scaling(members: Sequence[Member], rules: SeriesRules) -> tuple[list[Member], Metadata]:
