@@ -75,10 +75,15 @@ class CheckReport:
         files = sum(self.formats.values())
         lines = [f"check: {self.spec.delivery.name} (nothing decoded)", *self._paths(), "",
                  f"files: {files:,} under raw: " + ", ".join(f"{k} {n:,}" for k, n in self.formats.items()),
+                 *(self._dicom_lines() if self.formats.get("dicom") else []),
                  f"plan:  {self.headline}", ""]
         ids = {p.row.item_id for p in self.planned if p.row.item_id}
         lines.append(f"items: {len(ids):,} IDs in {len(self.planned):,} rows "
                      "(convert: decoded by the run; unchanged: kept from the store; rejected/ignored: decided now)")
+        if any(p.fate == "convert" for p in self.planned):
+            # A reason found here (no_label, say) is what the headers show; decoding may find a worse one first.
+            lines.append("  decoding may reject more, or for another reason than shown here: a truncated, corrupt "
+                         "or too large file is found only when it is read")
         shown = self.planned if limit <= 0 else self.planned[:limit]
         lines += [_line(p) for p in shown]
         if len(shown) < len(self.planned):
@@ -91,6 +96,17 @@ class CheckReport:
         if self.splits:
             lines += ["", *split_lines(self.splits, limit=limit, indent="")]
         return "\n".join(lines)
+
+    def _dicom_lines(self) -> list[str]:
+        """What DICOM metadata a run keeps: the free-text descriptors above all (spec.md#dicom)."""
+        d = self.spec.dicom
+        if d.descriptors == "keep":
+            how = ("kept ([dicom] descriptors = \"keep\"): free text typed at the scanner, stored in the store's "
+                   "attributes and index; make sure it holds no names")
+        else:
+            how = "left in the raw files ([dicom] descriptors = \"drop\"; \"keep\" stores them)"
+        opted = f"; opted in by [dicom] metadata: {', '.join(d.metadata)}" if d.metadata else ""
+        return [f"dicom: SeriesDescription, ProtocolName {how}{opted}"]
 
     def _paths(self) -> list[str]:
         spec = self.spec

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -258,17 +260,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failed items where relevant, 2 bad usage).
 
     A Ctrl-C propagates as KeyboardInterrupt; the `labzarr` command (`labzarr.__main__`) turns it into one
-    line and exit code 130.
+    line and exit code 130. A reader that stops early (`labzarr inspect --stats | head`) ends the output
+    quietly, exit code 141 as for a process SIGPIPE ends.
     """
     args = build_parser().parse_args(argv)
     # --quiet: errors only; warnings (hidden sheets, uncached formulas) are in summary.json and on the report page.
     level = logging.ERROR if getattr(args, "quiet", False) else logging.WARNING
     logging.basicConfig(level=level, format="labzarr: %(levelname)s: %(message)s")
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()  # a closed pipe then shows here, not as a traceback when the interpreter exits
+        return code
     except UsageError as e:
         print(f"labzarr: error: {e}\n  hint: {e.hint}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # Python ignores SIGPIPE, so a write to a closed pipe raises instead of ending the process as it ends
+        # `cat`; what is still buffered goes nowhere, so the flush at exit cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _quiet_dask() -> None:
+    """Silence distributed's loggers for a command that runs a cluster (convert, verify --repair).
+
+    distributed logs through the root handler once it has one (ours): its scheduler and worker chatter would
+    bury the run's own messages, which say what went wrong in the delivery's terms. Importing distributed
+    sets its loggers' levels from its config, so the level is set after that import, never before it.
+    """
+    import distributed  # noqa: F401
+
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
 def _shown(path: Path | Location) -> str:
@@ -285,9 +307,7 @@ def _convert(args: argparse.Namespace) -> int:
     from .console import progress_display, summary_table
     from .run.driver import convert_delivery
 
-    # distributed logs through the root handler once it has one (ours): its scheduler and worker chatter
-    # would bury the run's own messages, which say what went wrong in the delivery's terms.
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    _quiet_dask()
 
     if args.dry_run:  # the older name of `labzarr check`
         return _check(args)
@@ -372,7 +392,7 @@ def _repair(args: argparse.Namespace) -> int:
     if not args.store.endswith(".toml") or is_url(args.store):
         raise UsageError(f"verify --repair {args.store}: repairing needs the delivery's spec, not only its store",
                          "pass the delivery.toml, e.g. labzarr verify --repair manifests/demo/delivery.toml")
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # as for convert
+    _quiet_dask()
     with progress_display(sys.stderr, quiet=False) as progress:
         result = repair_delivery(Path(args.store), only_damaged=True, workers=args.workers, scheduler=args.scheduler,
                                  progress=progress, threads=args.threads)

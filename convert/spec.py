@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 from labzarr.readers import ColumnRef, Limits, SeriesRules, WorkbookLimits, load_reader
-from labzarr.readers.dicom import ALLOWED, is_known_keyword
+from labzarr.readers.dicom import ALLOWED, DESCRIPTORS, Descriptors, is_known_keyword
 from labzarr.store import Location, as_location, is_url
 from labzarr.store.chunks.compressors import COMPRESSORS, LEVELS, Compressor
 
@@ -164,6 +164,9 @@ class DicomSpec:
       unless told to resample; "shear" keeps them with an exact, sheared affine (dcm2niix writes a resampled copy).
     - philips_scaling "float": dcm2niix's default (-p y), precise values through Philips' private scale slope.
     - derived "separate": dcm2niix removes trace/ADC volumes from a DWI's 4D and writes them apart (`_ADC`).
+    - descriptors "drop": PS3.15's Basic Application Level Confidentiality Profile removes SeriesDescription and
+      ProtocolName (free text an operator may type a patient's name into) unless its Clean Descriptors option
+      applies, which only a person who has read them can vouch for; "keep" stores them (dcm2niix's sidecar does).
     """
 
     min_slices: int = SeriesRules().min_slices
@@ -176,13 +179,20 @@ class DicomSpec:
     # DICOM keywords read into an item's metadata besides the allow-list (readers/_dicom_meta.py): opt-in, as any
     # of them may hold what identifies a patient.
     metadata: tuple[str, ...] = ()
+    descriptors: Descriptors = SeriesRules().descriptors
 
     def rules(self) -> SeriesRules:
         """The tolerances the DICOM series layout checks."""
         return SeriesRules(min_slices=self.min_slices, spacing_tolerance_mm=self.spacing_tolerance_mm,
                            spacing_tolerance_rel=self.spacing_tolerance_rel,
                            orientation_tolerance=self.orientation_tolerance, gantry_tilt=self.gantry_tilt,
-                           philips_scaling=self.philips_scaling, derived=self.derived, metadata=self.metadata)
+                           philips_scaling=self.philips_scaling, derived=self.derived, metadata=self.metadata,
+                           descriptors=self.descriptors)
+
+    def kept(self) -> tuple[str, ...]:
+        """Every acquisition-metadata name an item may carry under this section (allow-list, opt-ins), sorted."""
+        return tuple(sorted((ALLOWED - (DESCRIPTORS if self.descriptors == "drop" else frozenset()))
+                            | set(self.metadata)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -634,16 +644,25 @@ def _dicom(t: _Table) -> DicomSpec:
     derived = t.take("derived", str, d.derived, what='"separate" or "drop"')
     t.check("derived", derived, lambda v: v in ("separate", "drop"), 'allowed: "separate" | "drop"',
             'use "separate" (default: trace/ADC volumes become their own item, <id>~trace) or "drop"')
+    descriptors = t.take("descriptors", str, d.descriptors, what='"keep" or "drop"')
+    t.check("descriptors", descriptors, lambda v: v in ("keep", "drop"), 'allowed: "keep" | "drop"',
+            'use "drop" (default: SeriesDescription and ProtocolName stay in the raw files, as PS3.15\'s '
+            'confidentiality profile) or "keep" once you know they hold no names')
     extra = t.take("metadata", list, [], what='a list of DICOM keywords, e.g. ["BodyPartExamined"]')
     unknown = [n for n in extra if not (isinstance(n, str) and is_known_keyword(n))]
     t.check("metadata", extra, lambda _: not unknown, f"{unknown[0]!r} is not a DICOM keyword" if unknown else "",
             'name tags by their DICOM keyword, e.g. metadata = ["BodyPartExamined"] (pydicom\'s dictionary)')
+    named = sorted(DESCRIPTORS.intersection(extra)) if descriptors == "drop" else []
+    t.check("metadata", extra, lambda _: not named,
+            f"{named[0]!r} is a descriptor, and descriptors = \"drop\"" if named else "",
+            'set descriptors = "keep" in [dicom] to store SeriesDescription and ProtocolName')
     t.done()
     return DicomSpec(min_slices=min_slices, spacing_tolerance_mm=mm, spacing_tolerance_rel=rel,
                      orientation_tolerance=orient, gantry_tilt=cast(Literal["shear", "reject"], tilt),
                      philips_scaling=cast(Literal["float", "display"], philips),
                      derived=cast(Literal["separate", "drop"], derived),
-                     metadata=tuple(str(n) for n in extra if str(n) not in ALLOWED))
+                     metadata=tuple(str(n) for n in extra if str(n) not in ALLOWED),
+                     descriptors=cast(Descriptors, descriptors))
 
 
 _SCALING_KEYS = ("PhilipsRescaleIntercept", "PhilipsRescaleSlope", "PhilipsScaleSlope",
@@ -652,10 +671,13 @@ _SCALING_KEYS = ("PhilipsRescaleIntercept", "PhilipsRescaleSlope", "PhilipsScale
 
 def _manifest(t: _Table, dicom: DicomSpec) -> ManifestSpec:
     names = t.take("metadata", list, [], what='a list of metadata names, e.g. ["Modality", "EchoTime"]')
-    known = sorted(ALLOWED | set(_SCALING_KEYS) | set(dicom.metadata))
+    known = sorted({*dicom.kept(), *_SCALING_KEYS})
     unknown = [n for n in names if not (isinstance(n, str) and n in known)]
-    t.check("metadata", names, lambda _: not unknown, f"{unknown[0]!r} is not an item metadata name" if unknown else "",
-            f"use names from {', '.join(known)}; other DICOM tags need [dicom] metadata = [...] first")
+    dropped = " ([dicom] descriptors = \"drop\" leaves it out)" if unknown and unknown[0] in DESCRIPTORS else ""
+    t.check("metadata", names, lambda _: not unknown,
+            f"{unknown[0]!r} is not an item metadata name{dropped}" if unknown else "",
+            f"use names from {', '.join(known)}; other DICOM tags need [dicom] metadata = [...] first"
+            + ('; descriptors need [dicom] descriptors = "keep"' if dropped else ""))
     t.done()
     return ManifestSpec(metadata=tuple(dict.fromkeys(str(n) for n in names)))
 

@@ -13,8 +13,11 @@ slice normal in increasing position; the affine maps (i, j, k) to RAS mm.
 
 Output dtype rule: when no frame is rescaled the stored integer type is kept
 (uint8/int8/uint16/int16/uint32/int32, float for float pixel data); when every
-RescaleSlope/Intercept is an integer and the rescaled range that BitsStored
-allows fits int16, int16; otherwise float32.
+RescaleSlope/Intercept is an integer, the narrowest of int16 and int32 that
+holds the whole rescaled range BitsStored allows; otherwise float32. The range
+is the header's, not the pixels': the dtype is planned before any pixel is
+decoded, so a 16-bit signed CT with an intercept of -1024 is int32 (as wide as
+float32, and exact) even when its values would fit int16.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._dicom_header import DicomHeader, Frame
+from ._dicom_meta import Descriptors
 from .reasons import Reason, Rejected
 from .records import ByFields, Metadata
 
@@ -54,6 +58,8 @@ class SeriesRules:
     derived: Literal["separate", "drop"] = "separate"
     # DICOM keywords read into an item's metadata besides the allow-list (readers/_dicom_meta.py): opt-in.
     metadata: tuple[str, ...] = ()
+    # The allow-list's free-text SeriesDescription and ProtocolName: read into the metadata, or left in the files.
+    descriptors: Descriptors = "drop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +120,7 @@ class SeriesStack(ByFields):
     bvalues: tuple[float | None, ...] = ()
     gradients: tuple[tuple[float, float, float] | None, ...] = ()
     extra_metadata: tuple[str, ...] = ()
+    descriptors: Descriptors = "drop"
 
     @property
     def nbytes(self) -> int:
@@ -142,7 +149,8 @@ def layout_series(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     ref = min(members, key=lambda m: m.source)
     first = ref.header.frames[0]
     return replace(stack, warnings=copies + stack.warnings, metadata=scaling, image_type=first.image_type,
-                   echo_time_ms=first.echo if ref.header.enhanced else None, extra_metadata=rules.metadata)
+                   echo_time_ms=first.echo if ref.header.enhanced else None, extra_metadata=rules.metadata,
+                   descriptors=rules.descriptors)
 
 
 def _apply_scaling(members: Sequence[Member], rules: SeriesRules) -> tuple[list[Member], Metadata]:
@@ -461,8 +469,9 @@ def output_dtype(h: DicomHeader, frames: Sequence[Frame]) -> str:
         stored = min(h.bits_stored, h.bits_allocated) or h.bits_allocated
         lo, hi = (-(1 << (stored - 1)), (1 << (stored - 1)) - 1) if h.signed else (0, (1 << stored) - 1)
         ends = [v * f.slope + f.intercept for f in frames for v in (lo, hi)]
-        if -32768 <= min(ends) and max(ends) <= 32767:
-            return "int16"
+        for dtype in ("int16", "int32"):
+            if np.iinfo(dtype).min <= min(ends) and max(ends) <= np.iinfo(dtype).max:
+                return dtype
     return "float32"
 
 

@@ -9,6 +9,12 @@ sequences included.
 
 Names and units are the BIDS sidecar's, as dcm2niix writes them: times in
 seconds (DICOM's are milliseconds), angles in degrees, lengths in mm.
+
+`DESCRIPTORS` (SeriesDescription, ProtocolName) are free text an operator
+types at the scanner, and a patient's name sometimes ends up there: PS3.15's
+Basic Application Level Confidentiality Profile removes both unless its Clean
+Descriptors option applies. They are read only when the caller keeps them
+(`descriptors="keep"`, from `[dicom] descriptors`).
 `PhaseEncodingAxis` and the b-vectors refer to the *stored* array's axes,
 canonical RAS (`i`, `j`, `k` = x, y, z): dcm2niix's `.bvec` refers to its
 own NIfTI's voxel axes instead, in FSL's convention.
@@ -19,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +35,9 @@ from pydicom.dataset import Dataset
 from ._dicom_header import csa_items, header_dataset
 from .records import Metadata, MetaValue
 
-__all__ = ["ALLOWED", "acquisition_metadata", "diffusion_metadata", "is_known_keyword"]
+__all__ = ["ALLOWED", "DESCRIPTORS", "Descriptors", "acquisition_metadata", "diffusion_metadata", "is_known_keyword"]
+
+Descriptors = Literal["keep", "drop"]
 
 # (BIDS name, DICOM keyword, the enhanced functional group holding it, scale to BIDS units)
 _TAGS: tuple[tuple[str, str, str, float], ...] = (
@@ -48,6 +56,8 @@ _TAGS: tuple[tuple[str, str, str, float], ...] = (
 ALLOWED: frozenset[str] = frozenset({n for n, _, _, _ in _TAGS} | {
     "ImageType", "EchoTime", "PhaseEncodingAxis", "PhaseEncodingDirection", "EffectiveEchoSpacing",
     "TotalReadoutTime", "SliceTiming", "bvals", "bvecs"})
+# The allow-list's free-text descriptors, kept only on request (see the module docstring).
+DESCRIPTORS: frozenset[str] = frozenset({"SeriesDescription", "ProtocolName"})
 
 
 def is_known_keyword(name: str) -> bool:
@@ -59,18 +69,21 @@ def acquisition_metadata(path: Path, *, gzipped: bool, frame: int, image_type: S
                          echo_time_ms: float | None, extra: Sequence[str] = (),
                          phase_axes: tuple[str, str] | None = None, phase_signs: tuple[float, float] = (1.0, 1.0),
                          image_shape: tuple[int, int] | None = None,
-                         slice_tiles: Sequence[int] = ()) -> Metadata:
+                         slice_tiles: Sequence[int] = (), descriptors: Descriptors = "drop") -> Metadata:
     """The allow-listed metadata of the item whose first image is `frame` of `path`, plus the `extra` keywords.
 
     `image_type` and `echo_time_ms` are the item's own (an enhanced file's parts differ in them);
     `phase_axes` names the stored axes a row and a column run along, for `PhaseEncodingAxis`, and
     `phase_signs` whether each runs the same way (+1) or reversed (-1); `image_shape` is one image's (rows,
-    columns) (a mosaic's tile); `slice_tiles` the mosaic tile of each stored slice, in stored order.
+    columns) (a mosaic's tile); `slice_tiles` the mosaic tile of each stored slice, in stored order;
+    `descriptors` whether `DESCRIPTORS` are read.
     """
     ds = header_dataset(path, gzipped=gzipped)
     groups = _groups(ds, frame)
     out: dict[str, MetaValue] = {}
     for name, keyword, group, scale in _TAGS:
+        if descriptors == "drop" and name in DESCRIPTORS:
+            continue
         value = _value(ds, groups, keyword, group)
         if value is not None:
             out[name] = _scaled(value, scale)

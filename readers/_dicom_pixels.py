@@ -65,7 +65,8 @@ def _metadata(stack: SeriesStack, *, phase_axes: tuple[str, str] | None = None,
         read = acquisition_metadata(Path(first.path), gzipped=first.gzipped, frame=first.frame,
                                     image_type=stack.image_type, echo_time_ms=stack.echo_time_ms,
                                     extra=stack.extra_metadata, phase_axes=phase_axes, phase_signs=phase_signs,
-                                    image_shape=(stack.rows, stack.columns), slice_tiles=slice_tiles)
+                                    image_shape=(stack.rows, stack.columns), slice_tiles=slice_tiles,
+                                    descriptors=stack.descriptors)
     except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise Rejected(Reason.BAD_HEADER, f"member {first.source}: header cannot be read again for its "
                                           f"metadata: {type(exc).__name__}: {exc}") from exc

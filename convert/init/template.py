@@ -68,6 +68,7 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("dicom", "philips_scaling"): "float (precise, as dcm2niix) | display (public rescale, dcm2niix -p n)",
     ("dicom", "derived"): "separate: trace/ADC volumes become item <id>~trace (as dcm2niix's _ADC) | drop",
     ("dicom", "metadata"): "opt-in DICOM keywords besides the PHI-free allow-list, e.g. [\"BodyPartExamined\"]",
+    ("dicom", "descriptors"): "drop: SeriesDescription, ProtocolName (free text, may hold names) stay out | keep",
     ("manifest", "metadata"): "metadata shown as columns meta.<name>, e.g. [\"Modality\", \"EchoTime\"]",
     ("masks", "classes"): "the classes a mask may hold; [] for any integer",
     ("masks", "policy"): "reject | warn: non-integer values or unexpected classes",

@@ -8,8 +8,9 @@ wide at most, so integers up to 256 in magnitude (every 8-bit value) have a bin
 of their own, int16 CT values bins of 8 HU around 1000 HU, and floats of any
 range a relative resolution of 0.8 %. Bins are numbered by a signed *ordinal*
 that increases with the value (`ordinals`); non-finite values are counted
-apart (`nan`, `inf`), never binned. A percentile is read from the histogram
-within the bin that holds it (`ChannelStats.percentile`).
+apart (`nan`, `inf`), never binned. A percentile is numpy's linear one between
+the order statistics either side of its rank, each read from the histogram within
+the values its bin can hold (`ChannelStats.percentiles`).
 
 Moments are the count, mean and M2 (the sum of squared deviations from the
 mean) of the finite values. `ChannelStats.merge` combines any number of them at
@@ -148,8 +149,10 @@ class ChannelStats:
         return self.percentiles((q,))[0]
 
     def percentiles(self, qs: Sequence[float]) -> tuple[float, ...]:
-        """`percentile` for each of `qs`: numpy's linear rank ``q / 100 * (count - 1)`` placed in its bin, spread
-        evenly over the bin (over the bin's integers when `integral`), clipped to [min, max]."""
+        """`percentile` for each of `qs`, as numpy's default ('linear') computes it: the order statistics either
+        side of the rank ``q / 100 * (count - 1)``, interpolated as numpy does. Each order statistic is read
+        from its bin (`_order_statistics`), so where those bins hold one value each the result is numpy's to the
+        bit: every integer up to 256 in magnitude, and a bin holding the minimum or the maximum alone."""
         if any(not 0 <= q <= 100 for q in qs):
             raise ValueError(f"percentiles {list(qs)}: each must be within 0..100")
         ords, counts = self.histogram.arrays()
@@ -158,28 +161,49 @@ class ChannelStats:
         cum = np.cumsum(counts)
         top = int(cum[-1]) - 1
         ranks = [q / 100 * top for q in qs]
-        # Every percentile's bin and its edges at once (one call each, not one per percentile).
-        bins = np.minimum(np.searchsorted(cum, ranks, side="right"), len(cum) - 1)
+        below = [math.floor(r) for r in ranks]
+        wanted = sorted({*below, *(min(k + 1, top) for k in below)})
+        value = dict(zip(wanted, self._order_statistics(wanted, ords, counts, cum)))
+        out = []
+        for rank, k in zip(ranks, below):
+            a, b, t = value[k], value[min(k + 1, top)], rank - k
+            # numpy's _lerp (from the nearer end); a rank on a value is that value, even where b - a overflows
+            x = a if t == 0 else b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+            out.append(float(min(max(x, self.min), self.max)))
+        return tuple(out)
+
+    def _order_statistics(self, ks: Sequence[int], ords: Ints, counts: Ints, cum: Ints) -> list[float]:
+        """The `ks`-th smallest finite values (0-based), each within the values its bin can hold.
+
+        The first and last are `min` and `max`. Any other is the bin's values spread evenly: over the integers
+        in the bin when `integral`, else over the bin, clipped to [min, max]. The two bins of zero (±0 and
+        float32 subnormals below 2**-133) are the exception: the only bins not a fraction of their magnitude
+        wide, so spreading over them invents values near 1e-41 that no image holds, where nearly every voxel
+        they count is an exact zero (a background); they read as 0."""
+        top = int(cum[-1]) - 1
+        bins = np.minimum(np.searchsorted(cum, ks, side="right"), len(cum) - 1)
         lows, highs = bin_edges(ords[bins])
         out = []
-        for rank, i, lo_e, hi_e in zip(ranks, bins.tolist(), lows.tolist(), highs.tolist()):
-            if rank <= 0 or rank >= top:  # the extremes are known exactly
-                out.append(self.min if rank <= 0 else self.max)
+        for k, i, lo_e, hi_e in zip(ks, bins.tolist(), lows.tolist(), highs.tolist()):
+            if k <= 0 or k >= top:  # the extremes are known exactly
+                out.append(self.min if k <= 0 else self.max)
                 continue
-            before, n = int(cum[i] - counts[i]), int(counts[i])
+            j, n, o = k - int(cum[i] - counts[i]), int(counts[i]), int(ords[i])
             if self.integral:  # the integers in the bin ([lo, hi) when positive, (lo, hi] when negative)
-                if ords[i] >= 0:
+                if o >= 0:
                     first, last = math.ceil(lo_e), math.ceil(hi_e) - 1 if math.isfinite(hi_e) else math.floor(self.max)
                 else:
                     first, last = math.floor(lo_e) + 1 if math.isfinite(lo_e) else math.ceil(self.min), math.floor(hi_e)
                 first, last = max(first, math.ceil(self.min)), min(last, math.floor(self.max))
-                k = max(1, last - first + 1)
-                value = float(first + min(k - 1, int((rank - before) * k // n)))
+                width = max(1, last - first + 1)
+                value = float(first + min(width - 1, (2 * j + 1) * width // (2 * n)))
+            elif o in (0, -1):
+                value = 0.0
             else:
                 lo, hi = max(lo_e, self.min), min(hi_e, self.max)
-                value = lo + (hi - lo) * (rank - before + 0.5) / n
+                value = lo + (hi - lo) * (j + 0.5) / n
             out.append(float(min(max(value, self.min), self.max)))
-        return tuple(out)
+        return out
 
     @classmethod
     def merge(cls, parts: Sequence[ChannelStats]) -> ChannelStats:

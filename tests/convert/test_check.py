@@ -81,6 +81,9 @@ def test_check_lists_the_label_join_and_the_paths(tmp_path: Path) -> None:
     assert not report.collisions
     text = report.describe()
     assert "files: 34 under raw: nifti 19, dicom 10, other (no reader) 2, text 2, excluded 1" in text
+    assert ('dicom: SeriesDescription, ProtocolName left in the raw files ([dicom] descriptors = "drop"; "keep" '
+            'stores them)\n') in text
+    assert "decoding may reject more, or for another reason than shown here: a truncated, corrupt or too large" in text
     assert f"  workbook:  {d.raw / 'labels' / 'annotations.xlsx'}\n" in text
     assert ("labels: labels/annotations.xlsx sheet 3 'Annotations v2' (header row 3, IDs in column A, 19 ID rows)"
             in text)
@@ -92,6 +95,16 @@ def test_check_lists_the_label_join_and_the_paths(tmp_path: Path) -> None:
     by_source = {p.row.source: p.row for p in report.planned}
     assert by_source["case_019.nii.gz"].reason is Reason.NO_LABEL
     assert by_source["case_001/anatomical.nii"].label_source == "Annotations v2!F4"
+
+
+def test_check_says_which_dicom_descriptors_a_run_keeps(tmp_path: Path) -> None:
+    d = make_delivery(tmp_path, extra='[dicom]\ndescriptors = "keep"\nmetadata = ["BodyPartExamined"]\n')
+    text = check_delivery(d.spec).describe()
+    assert ('dicom: SeriesDescription, ProtocolName kept ([dicom] descriptors = "keep"): free text typed at the '
+            "scanner, stored in the store's attributes and index; make sure it holds no names; opted in by [dicom] "
+            "metadata: BodyPartExamined\n") in text
+    nifti_only = collided(tmp_path / "n")
+    assert "dicom:" not in check_delivery(nifti_only).describe()  # no DICOM file, nothing to say
 
 
 def test_a_localizer_is_one_row_that_names_min_slices(tmp_path: Path) -> None:

@@ -261,3 +261,15 @@ def test_a_store_path_that_cannot_be_a_folder_is_one_usage_error(tmp_path: Path,
     assert err.startswith(f"labzarr: error: [delivery] store = '{store}': cannot create the store folder: {why}"), err
     assert "hint: point [delivery] store at a folder that can be created" in err and "Traceback" not in err
     assert not (spec.parent / "manifest.csv").exists()
+
+
+def test_a_reader_that_stops_early_ends_the_output_quietly(converted_demo) -> None:
+    """`labzarr inspect --stats STORE | head`: the pipe closes before labzarr writes; it stops as `cat` does,
+    with no traceback and the exit status of a process SIGPIPE ended (128 + 13)."""
+    d, _ = converted_demo
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "labzarr"), "inspect", "--stats", str(d.store)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before the first byte is written
+    _, err = proc.communicate(timeout=120)
+    assert err.decode() == "" and proc.returncode == 141

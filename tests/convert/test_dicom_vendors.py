@@ -45,7 +45,9 @@ def converted(tmp_path_factory: pytest.TempPathFactory, scheduler: str) -> Itera
     root = tmp_path_factory.mktemp("vendors")
     raw = build(root / "raw")
     out = {}
-    for name, extra in (("default", ""), ("other", '\n[dicom]\nphilips_scaling = "display"\nderived = "drop"\n')):
+    # "default": every default but the descriptors, kept so the sidecar comparison covers them too
+    for name, extra in (("default", '\n[dicom]\ndescriptors = "keep"\n'),
+                        ("other", '\n[dicom]\nphilips_scaling = "display"\nderived = "drop"\n')):
         store = root / "stores" / f"{name}.zarr"
         spec = write_spec(root / "manifests" / name / "delivery.toml", raw=raw, store=store, name=name,
                           labels=False, extra=extra)

@@ -7,7 +7,8 @@ per-frame functional groups and in private tags. It is converted with every acqu
 manifest column, its QC page written and `labzarr inspect` (with `--stats`) run; then every byte of the store
 (bookkeeping included), the manifest, `summary.json`, the report and the printed output is searched for every
 marker, in the spellings a writer might give it. Opting one tag in by name (`[dicom] metadata`) brings exactly
-that value in.
+that value in. The free-text descriptors (SeriesDescription, ProtocolName, where operators type names) are
+planted too: left out by default, stored with `[dicom] descriptors = "keep"`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pydicom.sequence import Sequence as DicomSequence
 from labzarr.convert import RunResult, convert_delivery, read_manifest
 from labzarr.convert.demo import write_spec
 from labzarr.convert.qc.report import write_report
-from labzarr.readers.dicom import ALLOWED
+from labzarr.readers.dicom import ALLOWED, DESCRIPTORS
 from labzarr.store import open_store
 
 from ..dicom_data import ct_series, mosaic
@@ -47,6 +48,8 @@ DATES = {"PatientBirthDate": "19370612", "StudyDate": "19410723", "SeriesDate": 
 TIMES = {"StudyTime": "031337.271828", "SeriesTime": "041337.314159", "AcquisitionTime": "051337.161803",
          "ContentTime": "061337.141421", "PatientBirthTime": "071337.173205"}
 DATETIME = {"AcquisitionDateTime": "19570402081337.223606"}
+# Free text the allow-list names, kept only with [dicom] descriptors = "keep": an operator's typing
+DESCRIPTIVE = {"SeriesDescription": "PHIMARK series of Zqxwdesc", "ProtocolName": "PHIMARK protocol Zqxwproto"}
 
 
 def _name(tag: str) -> str:
@@ -59,7 +62,7 @@ def _text(tag: str) -> str:
 
 def markers() -> dict[str, str]:
     """Every planted value, by where it was planted."""
-    out = {t: _name(t) for t in PN} | {t: _text(t) for t in TEXT} | DATES | TIMES | DATETIME
+    out = {t: _name(t) for t in PN} | {t: _text(t) for t in TEXT} | DATES | TIMES | DATETIME | DESCRIPTIVE
     out |= {"OtherPatientIDsSequence/PatientID": "PHIMARKNESTEDID1",
             "RequestAttributesSequence/RequestedProcedureID": "PHIMARKREQPROC01",
             "RequestAttributesSequence/ScheduledProcedureStepID": "PHIMARKSCHEDSTEP",
@@ -92,7 +95,7 @@ def plant(ds: Dataset, series: int, instance: int) -> None:
         setattr(ds, tag, _name(tag))
     for tag in TEXT:
         setattr(ds, tag, _text(tag))
-    for tag, value in (DATES | TIMES | DATETIME).items():
+    for tag, value in (DATES | TIMES | DATETIME | DESCRIPTIVE).items():
         setattr(ds, tag, value)
     m = markers()
     nested = Dataset()
@@ -148,7 +151,8 @@ def delivery(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def convert(root: Path, name: str, scheduler: str, extra: str = "") -> tuple[RunResult, Path, Path]:
     store = root / "stores" / f"{name}.zarr"
-    columns = sorted(ALLOWED) + (["StationName"] if "StationName" in extra else [])
+    keep = 'descriptors = "keep"' in extra
+    columns = sorted(ALLOWED - (set() if keep else DESCRIPTORS)) + (["StationName"] if "StationName" in extra else [])
     spec = write_spec(root / "manifests" / name / "delivery.toml", raw=root / "raw", store=store, name=name,
                       labels=False, extra=f"{extra}\n[manifest]\nmetadata = {json.dumps(columns)}\n")
     return convert_delivery(spec, scheduler=scheduler), store, spec
@@ -198,5 +202,24 @@ def test_a_tag_named_in_dicom_metadata_is_brought_in_and_nothing_else(delivery: 
     assert rows and {r["meta.StationName"] for r in rows} == {station}
     written = b"".join(p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()) + result.manifest.read_bytes()
     others = [where for where, value in markers().items() if where != "StationName"
+              for form in spellings(value) if form.encode() in written]
+    assert not others, others
+
+
+def test_descriptors_are_stored_only_when_kept(delivery: Path, scheduler: str) -> None:
+    """With [dicom] descriptors = "keep" the descriptors reach every item's metadata, the store's index and the
+    manifest's columns; every other marker still reaches nothing (the default leaving them out is the test above)."""
+    assert set(DESCRIPTIVE) == DESCRIPTORS
+    result, store, _ = convert(delivery, "keep", scheduler, extra='[dicom]\ndescriptors = "keep"\n')
+    view = open_store(store)
+    for name, value in DESCRIPTIVE.items():
+        assert {item.metadata.get(name) for item in view.items} == {value}
+        assert value.encode() in (store / "zarr.json").read_bytes()  # the root's index of items
+        assert all(value.encode() in (store / item.array / "zarr.json").read_bytes() for item in view.items)
+    rows = [r for r in read_manifest(result.manifest) if r["status"] == "ok"]
+    assert rows and all((r["meta.SeriesDescription"], r["meta.ProtocolName"]) == tuple(DESCRIPTIVE.values())
+                        for r in rows)
+    written = b"".join(p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()) + result.manifest.read_bytes()
+    others = [where for where, value in markers().items() if where not in DESCRIPTIVE
               for form in spellings(value) if form.encode() in written]
     assert not others, others

@@ -5,6 +5,8 @@ the store ends as a clean run leaves it, and the intact items are not converted 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +117,19 @@ def test_convert_verify_repairs_in_one_run(tmp_path: Path, scheduler: str, capsy
     assert "before converting: " in out and "DAMAGED: 2 item(s)" in out
     assert out.rstrip().endswith("ok: every chunk present and intact, every content hash matches")
     assert snapshot(d.spec, as_location(d.store)) == want
+
+
+def test_verify_repair_prints_no_dask_chatter(tmp_path: Path, scheduler: str) -> None:
+    """`labzarr verify --repair` starts its own cluster, as convert does, and as quietly: stderr holds progress
+    only, never distributed's INFO lines (its import sets their level; the command sets it after that)."""
+    d = make_delivery(tmp_path)
+    convert_delivery(d.spec, scheduler=scheduler)
+    flip(chunk_files(d.store, "volumes/case3/0")[0])
+    out = subprocess.run([str(Path(sys.executable).parent / "labzarr"), "verify", "--repair", str(d.spec),
+                          "--workers", "1"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "1 repaired (chunk unreadable: case3)" in out.stdout
+    assert "INFO" not in out.stderr and "distributed" not in out.stderr, out.stderr[-2000:]
 
 
 def test_an_array_removed_by_hand_is_reported_as_repaired(tmp_path: Path, scheduler: str) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,23 @@ def _copy_converted(converted_demo, root: Path) -> Path:
     return spec
 
 
+# What a cell shows when the template printed an object instead of its value (a dict's method for `x.items`,
+# a missing value, a repr): no table cell on the page may read like this.
+_NOT_A_VALUE = re.compile(r"<built-in method|<bound method|object at 0x|Undefined|\bNone\b")
+_TABLES_JS = ("Object.fromEntries(Array.from(document.querySelectorAll('table')).map((t, i) => "
+              "[t.id || t.dataset.label || `table ${i}`, Array.from(t.rows).map(tr => "
+              "Array.from(tr.cells).map(c => c.innerText))]))")
+
+
+def _rendered_tables(page: Chromium) -> dict[str, list[list[str]]]:
+    """Every table on the open page as the browser renders it: {id: rows of cell texts}, header row first."""
+    tables: dict[str, list[list[str]]] = page.eval(_TABLES_JS)
+    assert tables, "the page has no table"
+    bad = [(name, cell) for name, rows in tables.items() for row in rows for cell in row if _NOT_A_VALUE.search(cell)]
+    assert bad == [], bad
+    return tables
+
+
 def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> None:
     d, result = converted_demo
     summary = json.loads(result.summary_path.read_text())
@@ -59,6 +77,7 @@ def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> No
                            ".map(tr => [tr.cells[0].innerText, Number(tr.cells[1].innerText)]))]))")
         unmatched = page.eval("Array.from(document.querySelectorAll('#unmatched li')).map(li => li.innerText)")
         text = page.eval("document.body.innerText")
+        tables = _rendered_tables(page)
         shot = page.screenshot(tmp_path / "report.png")
         assert page.errors == []
 
@@ -74,6 +93,7 @@ def test_report_loads_in_headless_chromium(converted_demo, tmp_path: Path) -> No
         (r["reason"], r["source"] + (f' ({r["n_files"]} files)' if r["n_files"] != "1" else ""))
         for r in rows if r["status"] == "rejected")
     assert sheet == summary["counts"]["ok"]
+    assert {"reasons", "rejected", "ignored", "intensity", "geometry"} <= tables.keys()
     assert labels == summary["labels"] and summary["labels"]  # the demo carries a workbook
     assert unmatched == [f"{u['id'].strip()} ({u['cell']})" for u in summary["unmatched_workbook_ids"]]
     assert f"Rejected items ({summary['counts']['rejected']})" in text
@@ -247,3 +267,19 @@ def test_report_shows_the_delivery_statistics(converted_seg, tmp_path: Path) -> 
         assert f"{s.count:,}" in row and f"{s.percentile(99.5):.5g}" in row and f"{s.mean:.5g}" in row
     chart = _png(out.index.parent / "intensity.png")
     assert chart.size == (640, 260)
+
+
+def test_report_splits_table_shows_the_summary_counts(converted_cohort: Path, tmp_path: Path) -> None:
+    """Each split's groups and items, as the browser renders them, are the counts summary.json holds."""
+    summary = json.loads((converted_cohort.parent / "summary.json").read_text())
+    out = write_report(converted_cohort, out=tmp_path / "r")
+    with Chromium() as page:
+        page.open(out.index.as_uri())
+        tables = _rendered_tables(page)
+        assert page.errors == []
+    header, *rows = tables["split-sizes"]
+    assert header == ["split", "groups", "items"]
+    sizes = summary["splits"]["sizes"]
+    assert {name: (int(g), int(n)) for name, g, n in rows} == {
+        name: (s["groups"], s["items"]) for name, s in sizes.items()}
+    assert sum(s["items"] for s in sizes.values()) > 0

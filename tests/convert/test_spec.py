@@ -44,6 +44,15 @@ def test_dicom_section_sets_the_series_rules(tmp_path: Path) -> None:
     assert load_spec(write(tmp_path, GOOD), root=tmp_path).dicom.rules().min_slices == 4
 
 
+def test_descriptors_are_dropped_unless_kept(tmp_path: Path) -> None:
+    default = load_spec(write(tmp_path, GOOD), root=tmp_path).dicom
+    assert default.rules().descriptors == "drop"
+    assert not {"SeriesDescription", "ProtocolName"} & set(default.kept()) and "Modality" in default.kept()
+    keep = load_spec(write(tmp_path, GOOD + '[dicom]\ndescriptors = "keep"\n[manifest]\n'
+                                            'metadata = ["SeriesDescription"]\n'), root=tmp_path)
+    assert keep.dicom.rules().descriptors == "keep" and keep.manifest.metadata == ("SeriesDescription",)
+
+
 BAD = [
     pytest.param(GOOD + "[store]\ncompressor = \"zstd\"\nlevel = 40\n",
                  r"\[store\] level = 40: zstd levels are 1\.\.22", id="level-range"),
@@ -94,6 +103,13 @@ BAD = [
     pytest.param(GOOD + "[dicom]\nphilips_scaling = true\n",
                  r"philips_scaling = True: expected \"float\" or \"display\"", id="dicom-philips-scaling-type"),
     pytest.param(GOOD + "[dicom]\nmin_slice = 2\n", r"\[dicom\] unknown key 'min_slice'", id="dicom-unknown-key"),
+    pytest.param(GOOD + "[dicom]\ndescriptors = \"clean\"\n",
+                 r"\[dicom\] descriptors = 'clean': allowed: \"keep\" \| \"drop\"", id="dicom-descriptors"),
+    pytest.param(GOOD + "[dicom]\nmetadata = [\"ProtocolName\"]\n",
+                 r"'ProtocolName' is a descriptor, and descriptors = \"drop\"", id="dicom-descriptor-opt-in-dropped"),
+    pytest.param(GOOD + "[manifest]\nmetadata = [\"SeriesDescription\"]\n",
+                 r"'SeriesDescription' is not an item metadata name \(\[dicom\] descriptors = \"drop\" leaves it out\)",
+                 id="manifest-descriptor-dropped"),
     pytest.param(GOOD + "[run]\nparts_bytes = -1\n", r"\[run\] parts_bytes = -1: must be >= 0", id="parts-negative"),
     pytest.param(GOOD + "[run]\nparts_bytes = \"512 MiB\"\n", r"parts_bytes = '512 MiB': expected a byte count",
                  id="parts-type"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -102,8 +104,62 @@ def test_ct_slice_values_are_modality_lut_and_canonical() -> None:
     expected = apply_modality_lut(ds.pixel_array, ds)  # (rows, cols) in HU
     # canonical RAS from an LPS axial slice: both in-plane axes flip; x = columns, y = rows
     np.testing.assert_array_equal(vol.data[0, :, :, 0], expected.T[::-1, ::-1])
-    assert vol.data.dtype == np.float32  # 16 bits stored, signed, intercept -1024: int16 cannot hold every value
+    assert vol.data.dtype == np.int32  # 16 bits stored, signed, intercept -1024: int16 cannot hold every value
     assert vol.orientation == "LPS"
+
+
+def _dataset(path: Path) -> pydicom.Dataset | None:
+    """The dataset of a shipped file (nibabel's are gzipped), or None when it is no DICOM stream pydicom reads."""
+    try:
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        return pydicom.dcmread(io.BytesIO(data))
+    except Exception:  # noqa: BLE001 - a shipped file that is not DICOM (a dump, a JSON, an ICC profile) is skipped
+        return None
+
+
+def _rescaled_files() -> list[Path]:
+    """Every shipped DICOM file (pydicom's and nibabel's) whose header carries a RescaleSlope or RescaleIntercept."""
+    out = []
+    for path in sorted([*PYDICOM_DATA.rglob("*"), *NICOM_DATA.rglob("*")]):
+        if path.is_file() and (ds := _dataset(path)) is not None and (
+                "RescaleSlope" in ds or "RescaleIntercept" in ds) and "PixelData" in ds:
+            out.append(path)
+    return out
+
+
+RESCALED = _rescaled_files()
+
+
+@pytest.mark.parametrize("path", RESCALED, ids=[p.name for p in RESCALED])
+def test_a_rescaled_file_is_stored_as_integers_exactly_when_its_rescale_is_integral(path: Path) -> None:
+    """An integer slope and intercept give an integer dtype holding every value the stored bits allow (CT's
+    intercept of -1024 too, written "-1024" or "-1024.0"); a fractional one float32. Values are pydicom's."""
+    ds = _dataset(path)
+    assert ds is not None
+    slope, intercept = float(ds.get("RescaleSlope", 1)), float(ds.get("RescaleIntercept", 0))
+    vol = load(path)
+    want = np.asarray(apply_modality_lut(ds.pixel_array, ds))
+    integral = slope.is_integer() and intercept.is_integer()
+    assert (vol.data.dtype.kind in "iu") == integral, (vol.data.dtype, slope, intercept)
+    got = np.sort(vol.data.ravel())  # the same values, whatever the canonical reorientation did to their order
+    if integral:
+        bits = int(ds.BitsStored)
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if ds.PixelRepresentation else (0, (1 << bits) - 1)
+        info, ends = np.iinfo(vol.data.dtype), (lo * slope + intercept, hi * slope + intercept)
+        assert info.min <= min(ends) and max(ends) <= info.max
+        np.testing.assert_array_equal(got, np.sort(want.ravel()))
+    else:
+        assert vol.data.dtype == np.float32
+        np.testing.assert_allclose(got, np.sort(want.ravel().astype(np.float32)), rtol=1e-6)
+
+
+def test_integral_rescale_values_written_as_decimals_keep_integers(tmp_path: Path) -> None:
+    """RescaleIntercept "-1024.000" and RescaleSlope "1.0" are integers: the series is stored as integers."""
+    ds = read(CT5N[0])
+    ds.RescaleSlope, ds.RescaleIntercept = "1.0", "-1024.000"
+    vol = load(write(ds, tmp_path / "x.dcm"))
+    assert vol.data.dtype.kind == "i"
+    np.testing.assert_array_equal(np.sort(vol.data.ravel()), np.sort(ds.pixel_array.ravel().astype(np.int64) - 1024))
 
 
 LOSSLESS = [  # (variant, twin): different encodings of the same pixels

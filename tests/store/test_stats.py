@@ -57,11 +57,72 @@ def test_every_dtype_matches_numpy(dtype: str) -> None:
 
 
 def test_uint8_percentiles_are_exact() -> None:
-    """Every 8-bit value has a bin of its own, so a percentile on a value (numpy's 'lower') is exact."""
+    """Every 8-bit value has a bin of its own, so every percentile is numpy's, to the bit."""
     data = np.random.default_rng(2).integers(0, 256, (1, 64, 64, 9), dtype=np.uint8)
     (s,) = accumulate(data)
-    for q in (1, 10, 50, 90, 99):
-        assert s.percentile(q) == np.percentile(data, q, method="lower")
+    qs = (1, 10, 50, 90, 99)
+    assert s.percentiles(qs) == tuple(np.percentile(data, qs).tolist())
+
+
+# Every percentile a summary lists, the extremes, and ranks that fall between two values (numpy interpolates).
+_QS = (0.0, 0.5, 1.0, 5.0, 25.0, 33.3, 49.99, 50.0, 50.01, 66.7, 75.0, 95.0, 99.0, 99.5, 100.0)
+
+
+def _half_zeros(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Zeros for the first half of the voxels (a volume's background), then values of both signs."""
+    if np.dtype(dtype).kind == "f":
+        rest = rng.lognormal(3, 1, shape) * rng.choice([-1, 1], shape)
+    else:
+        rest = rng.integers(-200 if np.dtype(dtype).kind == "i" else 1, 256, shape)
+    flat = rest.ravel()
+    flat[: flat.size // 2 + 1] = 0
+    return flat.reshape(shape).astype(dtype)
+
+
+def _bimodal(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Two clusters far apart (background and tissue, say), two thirds of the voxels in the first."""
+    v = np.where(rng.random(shape) < 2 / 3, rng.normal(30, 10, shape), rng.normal(200, 20, shape))
+    return (v.round() if np.dtype(dtype).kind in "iu" else v).clip(0, 255).astype(dtype)
+
+
+def _constant(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    return np.full(shape, 37 if np.dtype(dtype).kind in "iu" else 3.7, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint8", "int32"])
+@pytest.mark.parametrize("make", [_half_zeros, _bimodal, _constant])
+def test_integer_percentiles_equal_numpy(make, dtype: str) -> None:
+    """Integers of one bin each give numpy's linear percentile exactly, ranks between two values included."""
+    data = make(np.random.default_rng(5), (1, 31, 20, 11), dtype)
+    for s in (accumulate(data)[0], ChannelStats.merge([accumulate(data[..., :4])[0], accumulate(data[..., 4:])[0]])):
+        assert s.integral
+        assert s.percentiles(_QS) == tuple(np.percentile(data, _QS).tolist())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_percentiles_hold_only_values_a_bin_can_hold(dtype: str) -> None:
+    """Over data that is half zeros, a percentile whose ranks fall on zeros is 0.0, not a value just above it
+    that no voxel holds; a constant is itself; two exact modes give numpy's values; every percentile lies in
+    the bins of numpy's order statistics."""
+    rng = np.random.default_rng(6)
+    half = _half_zeros(rng, (1, 31, 20, 11), dtype)
+    (s,) = accumulate(half)
+    ordered = np.sort(half.ravel())
+    for q, got in zip(_QS, s.percentiles(_QS)):
+        rank = q / 100 * (ordered.size - 1)
+        if ordered[math.floor(rank)] == ordered[math.ceil(rank)] == 0:
+            assert got == 0.0, (q, got)
+    assert s.percentile(50) == np.percentile(half, 50) == 0.0
+    assert_matches(s, half)
+
+    (c,) = accumulate(_constant(rng, (1, 9, 8, 7), dtype))
+    assert c.percentiles(_QS) == (float(np.asarray(3.7, dtype)),) * len(_QS)
+
+    modes = np.where(rng.random((1, 31, 20, 11)) < 0.3, -1.5, 2.25).astype(dtype)
+    (m,) = accumulate(modes)
+    assert m.percentiles(_QS) == tuple(np.percentile(modes, _QS).tolist())
+    bimodal = _bimodal(rng, (1, 31, 20, 11), dtype)
+    assert_matches(accumulate(bimodal)[0], bimodal)
 
 
 def test_non_finite_counted_apart() -> None:
