@@ -106,7 +106,10 @@ inspect: $(STAMP)
 
 verify: $(STAMP)
 	$(call check_delivery)
-	@for spec in $(SPECS); do echo "== $$(basename $$(dirname $$spec))"; $(BIN)/labzarr verify $$spec || exit $$?; done
+	@# make itself exits 2 whenever a command fails: say what labzarr's own code meant (1: damage found).
+	@for spec in $(SPECS); do echo "== $$(basename $$(dirname $$spec))"; $(BIN)/labzarr verify $$spec || { \
+		rc=$$?; [ $$rc = 1 ] && echo "make: verify found damage in $$spec (labzarr verify exits 1; make exits 2 on any failure)" >&2; \
+		exit $$rc; }; done
 
 typecheck: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_typing.py

@@ -124,7 +124,7 @@ Run it after `labzarr convert`; it refuses a store or manifest from another run.
 
 _DIFF_EPILOG = """worked example (after case_001 was re-delivered cut in half):
   $ labzarr diff git:HEAD:manifests/demo/manifest.csv manifests/demo/manifest.csv
-  manifest diff: git:HEAD:manifests/demo/manifest.csv -> manifests/demo/manifest.csv
+  demo: manifest diff: git:HEAD:manifests/demo/manifest.csv -> manifests/demo/manifest.csv
   items 27 -> 27: ok 11 -> 10, rejected 12 -> 13, ignored 4 -> 4
 
   status or reason changed (1)
@@ -350,7 +350,7 @@ def _store_of(arg: str) -> Location:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .qc.diff import committed, diff_manifests, load_manifest_rows
+    from .qc.diff import committed, diff_manifests, load_manifest_rows, subject
 
     if args.limit < 0:
         raise UsageError(f"--limit {args.limit}: must be 0 (all) or more",
@@ -358,7 +358,7 @@ def _diff(args: argparse.Namespace) -> int:
     cwd = Path.cwd()
     if committed(args.old, cwd=cwd) is False:  # a delivery's first manifest: everything in it is new
         added = load_manifest_rows(args.new, cwd=cwd)
-        print(f"manifest diff: {args.old} -> {args.new}\nnew: {len(added):,} added ({args.old} is not committed yet)")
+        print(f"{subject(args.old, args.new)}\nnew: {len(added):,} added ({args.old} is not committed yet)")
         return 1 if args.exit_code and added else 0
     result = diff_manifests(load_manifest_rows(args.old, cwd=cwd), load_manifest_rows(args.new, cwd=cwd),
                             old_name=args.old, new_name=args.new)

@@ -198,6 +198,8 @@ def test_a_first_delivery_as_the_readme_says(tmp_path: Path) -> None:
     flipped, gone = _flip_and_delete(project / "data" / "stores" / f"{NAME}.zarr")
     damaged = _sh(f"make verify DELIVERY={NAME}", project, ok=False)
     assert damaged.returncode != 0 and flipped in damaged.stdout and gone in damaged.stdout, damaged.stdout
+    # make exits 2 on any failure; the target says that labzarr's own verdict was damage (its exit code 1).
+    assert f"make: verify found damage in {SPEC} (labzarr verify exits 1" in damaged.stderr, damaged.stderr
     repair = [c for lang, body in BLOCK.findall(_section("Checking and repairing a store"))
               for c in _commands(body, lang) if "--repair" in c]
     assert repair == [f".venv/bin/labzarr verify --repair {SPEC}"]

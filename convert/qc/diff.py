@@ -15,7 +15,7 @@ import subprocess
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..errors import UsageError
 
@@ -65,7 +65,7 @@ class ManifestDiff:
     def describe(self, *, limit: int = 50) -> str:
         """The readable report; each section shows at most `limit` items (0: all)."""
         o, n = self.old_counts, self.new_counts
-        lines = [f"manifest diff: {self.old_name} -> {self.new_name}",
+        lines = [subject(self.old_name, self.new_name),
                  f"items {sum(o.values()):,} -> {sum(n.values()):,}: "
                  + ", ".join(f"{s} {o.get(s, 0):,} -> {n.get(s, 0):,}" for s in _STATUSES)]
         if self.empty:
@@ -95,6 +95,14 @@ class ManifestDiff:
         if other:
             lines += ["", other]
         return "\n".join(lines)
+
+
+def subject(old_name: str, new_name: str) -> str:
+    """The report's first line, led by the delivery's name (the folder of a `manifests/<delivery>/manifest.csv`):
+    the subject of a commit message written from `make -s diff`."""
+    path = PurePosixPath(new_name.rsplit(":", 1)[-1])
+    lead = f"{path.parent.name}: " if path.name == "manifest.csv" and path.parent.name else ""
+    return f"{lead}manifest diff: {old_name} -> {new_name}"
 
 
 def _state(row: Mapping[str, str]) -> str:

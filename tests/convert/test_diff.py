@@ -126,7 +126,8 @@ def test_diff_against_the_committed_manifest(tmp_path: Path, scheduler: str) -> 
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     n, ok, rej, ign = sum(before.values()), before["ok"], before["rejected"], before["ignored"]
-    assert lines[:2] == [f"manifest diff: git:HEAD:{rel} -> {rel}",
+    # The first line leads with the delivery's name: the subject of `make -s diff | git commit -F -`.
+    assert lines[:2] == [f"demo: manifest diff: git:HEAD:{rel} -> {rel}",
                          f"items {n} -> {n}: ok {ok} -> {ok - 1}, rejected {rej} -> {rej + 1}, ignored {ign} -> {ign}"]
     changes = [line for line in lines if line.startswith("  ")]
     assert changes[0] == "  + case_099.nii [case99]: ok"
