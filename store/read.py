@@ -351,17 +351,18 @@ class _Direct:
     def _items(self, chunk: tuple[int, ...] | None, shard_at: tuple[int, ...] | None) -> tuple[str, ...]:
         if self._item is not None:
             return (self._item,)
-        if not self.slots:
-            return ()
         if chunk is not None:
-            n = self.layout.chunks[0]
-            first = chunk[0] * n
-        elif shard_at is not None:
-            n = self.layout.grid[0]
-            first = shard_at[0] * n
-        else:
-            return ()
-        return tuple(self.slots[s] for s in range(first, first + n) if s in self.slots)
+            return _slot_items(self.slots, chunk[0], self.layout.chunks[0])
+        if shard_at is not None:
+            return _slot_items(self.slots, shard_at[0], self.layout.grid[0])
+        return ()
+
+
+def _slot_items(slots: Mapping[int, str] | None, cell: int, per_cell: int) -> tuple[str, ...]:
+    """The items of a stack whose slots lie in grid cell `cell` of `per_cell` slots along axis 0."""
+    if not slots:
+        return ()
+    return tuple(slots[s] for s in range(cell * per_cell, (cell + 1) * per_cell) if s in slots)
 
 
 class _Presence:
@@ -395,9 +396,8 @@ class _Presence:
 
     def error(self, coords: tuple[int, ...] | None, detail: str) -> ChecksumError:
         items = self.items
-        if not items and self.slots and coords is not None:
-            first = coords[0] * self.unit[0]
-            items = tuple(self.slots[s] for s in range(first, first + self.unit[0]) if s in self.slots)
+        if not items and coords is not None:
+            items = _slot_items(self.slots, coords[0], self.unit[0])
         shard = None if coords is None else self.key(coords)
         return ChecksumError.at(self.transport.where, self.path, items, None, shard, detail)
 

@@ -173,16 +173,16 @@ def _check_with(reader: StoreReader, sizes: Mapping[str, int], name: str, meta: 
         found.append(problem("no record of its stored files: a lost chunk file cannot be told from a chunk never "
                              "written", "chunk files missing"))
     else:
-        keys = dict(storage_keys(meta))
-        for key, coords in keys.items():
+        for key, coords in storage_keys(meta):
             recorded, held = record.size(coords), mine.get(key)
+            if not recorded or held == recorded:
+                continue
+            lost.add(coords)
             at = tuple(i * n for i, n in zip(coords, storage))
-            if recorded and held != recorded:
-                lost.add(coords)
-            if recorded and held is None:
+            if held is None:
                 found.append(problem(f"chunk file {key} missing (the store recorded {recorded:,} B written)",
                                      "chunk files missing", at))
-            elif recorded and held != recorded:
+            else:
                 found.append(problem(f"chunk file {key} holds {held:,} B, the store recorded {recorded:,} B",
                                      "chunk unreadable", at))
     digests: dict[tuple[int, ...], bytes] = {}

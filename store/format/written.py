@@ -17,8 +17,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .layout import storage_grid, storage_keys
-
 if TYPE_CHECKING:
     import zarr
 
@@ -37,13 +35,6 @@ class StoredFiles:
     def __post_init__(self) -> None:
         if len(self.nbytes) != math.prod(self.grid):
             raise ValueError(f"{len(self.nbytes)} sizes for a storage grid of {list(self.grid)}")
-
-    @classmethod
-    def of_listing(cls, doc: Mapping[str, object], sizes: Mapping[str, int]) -> StoredFiles:
-        """The record of the array `doc` (its parsed `zarr.json`) describes, whose folder holds `sizes` (key
-        relative to the array -> bytes); raises ValueError (`UnsupportedLayout`) for metadata it cannot key."""
-        keys = storage_keys(doc)
-        return cls(grid=storage_grid(doc), nbytes=tuple(int(sizes.get(key, 0)) for key, _ in keys))
 
     @classmethod
     def of_array(cls, array: zarr.Array[Any], sizes: Mapping[str, int]) -> StoredFiles:
@@ -67,11 +58,6 @@ class StoredFiles:
         for c, n in zip(coords, self.grid):
             at = at * n + int(c)
         return self.nbytes[at]
-
-    def expected(self) -> dict[tuple[int, ...], int]:
-        """Grid coordinates -> size of every file the record says was written."""
-        cells = itertools.product(*(range(n) for n in self.grid))
-        return {coords: n for coords, n in zip(cells, self.nbytes) if n}
 
     def encode(self) -> dict[str, Any]:
         """The record as the JSON value of the `STORED` attribute."""

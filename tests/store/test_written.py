@@ -71,8 +71,7 @@ def test_an_array_without_a_record_reads_as_zarr_does_and_warns_once(tmp_path: P
 def test_a_record_decodes_what_it_encodes_and_refuses_junk() -> None:
     record = StoredFiles(grid=(1, 2, 3), nbytes=(5, 0, 7, 9, 0, 1))
     assert StoredFiles.decode(record.encode()) == record
-    assert record.size((0, 1, 0)) == 9 and record.expected() == {(0, 0, 0): 5, (0, 0, 2): 7, (0, 1, 0): 9,
-                                                                  (0, 1, 2): 1}
+    assert [record.size(c) for c in ((0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 2))] == [5, 0, 9, 1]
     for junk in ([1, 2], {"grid": [2], "nbytes": [1]}, {"grid": [1], "nbytes": [-1]}, {"grid": [1]}):
         with pytest.raises(ValueError):
             StoredFiles.decode(junk)
