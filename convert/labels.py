@@ -24,19 +24,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from labzarr.readers import LabelCell, LabelRow, LabelSheet, Reason, WorkbookError, read_label_sheet
+from labzarr.readers import ColumnRef, LabelCell, LabelRow, LabelSheet, Reason, WorkbookError, read_label_sheet
 
+from .annotations import AnnotationCells
 from .errors import UsageError
 from .ids import base_id, normalize_id
 from .manifest import Row
 from .spec import LabelsSpec, Spec
 
-__all__ = ["PIN", "LabelJoin", "join_labels", "load_labels", "workbook_rel"]
+__all__ = ["ANNOTATION", "PIN", "LabelJoin", "join_labels", "load_labels", "workbook_rel"]
 
 log = logging.getLogger(__name__)
 
 # The `[splits] pinned` column's name in the sheet read: not an identifier, so never a label's name.
 PIN = "[splits] pinned"
+# The prefix of the `[labels] annotations` columns' names in the sheet read ("[labels] annotations.center.x").
+ANNOTATION = "[labels] annotations."
 
 
 def load_labels(spec: Spec) -> LabelSheet | None:
@@ -49,13 +52,19 @@ def load_labels(spec: Spec) -> LabelSheet | None:
     pin = spec.splits.pinned_column if spec.splits is not None else None
     if pin is not None:
         columns[PIN] = pin
+    marks: dict[str, ColumnRef] = {}
+    if labels.annotations is not None:
+        marks = {ANNOTATION + role: ref for role, ref in labels.annotations.columns().items()}
+        columns |= marks
     try:
-        # A pin column may be blank throughout: nothing pinned yet.
+        # A pin column may be blank throughout: nothing pinned yet; so may annotations: no lesion found yet.
         sheet = read_label_sheet(labels.workbook, sheet=labels.sheet, id_column=labels.id_column,
                                  columns=columns, header_row=labels.header_row, limits=labels.limits,
-                                 may_be_blank=(PIN,))
+                                 may_be_blank=(PIN, *marks))
     except WorkbookError as exc:
-        key = "[splits] pinned" if exc.key == f"columns.{PIN}" else f"[labels] {exc.key}"
+        key = ("[splits] pinned" if exc.key == f"columns.{PIN}"
+               else exc.key.replace(f"columns.{ANNOTATION}", "[labels] annotations ")
+               if exc.key.startswith(f"columns.{ANNOTATION}") else f"[labels] {exc.key}")
         raise UsageError(f"{spec.path}: {key}: {rel}: {exc}", exc.hint) from exc
     for note in sheet.warnings:
         log.warning("%s: %s", rel, note)
@@ -78,6 +87,8 @@ class LabelJoin:
     rows: tuple[Row, ...]
     names: tuple[str, ...]
     summary: dict[str, Any]
+    # Each row's `[labels] annotations` cells, one entry a workbook row that is not blank there (parallel to rows).
+    annotations: tuple[tuple[AnnotationCells, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +106,21 @@ def join_labels(rows: Sequence[Row], sheet: LabelSheet, spec: LabelsSpec, normal
     `normalize`); pure."""
     at = {n: i for i, (n, _, _) in enumerate(sheet.columns)}
     pin_at = at.pop(PIN, None)
+    marks = [at.pop(n) for n in list(at) if n.startswith(ANNOTATION)]
     names = tuple(at)
     by_id: dict[str, list[LabelRow]] = defaultdict(list)
     for r in sheet.rows:
         by_id[normalize_id(r.id.value, normalize)].append(r)
     out: list[Row] = []
+    annotations: list[tuple[AnnotationCells, ...]] = []
     for row in rows:
         if row.status == "ignored" or not row.item_id:
             out.append(row)
+            annotations.append(())
             continue
         # A part kept apart (`case1~trace`) is labelled as its item.
         group = by_id.get(base_id(row.item_id), [])
+        annotations.append(_annotation_cells(group, marks))
         outcome = _outcome(row.item_id, group, at, spec, sheet, workbook)
         labelled = _apply(row, outcome, spec)
         out.append(labelled if pin_at is None else _pinned(labelled, [r.values[pin_at] for r in group]))
@@ -123,12 +138,26 @@ def join_labels(rows: Sequence[Row], sheet: LabelSheet, spec: LabelsSpec, normal
         "label_workbook": {
             "path": workbook, "sheet": sheet.sheet, "sheet_index": sheet.sheet_index, "sheets": list(sheet.sheets),
             "header_row": sheet.header_row, "id_column": sheet.id_column,
-            "columns": {n: {"column": letter, "header": header} for n, letter, header in sheet.columns if n != PIN},
+            "columns": {n: {"column": letter, "header": header} for n, letter, header in sheet.columns
+                        if n != PIN and not n.startswith(ANNOTATION)},
             "id_rows": len(sheet.rows), "id_normalize": list(normalize), "required": spec.required,
             "conflict": spec.conflict, "warnings": list(sheet.warnings),
         },
     }
-    return LabelJoin(rows=tuple(out), names=names, summary=summary)
+    return LabelJoin(rows=tuple(out), names=names, summary=summary, annotations=tuple(annotations))
+
+
+def _annotation_cells(group: Sequence[LabelRow], marks: Sequence[int]) -> tuple[AnnotationCells, ...]:
+    """The annotation of each of an ID's workbook rows that holds one (centre x, y, z, then the extent cells)."""
+    if not marks:
+        return ()
+    out = []
+    for r in group:
+        cells = [r.values[i] for i in marks]
+        found = AnnotationCells(center=(cells[0], cells[1], cells[2]), extent=tuple(cells[3:]))
+        if not found.blank:
+            out.append(found)
+    return tuple(out)
 
 
 def _pinned(row: Row, cells: Sequence[LabelCell]) -> Row:

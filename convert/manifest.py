@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from labzarr.readers import Reason
+from labzarr.store.format.annotations import Annotation
 from labzarr.store.format.stats import ItemStats
 from labzarr.store.location.folder import (
     atomic_write,  # re-exported: the manifest, summary and report are written whole
@@ -97,11 +98,14 @@ class Row:
     metadata: tuple[tuple[str, Any], ...] = ()
     # An ok item's intensity statistics (convert/intensity.py; of the image role for a sample); not a column.
     stats: ItemStats | None = None
+    # An ok volume's `[labels] annotations`, placed on its canonical grid (convert/annotations.py); not a column.
+    annotations: tuple[Annotation, ...] = ()
 
     def rejected(self, reason: Reason, detail: str) -> Row:
         """The same row, turned into a rejection (its array, if any, is no longer part of the store)."""
         return replace(self, status="rejected", reason=reason, detail=detail, array="", slot=None, classes=(),
-                       stats=None, roles=tuple(replace(r, array="", dtype="") for r in self.roles))
+                       stats=None, annotations=(),
+                       roles=tuple(replace(r, array="", dtype="") for r in self.roles))
 
 
 def sort_rows(rows: Sequence[Row]) -> list[Row]:

@@ -25,9 +25,12 @@ from labzarr.store.chunks.compressors import COMPRESSORS, LEVELS, Compressor
 from .errors import UsageError
 
 __all__ = [
+    "ANNOTATION_SPACES",
     "DELIVERY_NAME",
+    "AnnotationSpace",
     "Compressor",
     "DeliverySpec",
+    "AnnotationsSpec",
     "DicomSpec",
     "ItemsSpec",
     "LabelsSpec",
@@ -97,6 +100,34 @@ class MasksSpec:
     locations: int = 10_000  # voxel locations kept per class per sample
 
 
+AnnotationSpace = Literal["LPS", "RAS", "voxel"]
+ANNOTATION_SPACES: tuple[AnnotationSpace, ...] = ("LPS", "RAS", "voxel")
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationsSpec:
+    """`[labels] annotations`: workbook columns holding one annotation a row (convert/annotations.py).
+
+    `center` is three columns (x, y, z); `diameter` (one column) or `size` (three, along x, y, z) makes it a
+    sphere or a box, neither a point. World spaces are millimetres in LPS (DICOM, ITK) or RAS (NIfTI);
+    `voxel` is voxel indices (i, j, k) of the source file as stored, extents in voxels.
+    """
+
+    center: tuple[ColumnRef, ColumnRef, ColumnRef]
+    space: AnnotationSpace
+    diameter: ColumnRef | None = None
+    size: tuple[ColumnRef, ColumnRef, ColumnRef] | None = None
+
+    def columns(self) -> dict[str, ColumnRef]:
+        """Each column by its role ("center.x", ..., "diameter" or "size.x", ...), in that order."""
+        out = {f"center.{a}": c for a, c in zip("xyz", self.center)}
+        if self.diameter is not None:
+            out["diameter"] = self.diameter
+        if self.size is not None:
+            out |= {f"size.{a}": c for a, c in zip("xyz", self.size)}
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class LabelsSpec:
     """Where the labels are: `workbook` (under raw) > `sheet` > `header_row` > `id_column` and `columns`."""
@@ -109,6 +140,7 @@ class LabelsSpec:
     required: bool = True
     conflict: Literal["reject", "warn"] = "reject"  # one ID, two different values
     limits: WorkbookLimits = WorkbookLimits()
+    annotations: AnnotationsSpec | None = None  # points, spheres or boxes, one a row
 
 
 @dataclass(frozen=True, slots=True)
@@ -713,12 +745,42 @@ def _labels(t: _Table, raw: Path) -> LabelsSpec:
     t.check("max_unzipped_bytes", max_unzipped, lambda v: v > 0, "must be > 0", "e.g. max_unzipped_bytes = 268435456")
     max_ratio = t.take("max_compression_ratio", int, defaults.max_compression_ratio, what="an integer ratio")
     t.check("max_compression_ratio", max_ratio, lambda v: v >= 1, "must be >= 1", "e.g. max_compression_ratio = 200")
+    given_annotations = t.take("annotations", dict, {},
+                               what='a table, e.g. { center = ["X", "Y", "Z"], space = "LPS" }')
+    annotations = _annotations(_Table(t.where, "labels.annotations", given_annotations)) if given_annotations else None
     t.done()
-    return LabelsSpec(workbook=workbook, sheet=sheet, id_column=id_column, columns=columns,
+    return LabelsSpec(workbook=workbook, sheet=sheet, id_column=id_column, columns=columns, annotations=annotations,
                       header_row=cast("int | Literal['auto']", header_row), required=required,
                       conflict=cast(Literal["reject", "warn"], conflict),
                       limits=WorkbookLimits(max_unzipped_bytes=max_unzipped, max_compression_ratio=max_ratio,
                                             max_members=defaults.max_members))
+
+
+def _annotations(t: _Table) -> AnnotationsSpec:
+    """`[labels] annotations`: `center` (3 columns), `space`, and at most one of `diameter` and `size`."""
+    example = 'center = ["coordX", "coordY", "coordZ"]'
+    center = _three(t, "center", t.take("center", list, what=f"three columns (x, y, z), e.g. {example}"))
+    space = t.take("space", str, what='"LPS" (DICOM, ITK), "RAS" (NIfTI) or "voxel"')
+    t.check("space", space, lambda v: v in ANNOTATION_SPACES, 'allowed: "LPS" | "RAS" | "voxel"',
+            'world millimetres as DICOM and ITK (LUNA16) write them are "LPS"; as nibabel writes them "RAS"; '
+            'voxel indices of the source file "voxel"')
+    diameter_given = t.take("diameter", (str, dict), "", what="a column letter or header text")
+    diameter = _column(t, "diameter", diameter_given) if diameter_given else None
+    size_given = t.take("size", list, [], what='three columns (x, y, z), e.g. size = ["w", "h", "d"]')
+    size = _three(t, "size", size_given) if size_given else None
+    if diameter is not None and size is not None:
+        raise t.fail("size", size_given, "a diameter and a size both given",
+                     "give diameter (a sphere) or size (a box), not both")
+    t.done()
+    return AnnotationsSpec(center=center, space=cast(AnnotationSpace, space), diameter=diameter, size=size)
+
+
+def _three(t: _Table, key: str, value: list[object]) -> tuple[ColumnRef, ColumnRef, ColumnRef]:
+    if len(value) != 3:
+        raise t.fail(key, value, f"expected three columns (x, y, z), got {len(value)}",
+                     f'write e.g. {key} = ["X", "Y", "Z"]')
+    a, b, c = (_column(t, f"{key}[{i}]", v) for i, v in enumerate(value))
+    return a, b, c
 
 
 def _splits(t: _Table, items: ItemsSpec, labels: LabelsSpec | None) -> SplitsSpec:

@@ -36,6 +36,9 @@ class Reason(StrEnum):
     MISSING_ROLE = "missing_role"
     GEOMETRY_MISMATCH = "geometry_mismatch"
     SPLIT_LEAKAGE = "split_leakage"
+    # Of one annotation (a workbook row of `[labels] annotations`), never of an item: the item stays ok.
+    ANNOTATION_OUTSIDE = "annotation_outside"
+    BAD_ANNOTATION = "bad_annotation"
 
 
 class Rejected(Exception):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .aggregate import ClassFrequency, DatasetStats, Geometry, IntensityStats, Spread, dataset_stats
+    from .format.annotations import ANNOTATIONS, Annotation
     from .format.index import (
         COMPLETE,
         CONTENT_SHA256,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from .view import StoreView, open_store, read_index, read_statistics
 
 __all__ = [
+    "ANNOTATIONS",
     "COMPLETE",
     "CONTENT_SHA256",
     "FORMAT_VERSION",
@@ -58,6 +60,7 @@ __all__ = [
     "STATE",
     "STATISTICS",
     "STATS",
+    "Annotation",
     "ArrayReader",
     "ChannelStats",
     "ChecksumError",
@@ -99,6 +102,8 @@ __all__ = [
 ]
 
 _WHERE = {
+    "ANNOTATIONS": "format.annotations",
+    "Annotation": "format.annotations",
     "ArrayReader": "read",
     "COMPLETE": "format.index",
     "CONTENT_SHA256": "format.index",

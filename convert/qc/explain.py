@@ -33,4 +33,7 @@ EXPLAIN: Mapping[Reason, str] = MappingProxyType({
     Reason.MISSING_ROLE: "an image without its mask, or a mask without its image",
     Reason.GEOMETRY_MISMATCH: "image and mask disagree on shape or position",
     Reason.SPLIT_LEAKAGE: "a copy or group member that would put the same data in two splits",
+    Reason.ANNOTATION_OUTSIDE: ("an annotation whose centre falls outside its item's volume: check the "
+                                "[labels] annotations space (LPS or RAS) and the item ID"),
+    Reason.BAD_ANNOTATION: "an annotation cell that is not a number, or a negative extent; fix the workbook",
 })

@@ -56,6 +56,7 @@ from ..probe import Probe, probe_files
 from ..progress import Progress, ProgressEvent
 from ..spec import Spec, SplitsSpec, load_spec
 from ..survey import readable
+from ..write.annotations import annotate_rows
 from ..write.arrays import (
     compact_metadata,
     index_items,
@@ -376,6 +377,9 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     if spec.labels is not None and labels is not None:
         joined = join_labels(rows, labels, spec.labels, spec.items.id_normalize, workbook=workbook_rel(spec))
         rows, label_names, label_summary = list(joined.rows), joined.names, joined.summary
+        if spec.labels.annotations is not None:  # after the labels: a label conflict rejects the whole item
+            annotated = annotate_rows(store, rows, joined.annotations, spec.labels.annotations)
+            rows, label_summary = list(annotated.rows), label_summary | annotated.summary
     splits: dict[str, Any] = {}
     if spec.splits is not None:  # after the labels: a group, stratum or pin can come from the workbook
         assigned = split_rows(spec, rows, store)

@@ -293,7 +293,7 @@ def index_items(rows: Sequence[Row]) -> tuple[IndexItem, ...]:
                   locations=f"{r.group}/locations" if r.roles and r.classes else None,
                   split=r.split, fold=r.fold, group=r.split_group,
                   metadata=dict(r.metadata), orientation=r.orientation,
-                  stats=None if r.stats is None else r.stats.moments())
+                  stats=None if r.stats is None else r.stats.moments(), annotations=r.annotations)
         for r in rows if r.status == "ok"
     )
 

@@ -8,6 +8,7 @@
 | `written` | the record of which storage files an array wrote (`StoredFiles`) |
 | `ngff` | the OME-Zarr (NGFF 0.5) attributes of image groups |
 | `stats` | the statistics records |
+| `annotations` | an item's points and boxes in canonical voxels (`Annotation`) |
 
 Names are imported from their modules (`labzarr.store.format.index`); this package imports nothing itself, so
 a module that needs one record (or a location that copies a node document last) does not load zarr.

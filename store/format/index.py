@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .annotations import ANNOTATIONS, Annotation, decode_annotations, encode_annotations
 from .stats import ChannelStats, Histogram, ItemStats
 
 __all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX_KEY", "STATE", "STATISTICS", "STATS", "ClassInfo",
@@ -81,6 +82,8 @@ class IndexItem:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     orientation: str = ""  # the source's axis codes before reorientation ("LPS"); "" for a 2D image
     stats: ItemStats | None = None  # intensity statistics (of the image role, for a sample)
+    # Points, spheres and boxes from the label workbook, in canonical voxels (`annotations.py`).
+    annotations: tuple[Annotation, ...] = ()
 
     @property
     def spatial_axes(self) -> int:
@@ -132,6 +135,8 @@ class IndexItem:
             out["orientation"] = self.orientation
         if self.stats is not None:
             out[STATS] = encode_stats(self.stats)
+        if self.annotations:
+            out[ANNOTATIONS] = encode_annotations(self.annotations)
         return out
 
     @classmethod
@@ -150,7 +155,8 @@ class IndexItem:
                    split=str(d.get("split", "")), fold=None if d.get("fold") is None else int(d["fold"]),
                    metadata={str(k): v for k, v in d.get("metadata", {}).items()},
                    group=str(d.get("group", "")), orientation=str(d.get("orientation", "")),
-                   stats=None if d.get(STATS) is None else decode_stats(d[STATS]))
+                   stats=None if d.get(STATS) is None else decode_stats(d[STATS]),
+                   annotations=decode_annotations(d.get(ANNOTATIONS)))
 
 
 @dataclass(frozen=True, slots=True)

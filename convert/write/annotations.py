@@ -1,0 +1,88 @@
+"""Placing each ok volume's workbook annotations on its stored grid, and recording them on its array.
+
+Invariant: every annotation cell row of an ok item ends either in the item's
+`annotations` (its row, so the store index, and its array's `annotations` attr) or
+in its warnings and the summary's `annotations.rejected`, with a reason and the
+measured numbers. The attr is rewritten only where it differs, and removed where a
+corrected workbook leaves an item none, as `set_array_labels` does for labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import zarr
+
+from labzarr.store import Location
+from labzarr.store.format.annotations import ANNOTATIONS, Annotation, encode_annotations
+from labzarr.store.format.index import VolumeAttrs
+
+from ..annotations import AnnotationCells, Geometry, Refusal, place
+from ..manifest import Row
+from ..spec import AnnotationsSpec
+
+__all__ = ["Annotated", "annotate_rows"]
+
+
+@dataclass(frozen=True, slots=True)
+class Annotated:
+    """The rows with their annotations placed (refusals in their warnings), and the summary's section."""
+
+    rows: tuple[Row, ...]
+    summary: dict[str, Any]
+
+
+def annotate_rows(store: Location, rows: Sequence[Row], cells: Sequence[tuple[AnnotationCells, ...]],
+                  spec: AnnotationsSpec) -> Annotated:
+    """Place `cells` (parallel to `rows`) on each ok item's grid, read from its array's attrs, and write them
+    back as the array's `annotations` attr."""
+    out: list[Row] = []
+    refused: list[dict[str, str]] = []
+    placed = 0
+    for row, mine in zip(rows, cells, strict=True):
+        if row.status != "ok" or not row.array:
+            out.append(row)
+            continue
+        found: list[Annotation] = []
+        notes: list[str] = []
+        if mine:
+            geometry = _geometry(store, row)
+            for c in mine:
+                result = place(c, spec, geometry)
+                if isinstance(result, Refusal):
+                    notes.append(f"{result.reason.value} at {result.cell}: {result.detail}")
+                    refused.append({"item_id": row.item_id, "cell": result.cell, "reason": result.reason.value,
+                                    "detail": result.detail})
+                else:
+                    found.append(result)
+        if row.slot is None:
+            _record(store, row.array, found)
+        placed += len(found)
+        out.append(replace(row, annotations=tuple(found), warnings=row.warnings + tuple(notes)))
+    summary = {"annotations": {"placed": placed, "items": sum(1 for r in out if r.annotations),
+                               "space": spec.space, "rejected": refused}}
+    return Annotated(rows=tuple(out), summary=summary)
+
+
+def _geometry(store: Location, row: Row) -> Geometry:
+    spatial = tuple(row.shape[1:])
+    if row.slot is not None:  # an image of a stack: no patient frame, which `place` refuses by its 2 axes
+        return Geometry(shape=spatial, affine=(), source_orientation="")
+    arr = zarr.open_array(store.zarr(), path=row.array, mode="r", zarr_format=3)
+    attrs = VolumeAttrs.decode(arr.attrs.asdict(), where=f"{store}/{row.array}")
+    return Geometry(shape=spatial, affine=attrs.affine, source_orientation=attrs.source_orientation)
+
+
+def _record(store: Location, path: str, annotations: Sequence[Annotation]) -> None:
+    arr = zarr.open_array(store.zarr(), path=path, mode="r", zarr_format=3)
+    want = encode_annotations(annotations)
+    have = arr.attrs.get(ANNOTATIONS)
+    if (have or []) == want:
+        return
+    arr = zarr.open_array(store.zarr(), path=path, mode="r+", zarr_format=3)
+    if want:
+        arr.attrs[ANNOTATIONS] = want
+    else:
+        del arr.attrs[ANNOTATIONS]
