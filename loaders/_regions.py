@@ -13,7 +13,7 @@ from itertools import product
 
 import numpy as np
 
-__all__ = ["Region", "centered_origin", "grid_axis", "grid_origins", "random_origin", "region"]
+__all__ = ["Region", "around", "centered_origin", "grid_axis", "grid_origins", "random_origin", "region"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,17 @@ def centered_origin(n: int, p: int) -> int:
 def random_origin(rng: np.random.Generator, shape: Sequence[int], size: Sequence[int]) -> tuple[int, ...]:
     """A uniform origin that keeps the patch inside the item; centred on axes shorter than the patch."""
     return tuple(int(rng.integers(0, n - p + 1)) if n >= p else centered_origin(n, p) for n, p in zip(shape, size))
+
+
+def around(rng: np.random.Generator, voxel: Sequence[int], shape: Sequence[int],
+           size: Sequence[int]) -> tuple[int, ...]:
+    """An origin that puts `voxel` near the patch centre, jittered by up to a quarter patch (nnU-Net's
+    foreground oversampling); the voxel stays inside the patch, which stays inside the item where it fits."""
+    origin = []
+    for v, p, n in zip(voxel, size, shape):
+        jitter = int(rng.integers(-(p // 4), p // 4 + 1))
+        origin.append(int(np.clip(int(v) - p // 2 + jitter, 0, n - p)) if n >= p else centered_origin(n, p))
+    return tuple(origin)
 
 
 def grid_axis(n: int, p: int, overlap: int) -> tuple[int, ...]:

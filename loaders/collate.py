@@ -51,11 +51,15 @@ class Collate:
     a common one ("promote", `torch.promote_types`: int16 with float32 gives float32).
     Numbers become a tensor, tuples of numbers (`origin`, `valid`) a tensor with one row per sample,
     strings and anything else a list.
+    `ragged`: keys whose tensors hold a varying number of rows (PatchDataset's ``points`` and ``boxes``):
+    always padded along their first axis to the batch's most (with `pad_value`), plus a boolean
+    `<key>_mask` of shape (batch, most) that is True on real rows, so every batch has the same keys.
     """
 
     variable: Literal["pad", "list"] = "pad"
     pad_value: float = 0
     channels: Literal["refuse", "pad"] = "refuse"
+    ragged: tuple[str, ...] = ("points", "boxes")
     dtypes: Literal["refuse", "promote"] = "refuse"
 
     def __post_init__(self) -> None:
@@ -75,7 +79,9 @@ class Collate:
         out: dict[str, Any] = {}
         for key in keys:
             values = [sample[key] for sample in batch]
-            if all(isinstance(v, torch.Tensor) for v in values):
+            if key in self.ragged and all(isinstance(v, torch.Tensor) for v in values):
+                out.update(_rows(key, values, self.pad_value))
+            elif all(isinstance(v, torch.Tensor) for v in values):
                 self._check_mix(key, values, batch)
                 out.update(self._tensors(key, values))
             else:
@@ -157,6 +163,21 @@ def _other(values: list[Any]) -> Any:
 
 def _is_number(v: object) -> bool:
     return isinstance(v, numbers.Number | np.number) and not isinstance(v, complex)
+
+
+def _rows(key: str, values: Sequence[torch.Tensor], pad_value: float) -> dict[str, torch.Tensor]:
+    """Tensors of varying row counts (their other axes alike) stacked as (batch, most, ...) with a row mask."""
+    tails = {tuple(v.shape[1:]) for v in values}
+    if len(tails) != 1 or any(v.ndim < 1 for v in values):
+        raise ValueError(f"cannot pad {key!r} by rows: shapes {sorted({tuple(v.shape) for v in values})} differ "
+                         "beyond their first axis")
+    most = max(int(v.shape[0]) for v in values)
+    out = values[0].new_full((len(values), most, *tails.pop()), pad_value)
+    mask = torch.zeros((len(values), most), dtype=torch.bool)
+    for n, v in enumerate(values):
+        out[n, : v.shape[0]] = v
+        mask[n, : v.shape[0]] = True
+    return {key: out, f"{key}_mask": mask}
 
 
 def _pad(values: Sequence[torch.Tensor], pad_value: float) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

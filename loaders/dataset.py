@@ -34,7 +34,8 @@ from labzarr.store import (
     store_location,
 )
 
-from ._regions import Region, centered_origin, grid_axis, random_origin, region
+from ._regions import Region, around, grid_axis, random_origin, region
+from .annotations import patch_annotations
 from .options import ReadOptions
 from .samplers import ShardBy, ShuffleSampler, StratifiedSampler
 from .selection import Selection, SelectionKeywords, selection_of
@@ -56,6 +57,8 @@ class PatchDataset(Dataset[Sample]):
     the patch), ``valid`` (per axis, the ``(start, stop)`` of the patch that holds item voxels; the rest
     is ``pad_value``) and, when ``label`` is given, ``label`` (the class index into ``ds.classes``).
     With ``roles``, each role's patch of the same region comes under its role's key instead of ``image``.
+    A store converted with ``[labels] annotations`` adds ``points`` ``(N, 3)`` and ``boxes`` ``(N, 6)``:
+    the annotations whose centre is in the patch, in patch voxel coordinates (`Collate` pads them).
 
     Parameters
     ----------
@@ -90,7 +93,9 @@ class PatchDataset(Dataset[Sample]):
         oversampling): a class present in the item (value != 0) is chosen (uniformly, or by
         ``class_weights``), then one of its locations stored at conversion, the patch centred on it
         with a jitter of up to a quarter patch per axis and clipped to the volume, so that voxel
-        is always inside the patch. An item with no foreground voxels gets a uniform patch.
+        is always inside the patch. An item with no foreground voxels gets a uniform patch. In a store
+        with ``[labels] annotations``, an item's annotations take the place of class locations: one is
+        drawn uniformly and the patch is centred on it alike, so it is inside the patch.
         With ``0`` (the default) every origin is uniform, as without masks.
     class_weights:
         Relative weight of each foreground class when choosing the one to centre on; classes
@@ -129,6 +134,8 @@ class PatchDataset(Dataset[Sample]):
         if isinstance(roles, str) or not roles:
             raise ValueError(f"roles = {roles!r}; expected a sequence of role names, e.g. ('image', 'mask')")
         self.roles, self.foreground = tuple(roles), float(foreground)
+        # A store with workbook annotations: samples carry `points` and `boxes`, foreground= centres on them.
+        self.annotated = any(item.annotations for item in self.store_items)
         self.class_weights = None if class_weights is None else {int(k): float(v) for k, v in class_weights.items()}
         self.epoch = 0
         self._check_args()
@@ -182,9 +189,10 @@ class PatchDataset(Dataset[Sample]):
                     item.role_array(role)
                 except KeyError as exc:
                     raise ValueError(f"{self.store}: {exc.args[0]}; pass roles= from those") from exc
-            if self.foreground and item.locations is None:
+            if self.foreground and item.locations is None and not self.annotated:
                 raise ValueError(f"{self.store}: item {item.item_id!r} has no class locations; foreground= needs "
-                                 "a store converted with [items] roles including a 'mask' role")
+                                 "a store converted with [items] roles including a 'mask' role, or with "
+                                 "[labels] annotations")
 
     def _overlap(self, overlap: int | Sequence[int]) -> tuple[int, ...]:
         if self.patch_size is None:
@@ -261,7 +269,11 @@ class PatchDataset(Dataset[Sample]):
         return k, region(spatial, origin, self.patch_size)
 
     def _centred(self, item: IndexItem, rng: np.random.Generator, patch: tuple[int, ...]) -> tuple[int, ...] | None:
-        """An origin that puts a stored location of a chosen foreground class near the patch centre."""
+        """An origin that puts an annotation (one drawn uniformly) or else a stored location of a chosen
+        foreground class near the patch centre."""
+        if item.annotations:
+            centre = item.annotations[int(rng.integers(len(item.annotations)))].center
+            return around(rng, [round(c) for c in centre], item.shape[1:], patch)
         present = [(v, c) for v, c in sorted(item.classes.items()) if v != 0 and c.stop > c.start]
         if self.class_weights is not None:
             present = [(v, c) for v, c in present if self.class_weights.get(v, 0.0) > 0]
@@ -274,11 +286,7 @@ class PatchDataset(Dataset[Sample]):
             _, info = present[int(rng.choice(len(present), p=w / w.sum()))]
         row = int(rng.integers(info.start, info.stop))
         voxel = self._reader.read(item.locations, (row, slice(None)))
-        origin = []
-        for v, p, n in zip(voxel, patch, item.shape[1:]):
-            jitter = int(rng.integers(-(p // 4), p // 4 + 1))
-            origin.append(int(np.clip(int(v) - p // 2 + jitter, 0, n - p)) if n >= p else centered_origin(n, p))
-        return tuple(origin)
+        return around(rng, [int(v) for v in voxel], item.shape[1:], patch)
 
     def origin(self, key: int | tuple[int, int]) -> tuple[int, ...]:
         """The patch origin of sample `key` (negative only where the item is smaller than the patch)."""
@@ -343,6 +351,8 @@ class PatchDataset(Dataset[Sample]):
                            "valid": tuple((v.start, v.stop) for v in reg.valid)})
             if self.label is not None:
                 sample["label"] = self.targets[k]
+            if self.annotated:
+                sample.update(patch_annotations(item.annotations, reg))
             samples.append(self.transform(sample) if self.transform is not None else sample)
         return samples
 
