@@ -209,8 +209,10 @@ def test_a_world_box_on_an_oblique_grid_is_bounded_by_its_corners(converted: Con
 def test_out_of_volume_and_unreadable_annotations_are_listed_never_dropped(converted: Converted) -> None:
     case1, case2 = converted.manifest["case1"], converted.manifest["case2"]
     assert (case1["status"], case2["status"]) == ("ok", "ok")
-    assert "annotation_outside at Nodules!B4: centre (500, -100, 3) LPS is canonical voxel" in case1["warnings"]
-    assert "not in [-0.5, 15.5]" in case1["warnings"]
+    # The line docs/spec.md quotes.
+    assert case1["warnings"] == ("annotation_outside at Nodules!B4: centre (500, -100, 3) LPS is canonical voxel "
+                                 "(-1157, -73.06, 1.695): x -1157 not in [-0.5, 15.5]; y -73.06 not in [-0.5, 15.5] "
+                                 "of shape 16x16x5")
     assert "bad_annotation at Nodules!B6: Nodules!C6 is 'n/a', not a number" in case2["warnings"]
     section = converted.summary["annotations"]
     assert isinstance(section, dict)
