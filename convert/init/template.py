@@ -48,6 +48,10 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("labels", "conflict"): "reject | warn: one ID, different values",
     ("labels", "max_unzipped_bytes"): "zip-bomb caps, checked before any XML is inflated",
     ("labels", "max_compression_ratio"): "inflated / compressed size of any member",
+    ("labels", "annotations"): "lesion points, spheres or boxes, one a workbook row (docs/spec.md#annotations)",
+    ("labels.annotations", "space"): "LPS (DICOM, ITK) | RAS (NIfTI) | voxel (the source's i, j, k)",
+    ("labels.annotations", "diameter"): "a sphere's diameter (mm; voxels in voxel space); neither it nor size: a point",
+    ("labels.annotations", "size"): "or a box's full extents along x, y, z; not both",
     ("store", "chunks"): "spatial chunk shape; one channel per chunk",
     ("store", "shards"): "chunks grouped into shard files (default: chunks x [8, 8, 4]); false: a file per chunk",
     ("store", "compressor"): "blosc-lz4 | blosc-zstd | zstd | none",
@@ -203,4 +207,10 @@ def _labels(choice: LabelsChoice) -> list[str]:
     # `columns` last, as its own table, so each suggested label is a line to uncomment.
     out.append(f"{'' if active else '# '}[labels.columns]".ljust(_COLUMN) + f"# {_COMMENTS[('labels', 'columns')]}")
     out += [f"# {n} = {toml_value(letter)}".ljust(_COLUMN) + f"# {why}" for n, letter, why in choice.columns]
+    # Coordinates are never guessed (a space read wrongly moves every point), so the table is only shown.
+    out += ["", "# [labels.annotations]".ljust(_COLUMN) + f"# {_COMMENTS[('labels', 'annotations')]}",
+            '# center = ["coordX", "coordY", "coordZ"]',
+            '# space = "LPS"'.ljust(_COLUMN) + f"# {_COMMENTS[('labels.annotations', 'space')]}",
+            '# diameter = "diameter_mm"'.ljust(_COLUMN) + f"# {_COMMENTS[('labels.annotations', 'diameter')]}",
+            '# size = ["w_mm", "h_mm", "d_mm"]'.ljust(_COLUMN) + f"# {_COMMENTS[('labels.annotations', 'size')]}"]
     return out

@@ -16,6 +16,7 @@ from labzarr.convert.demo import EXPECTED, EXPECTED_LABELS, NIBABEL_DATA, write_
 from labzarr.convert.init import init_delivery
 from labzarr.convert.init.template import LabelsChoice, render
 from labzarr.convert.spec import (
+    AnnotationsSpec,
     DicomSpec,
     ItemsSpec,
     LabelsSpec,
@@ -187,8 +188,9 @@ def test_the_template_writes_every_key_the_spec_module_knows() -> None:
     assert _keys(text) == {
         "delivery": {"name", "raw", "store"},
         "items": names(ItemsSpec),
-        "labels": names(LabelsSpec) - {"limits", "columns"} | names(WorkbookLimits) - {"max_members"},
+        "labels": names(LabelsSpec) - {"limits", "columns", "annotations"} | names(WorkbookLimits) - {"max_members"},
         "labels.columns": set(),
+        "labels.annotations": names(AnnotationsSpec),
         "store": names(StoreSpec) | {"storage_options"},
         "validate": names(ValidateSpec), "dicom": names(DicomSpec), "masks": names(MasksSpec), "run": names(RunSpec),
         "manifest": names(ManifestSpec),
