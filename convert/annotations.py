@@ -64,6 +64,9 @@ class Refusal:
 def place(cells: AnnotationCells, spec: AnnotationsSpec, geometry: Geometry) -> Annotation | Refusal:
     """The annotation of one workbook row on `geometry`'s canonical grid, or why it has none."""
     at = cells.center[0].ref
+    if len(geometry.shape) != 3:
+        return Refusal(at, Reason.BAD_ANNOTATION, f"the item is a {len(geometry.shape)}D image; annotations "
+                                                  "place points in volumes only")
     numbers: list[float] = []
     for cell in (*cells.center, *cells.extent):
         text = cell.value.strip()
@@ -77,9 +80,6 @@ def place(cells: AnnotationCells, spec: AnnotationsSpec, geometry: Geometry) -> 
         if cell in cells.extent and value < 0:
             return Refusal(at, Reason.BAD_ANNOTATION, f"{cell.ref} is {value:g}, a negative extent")
         numbers.append(value)
-    if len(geometry.shape) != 3:
-        return Refusal(at, Reason.BAD_ANNOTATION, f"the item is a {len(geometry.shape)}D image; annotations "
-                                                  "place points in volumes only")
     center, extent = np.array(numbers[:3]), np.array(numbers[3:])
     placed = _voxel(center, extent, geometry, at) if spec.space == "voxel" else _world(center, extent, spec, geometry)
     if isinstance(placed, Refusal):

@@ -3,7 +3,7 @@
 Invariant: every annotation cell row of an ok item ends either in the item's
 `annotations` (its row, so the store index, and its array's `annotations` attr) or
 in its warnings and the summary's `annotations.rejected`, with a reason and the
-measured numbers. The attr is rewritten only where it differs, and removed where a
+measured numbers; those of a rejected item are counted in `of_rejected_items`. The attr is rewritten only where it differs, and removed where a
 corrected workbook leaves an item none, as `set_array_labels` does for labels.
 """
 
@@ -40,9 +40,12 @@ def annotate_rows(store: Location, rows: Sequence[Row], cells: Sequence[tuple[An
     back as the array's `annotations` attr."""
     out: list[Row] = []
     refused: list[dict[str, str]] = []
+    unplaced: dict[str, int] = {}
     placed = 0
     for row, mine in zip(rows, cells, strict=True):
         if row.status != "ok" or not row.array:
+            if mine:  # counted, so none goes unaccounted: they return with the item once it is ok
+                unplaced[row.item_id] = unplaced.get(row.item_id, 0) + len(mine)
             out.append(row)
             continue
         found: list[Annotation] = []
@@ -62,7 +65,8 @@ def annotate_rows(store: Location, rows: Sequence[Row], cells: Sequence[tuple[An
         placed += len(found)
         out.append(replace(row, annotations=tuple(found), warnings=row.warnings + tuple(notes)))
     summary = {"annotations": {"placed": placed, "items": sum(1 for r in out if r.annotations),
-                               "space": spec.space, "rejected": refused}}
+                               "space": spec.space, "rejected": refused,
+                               "of_rejected_items": dict(sorted(unplaced.items()))}}
     return Annotated(rows=tuple(out), summary=summary)
 
 

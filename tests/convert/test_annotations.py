@@ -216,7 +216,7 @@ def test_out_of_volume_and_unreadable_annotations_are_listed_never_dropped(conve
     assert "bad_annotation at Nodules!B6: Nodules!C6 is 'n/a', not a number" in case2["warnings"]
     section = converted.summary["annotations"]
     assert isinstance(section, dict)
-    assert (section["placed"], section["items"], section["space"]) == (3, 2, "LPS")
+    assert (section["placed"], section["items"], section["space"], section["of_rejected_items"]) == (3, 2, "LPS", {})
     assert [(r["item_id"], r["cell"], r["reason"]) for r in section["rejected"]] == [
         ("case1", "Nodules!B4", Reason.ANNOTATION_OUTSIDE.value), ("case2", "Nodules!B6", Reason.BAD_ANNOTATION.value)]
 
@@ -229,6 +229,21 @@ def test_a_point_outside_a_small_volume_is_refused_with_the_numbers() -> None:
     assert refused == Refusal("S!B3", Reason.ANNOTATION_OUTSIDE,
                               "centre (1, 4.6, -1) voxel is canonical voxel (1, 4.6, -1): y 4.6 not in [-0.5, 4.5]; "
                               "z -1 not in [-0.5, 5.5] of shape 4x5x6")
+
+
+@pytest.mark.parametrize(("shape", "values", "detail"), [
+    pytest.param((64, 48), ("1", "2", ""), "the item is a 2D image; annotations place points in volumes only", id="2d"),
+    pytest.param((4, 4, 4), ("1", "", "0"), "S!C3 is (blank), not a number", id="blank-cell"),
+    pytest.param((4, 4, 4), ("1", "nan", "0"), "S!C3 is 'nan', not a finite number", id="nan"),
+    pytest.param((4, 4, 4), ("1", "2", "0", "-3"), "S!E3 is -3, a negative extent", id="negative-diameter"),
+])
+def test_an_unplaceable_annotation_says_why(shape, values: tuple[str, ...], detail: str) -> None:
+    geometry = Geometry(shape=shape, affine=tuple(tuple(r) for r in np.eye(4)), source_orientation="RAS")
+    spec = AnnotationsSpec(center=(ColumnRef("B"), ColumnRef("C"), ColumnRef("D")), space="RAS",
+                           diameter=ColumnRef("E") if len(values) == 4 else None)
+    cells = [LabelCell(v, f"S!{c}3") for v, c in zip(values, "BCDE")]
+    found = place(AnnotationCells(center=(cells[0], cells[1], cells[2]), extent=tuple(cells[3:])), spec, geometry)
+    assert found == Refusal("S!B3", Reason.BAD_ANNOTATION, detail)
 
 
 @pytest.mark.parametrize(("line", "match"), [
@@ -288,4 +303,4 @@ def test_a_rerun_is_byte_stable_and_a_corrected_workbook_moves_the_annotations(t
         assert "annotations" not in arr.attrs.asdict()
         assert open_store(first.spec.delivery.store).items[0].annotations == ()
         assert json.loads(last.summary_path.read_text())["annotations"] == {
-            "placed": 0, "items": 0, "space": "voxel", "rejected": []}
+            "placed": 0, "items": 0, "space": "voxel", "rejected": [], "of_rejected_items": {}}

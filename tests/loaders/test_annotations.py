@@ -144,3 +144,13 @@ def test_collate_of_batches_without_any_box_keeps_its_keys() -> None:
     assert batch["boxes_mask"].tolist() == [[False, False], [True, True]]
     with pytest.raises(ValueError, match="differ beyond their first axis"):
         Collate()([two, {**two, "boxes": torch.ones(2, 4)}])
+
+
+def test_grid_tiles_together_hold_every_annotation(store: Path) -> None:
+    ds = PatchDataset(store, PATCH, mode="grid")
+    found: dict[str, set[tuple[float, ...]]] = {}
+    for i in range(len(ds)):
+        s = ds[i]
+        for p in s["points"].numpy():
+            found.setdefault(s["item_id"], set()).add(tuple(float(v) for v in p + np.array(s["origin"])))
+    assert found == {i.item_id: {a.center for a in i.annotations} for i in ds.items if i.annotations}
