@@ -3,8 +3,9 @@
 Invariant: every annotation cell row of an ok item ends either in the item's
 `annotations` (its row, so the store index, and its array's `annotations` attr) or
 in its warnings and the summary's `annotations.rejected`, with a reason and the
-measured numbers; those of a rejected item are counted in `of_rejected_items`. The attr is rewritten only where it differs, and removed where a
-corrected workbook leaves an item none, as `set_array_labels` does for labels.
+measured numbers; those of a rejected item are counted in `of_rejected_items`.
+The attr is rewritten only where it differs, and removed where a corrected
+workbook leaves an item none, as `set_array_labels` does for labels.
 """
 
 from __future__ import annotations
