@@ -85,8 +85,8 @@ def place(cells: AnnotationCells, spec: AnnotationsSpec, geometry: Geometry) -> 
     if isinstance(placed, Refusal):
         return placed
     voxel, size = placed
-    outside = [f"{a} {v:.4g} not in [-0.5, {n - 0.5:g}]" for a, v, n in zip("xyz", voxel, geometry.shape)
-               if not -0.5 <= v <= n - 0.5]
+    outside = [f"{a} {v:.4g} not in [-0.5, {n - 0.5:g})" for a, v, n in zip("xyz", voxel, geometry.shape)
+               if not -0.5 <= v < n - 0.5]
     if outside:
         given = ", ".join(f"{v:g}" for v in center)
         return Refusal(at, Reason.ANNOTATION_OUTSIDE,

@@ -211,7 +211,7 @@ def test_out_of_volume_and_unreadable_annotations_are_listed_never_dropped(conve
     assert (case1["status"], case2["status"]) == ("ok", "ok")
     # The line docs/spec.md quotes.
     assert case1["warnings"] == ("annotation_outside at Nodules!B4: centre (500, -100, 3) LPS is canonical voxel "
-                                 "(-1157, -73.06, 1.695): x -1157 not in [-0.5, 15.5]; y -73.06 not in [-0.5, 15.5] "
+                                 "(-1157, -73.06, 1.695): x -1157 not in [-0.5, 15.5); y -73.06 not in [-0.5, 15.5) "
                                  "of shape 16x16x5")
     assert "bad_annotation at Nodules!B6: Nodules!C6 is 'n/a', not a number" in case2["warnings"]
     section = converted.summary["annotations"]
@@ -227,8 +227,17 @@ def test_a_point_outside_a_small_volume_is_refused_with_the_numbers() -> None:
     cells = AnnotationCells(center=(LabelCell("1", "S!B3"), LabelCell("4.6", "S!C3"), LabelCell("-1", "S!D3")))
     refused = place(cells, spec, geometry)
     assert refused == Refusal("S!B3", Reason.ANNOTATION_OUTSIDE,
-                              "centre (1, 4.6, -1) voxel is canonical voxel (1, 4.6, -1): y 4.6 not in [-0.5, 4.5]; "
-                              "z -1 not in [-0.5, 5.5] of shape 4x5x6")
+                              "centre (1, 4.6, -1) voxel is canonical voxel (1, 4.6, -1): y 4.6 not in [-0.5, 4.5); "
+                              "z -1 not in [-0.5, 5.5) of shape 4x5x6")
+
+
+@pytest.mark.parametrize(("y", "inside"), [("-0.5", True), ("4.49", True), ("4.5", False), ("-0.51", False)])
+def test_a_volume_holds_the_points_of_its_voxels_half_open(y: str, inside: bool) -> None:
+    """Voxel n spans [n - 0.5, n + 0.5): the last voxel's far face is outside, as PatchDataset counts it."""
+    geometry = Geometry(shape=(4, 5, 6), affine=tuple(tuple(r) for r in np.eye(4)), source_orientation="RAS")
+    spec = AnnotationsSpec(center=(ColumnRef("B"), ColumnRef("C"), ColumnRef("D")), space="voxel")
+    cells = AnnotationCells(center=(LabelCell("1", "S!B3"), LabelCell(y, "S!C3"), LabelCell("2", "S!D3")))
+    assert isinstance(place(cells, spec, geometry), Annotation) is inside
 
 
 @pytest.mark.parametrize(("shape", "values", "detail"), [
