@@ -54,7 +54,7 @@ from ..plan.splits import duplicate_key
 from ..plan.stacks import STACKS
 from ..probe import Probe, probe_files
 from ..progress import Progress, ProgressEvent
-from ..spec import Spec, SplitsSpec, load_spec
+from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec, SplitsSpec, load_spec
 from ..survey import readable
 from ..write.arrays import (
     compact_metadata,
@@ -393,7 +393,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
     index, next_index = number_rows(rows, earlier_index(manifest_path, summary_path))
-    manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles],
+    manifest = manifest_bytes(rows, label_names, _role_names(spec, rows),
                               split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
                               spec.manifest.metadata, index=index)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
@@ -529,9 +529,17 @@ def _statistics(items: Sequence[IndexItem], records: Mapping[str, ItemStats]) ->
     return {"statistics": dataset_stats(items, records).summary()}
 
 
+def _role_names(spec: Spec, rows: Sequence[Row]) -> list[str]:
+    """The manifest's role columns: the spec's roles, or image and mask where DICOM SEG/RTSTRUCT objects made
+    samples of a delivery without roles."""
+    if spec.items.roles:
+        return [r for r, _ in spec.items.roles]
+    return [REFERENCE_ROLE, MASK_ROLE] if any(r.roles for r in rows) else []
+
+
 def _class_summary(spec: Spec, rows: Sequence[Row]) -> dict[str, Any]:
-    """`classes`: per mask class, voxels over all ok samples and how many samples hold it (only with roles)."""
-    if not spec.items.roles:
+    """`classes`: per mask class, voxels over all ok samples and how many samples hold it (only with masks)."""
+    if not _role_names(spec, rows):
         return {}
     voxels: Counter[int] = Counter()
     samples: Counter[int] = Counter()
