@@ -97,6 +97,8 @@ class Row:
     metadata: tuple[tuple[str, Any], ...] = ()
     # An ok item's intensity statistics (convert/intensity.py; of the image role for a sample); not a column.
     stats: ItemStats | None = None
+    # RTSTRUCT ROI names that no `[masks] rois` rule maps (or with no closed contour); in `detail` and summary.json.
+    unmapped: tuple[str, ...] = ()
 
     def rejected(self, reason: Reason, detail: str) -> Row:
         """The same row, turned into a rejection (its array, if any, is no longer part of the store)."""

@@ -54,6 +54,7 @@ from ..plan.splits import duplicate_key
 from ..plan.stacks import STACKS
 from ..probe import Probe, probe_files
 from ..progress import Progress, ProgressEvent
+from ..plan.dicom_masks import MASK_KINDS
 from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec, SplitsSpec, load_spec
 from ..survey import readable
 from ..write.arrays import (
@@ -403,7 +404,8 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
                                   tool_version=tool_version(), items=items))
     t_end = time.perf_counter()
-    summary = (_summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows) | splits
+    summary = (_summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows)
+               | _dicom_mask_summary(rows) | splits
                | _statistics(items, records) | {"next_index": next_index})
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
     run_log = {
@@ -535,6 +537,18 @@ def _role_names(spec: Spec, rows: Sequence[Row]) -> list[str]:
     if spec.items.roles:
         return [r for r, _ in spec.items.roles]
     return [REFERENCE_ROLE, MASK_ROLE] if any(r.roles for r in rows) else []
+
+
+def _dicom_mask_summary(rows: Sequence[Row]) -> dict[str, Any]:
+    """`dicom_masks` (only where there is something to list): the SEG and RTSTRUCT objects whose referenced series
+    is not here (by file, with the detail naming the series), and per RTSTRUCT the ROIs it left out."""
+    kinds = set(MASK_KINDS.values())
+    missing = {r.source: r.detail for r in rows if r.kind in kinds and r.reason is Reason.MISSING_ROLE}
+    unmapped = {next(x.source for x in r.roles if x.role == MASK_ROLE): list(r.unmapped) for r in rows if r.unmapped}
+    if not missing and not unmapped:
+        return {}
+    return {"dicom_masks": {"missing_series": dict(sorted(missing.items())),
+                            "unmapped_rois": dict(sorted(unmapped.items()))}}
 
 
 def _class_summary(spec: Spec, rows: Sequence[Row]) -> dict[str, Any]:

@@ -47,9 +47,10 @@ from labzarr.readers import (
     read_head,
     readers_with,
 )
-from labzarr.readers.dicom import open_series
+from labzarr.readers.dicom import RTSTRUCT_CLASS, open_series
 from labzarr.readers.dicom_seg import read_seg
 from labzarr.readers.masks import MaskClass, label_volume
+from labzarr.readers.rtstruct import read_rtstruct
 from labzarr.store import STATS, ChannelStats, ItemStats, Location
 from labzarr.store.format.index import encode_stats
 from labzarr.store.format.ngff import role_path
@@ -103,10 +104,11 @@ def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
     try:
         sources: list[tuple[RoleFile, VolumeSource]] = []
         named: tuple[MaskClass, ...] = ()  # a DICOM mask's classes: SEG segments, RTSTRUCT classes
+        unmapped: tuple[str, ...] = ()  # RTSTRUCT ROIs left out
         for f in task.files:
             with _blame(f):
                 if f.kind in MASK_KINDS.values():
-                    source, named = _open_dicom_mask(f, task.reference, sources[0][1].header, masks)
+                    source, named, unmapped = _open_dicom_mask(f, task.reference, sources[0][1].header, masks)
                     sources.append((f, source))
                 else:
                     sources.append((f, _open(f, settings)))
@@ -167,7 +169,9 @@ def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
     return replace(base, shape=tuple(ref.shape), dtype=str(ref.dtype), spacing=ref.spacing,
                    orientation=ref.orientation, array=role_path(task.group, task.reference.role),
                    warnings=tuple(warnings), roles=tuple(roles[f.role] for f in task.files), classes=classes,
-                   stats=stats)
+                   stats=stats, unmapped=unmapped,
+                   detail=f"RTSTRUCT ROIs not drawn (no [masks] rois rule maps them, or no closed contour): "
+                          f"{', '.join(map(repr, unmapped))}" if unmapped else "")
 
 
 def geometry_problem(role: str, h: VolumeHeader, ref: VolumeHeader, tolerance: float, *,
@@ -219,14 +223,20 @@ def _open(f: RoleFile, settings: TaskSettings) -> VolumeSource:
 
 
 def _open_dicom_mask(f: RoleFile, image: RoleFile, grid: VolumeHeader,
-                     masks: MasksSpec) -> tuple[VolumeSource, tuple[MaskClass, ...]]:
-    """A SEG's or RTSTRUCT's mask on its series' canonical grid (`grid`: the series' header), and its classes."""
+                     masks: MasksSpec) -> tuple[VolumeSource, tuple[MaskClass, ...], tuple[str, ...]]:
+    """A SEG's or RTSTRUCT's mask on its series' canonical grid (`grid`: the series' header), its classes, and
+    the ROIs an RTSTRUCT left out (unmapped, or without a closed contour)."""
     assert image.stack is not None, "a DICOM mask is planned only with the series it references"
-    found, masked = read_seg(Path(f.path), image.stack, threshold=masks.fractional_threshold,
-                             tolerance=masks.tolerance)
+    left_out: tuple[str, ...] = ()
+    if f.kind == MASK_KINDS[RTSTRUCT_CLASS]:
+        rois = read_rtstruct(Path(f.path), image.stack, rules=masks.rois, tolerance=masks.tolerance)
+        found, masked, left_out = rois.classes, rois.data, (*rois.unmapped, *rois.undrawn)
+    else:
+        found, masked = read_seg(Path(f.path), image.stack, threshold=masks.fractional_threshold,
+                                 tolerance=masks.tolerance)
     data = label_volume(masked, found)
     volume = Volume(kind=f.kind, data=data, spacing=grid.spacing, affine=grid.affine, orientation=grid.orientation)
-    return MemorySource(volume), found
+    return MemorySource(volume), found, left_out
 
 
 def _naming(c: MaskClass | None) -> dict[str, object]:
