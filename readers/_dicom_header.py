@@ -39,8 +39,8 @@ from ._head import Head
 from .reasons import Reason, Rejected
 from .records import ByFields
 
-__all__ = ["RTSTRUCT_CLASS", "SEG_CLASS", "Defect", "DicomHeader", "Frame", "csa_items", "header_dataset", "open_dicom", "read_dicom_header",
-           "transfer_syntax"]
+__all__ = ["RTSTRUCT_CLASS", "SEG_CLASS", "Defect", "DicomHeader", "Frame", "csa_items", "header_dataset", "open_dicom",
+           "read_dicom_header", "transfer_syntax"]
 
 _PIXEL_TAGS = (0x7FE00010, 0x7FE00008, 0x7FE00009)  # Pixel Data, Float Pixel Data, Double Float Pixel Data
 _ITEM, _SEQ_END = 0xFFFEE000, 0xFFFEE0DD

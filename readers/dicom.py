@@ -36,9 +36,10 @@ from ._head import Head
 from .reasons import Reason, Rejected
 from .records import Limits, Volume
 
-__all__ = ["ALLOWED", "DESCRIPTORS", "RTSTRUCT_CLASS", "SEG_CLASS", "Defect", "Descriptors", "DicomHeader", "DicomReader", "DicomSource", "Frame",
-           "Member", "SeriesRules", "SeriesStack", "StackFrame", "is_known_keyword", "layout_series",
-           "looks_like_dicom", "open_series", "output_dtype", "read_dicom_header", "read_series"]
+__all__ = ["ALLOWED", "DESCRIPTORS", "RTSTRUCT_CLASS", "SEG_CLASS", "Defect", "Descriptors", "DicomHeader",
+           "DicomReader", "DicomSource", "Frame", "Member", "SeriesRules", "SeriesStack", "StackFrame",
+           "is_known_keyword", "layout_series", "looks_like_dicom", "open_series", "output_dtype", "read_dicom_header",
+           "read_series"]
 
 _MIN_ELEMENTS = 3  # a plausible preamble-less dataset starts with at least this many well-formed elements
 _ENCODINGS = ((True, True), (False, True), (False, False))  # (implicit VR, little endian)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -56,7 +57,8 @@ class SliceGrid:
             raise Rejected(Reason.UNSUPPORTED_FORMAT, "the referenced series is a 2D image, not a volume; "
                                                       "SEG and RTSTRUCT masks are placed on a volume's slices")
         first = stack.frames[: stack.n_slices]
-        return cls(lps=_LPS @ np.array(stack.affine, dtype=np.float64), shape=(stack.columns, stack.rows, stack.n_slices),
+        return cls(lps=_LPS @ np.array(stack.affine, dtype=np.float64),
+                   shape=(stack.columns, stack.rows, stack.n_slices),
                    instances={f.instance: k for k, f in enumerate(first) if f.instance},
                    positions=tuple(f.position for f in first))
 
@@ -89,16 +91,12 @@ class SliceGrid:
         return np.ascontiguousarray(np.stack([apply_orientation(c, ornt) for c in data]))
 
 
-def label_volume(masks: npt.NDArray[np.bool_], classes: Sequence[MaskClass]) -> npt.NDArray[np.integer]:
+def label_volume(masks: npt.NDArray[np.bool_], classes: Sequence[MaskClass]) -> npt.NDArray[Any]:
     """(M, ...) booleans, one per class -> a label map (1, ...) when none overlap, else (M, ...) channels."""
-    values = np.array([c.value for c in classes], dtype=np.int64)
-    top = int(values.max(initial=0))
+    top = max((c.value for c in classes), default=0)
     dtype = np.uint8 if top <= np.iinfo(np.uint8).max else np.uint16 if top <= np.iinfo(np.uint16).max else np.uint32
-    shape = (1, *masks.shape[1:])
-    if len(masks) and int(masks.sum(axis=0, dtype=np.uint16).max(initial=0)) > 1:
-        channels = masks.astype(dtype) * values.astype(dtype).reshape(-1, *([1] * (masks.ndim - 1)))
-        return channels
-    out = np.zeros(shape, dtype=dtype)
-    for m, value in zip(masks, values):
-        out[0][m] = value
+    overlap = len(masks) > 1 and int(masks.sum(axis=0, dtype=np.uint16).max(initial=0)) > 1
+    out = np.zeros((len(masks) if overlap else 1, *masks.shape[1:]), dtype=dtype)
+    for channel, (m, c) in enumerate(zip(masks, classes)):
+        out[channel if overlap else 0][m] = c.value
     return out

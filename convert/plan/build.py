@@ -26,8 +26,8 @@ from ..discover import Candidate
 from ..manifest import Row
 from ..probe import Probe
 from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec
-from .records import Damage, KeptShard, Outcome, Recorded, Repair
 from .dicom_masks import attach_masks, is_mask_object
+from .records import Damage, KeptShard, Outcome, Recorded, Repair
 from .samples import Part, RoleFile, SampleTask, file_part, group_samples, series_part
 from .series import SeriesItem, group_series
 from .splits import duplicate_key

@@ -72,8 +72,9 @@ def attach_masks(objects: Sequence[tuple[Candidate, Probe]], series: Sequence[Se
                                  "a mask needs the series it is drawn on"))
             continue
         if len(found) > 1:
-            rows.append(rejected(f"{what} references {len(found)} parts of a series ("
-                                 + ", ".join(s.source for s in found) + "); expected exactly one image", found[0].item_id))
+            parts = ", ".join(s.source for s in found)
+            rows.append(rejected(f"{what} references {len(found)} parts of a series ({parts}); expected exactly one "
+                                 "image", found[0].item_id))
             continue
         (image,) = found
         if image.source in masks:

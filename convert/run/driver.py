@@ -49,12 +49,12 @@ from ..manifest import (
 )
 from ..plan.build import VOLUMES, plan
 from ..plan.collisions import collision_summary, find_collisions
+from ..plan.dicom_masks import MASK_KINDS
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
 from ..plan.splits import duplicate_key
 from ..plan.stacks import STACKS
 from ..probe import Probe, probe_files
 from ..progress import Progress, ProgressEvent
-from ..plan.dicom_masks import MASK_KINDS
 from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec, SplitsSpec, load_spec
 from ..survey import readable
 from ..write.arrays import (

@@ -40,8 +40,8 @@ from labzarr.readers import (
     Reason,
     Rejected,
     Slab,
-    VolumeHeader,
     Volume,
+    VolumeHeader,
     VolumeSource,
     open_source,
     read_head,
@@ -159,8 +159,9 @@ def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
             # from them would write the stale copy back.
             group = zarr.open_group(store.zarr(), path=task.group, mode="r+")
             about = {c.value: c for c in named}
-            group.attrs.update({"classes": {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]}
-                                            | _naming(about.get(c.value)) for c in classes}})
+            listed: dict[str, Any] = {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]}
+                                      | _naming(about.get(c.value)) for c in classes}
+            group.attrs.update({"classes": listed})
             group.attrs.update({"complete": sample_complete(task.files)})
     except Exception as exc:  # the task boundary: a decoder bug must cost one sample, not the run
         reason, detail = refusal(exc, task.source)
@@ -239,7 +240,7 @@ def _open_dicom_mask(f: RoleFile, image: RoleFile, grid: VolumeHeader,
     return MemorySource(volume), found, left_out
 
 
-def _naming(c: MaskClass | None) -> dict[str, object]:
+def _naming(c: MaskClass | None) -> dict[str, Any]:
     """A class's name and colour for the group's `classes` attr, where the mask object gave them."""
     if c is None:
         return {}
