@@ -66,7 +66,7 @@ def read_seg(path: Path, stack: SeriesStack, *, threshold: float, tolerance: flo
             for value, n in numbers.items():
                 out[n, :, :, k] |= plane == value
             continue
-        number = _segment_number(f, group)
+        number = _segment_number(f, group, seg)
         if number not in numbers:
             raise Rejected(Reason.BAD_HEADER, f"frame {f + 1} belongs to segment {number}, which the Segment "
                                               f"Sequence does not describe (segments {sorted(numbers)})")
@@ -122,11 +122,12 @@ def _check_plane(seg: Any, grid: SliceGrid, tolerance: float) -> None:
                                                      f"{ORIENTATION_TOLERANCE:g}")
 
 
-def _segment_number(f: int, group: Dataset) -> int:
-    ident = group.get("SegmentIdentificationSequence")
-    if not ident:
+def _segment_number(f: int, group: Dataset, seg: Any) -> int:
+    """The segment of frame `f`: per frame, or shared by every frame (a one-segment SEG)."""
+    ident = _shared(seg, group, "SegmentIdentificationSequence")
+    if ident is None or ident.get("ReferencedSegmentNumber") is None:
         raise Rejected(Reason.BAD_HEADER, f"frame {f + 1} names no segment (no Segment Identification Sequence)")
-    return int(ident[0].ReferencedSegmentNumber)
+    return int(ident.ReferencedSegmentNumber)
 
 
 def _referenced(group: Dataset) -> list[str]:
