@@ -166,3 +166,20 @@ def test_seg_frame_off_its_referenced_slice_is_a_geometry_mismatch(converted) ->
     assert row["detail"].startswith("mask case_005/seg.dcm: SEG frame 3 lies at")
     assert "1.25 mm apart, tolerance 0.001 mm" in row["detail"], row["detail"]
     assert row["n_files"] == "6"  # the series and its SEG, accounted for in the one row
+
+
+def test_patch_dataset_serves_the_overlapping_segments_as_channels(converted) -> None:
+    from labzarr import PatchDataset
+
+    d, _, _ = converted
+    ds = PatchDataset(d.store, (8, 8, 4), patches_per_item=4, roles=("image", "mask"), foreground=1.0, seed=0,
+                      items=["case001"])
+    stored = open_store(d.store)
+    (item,) = [i for i in stored.items if i.item_id == "case001"]
+    mask = stored.array(item.roles["mask"])[...]
+    for i in range(len(ds)):
+        sample = ds[i]
+        x, y, z = sample["origin"]
+        assert sample["mask"].shape == (2, 8, 8, 4)
+        np.testing.assert_array_equal(sample["mask"].numpy(), mask[:, x:x + 8, y:y + 8, z:z + 4])
+        assert sample["mask"].numpy().any()  # foreground sampling found a segment's voxel
