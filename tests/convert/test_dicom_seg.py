@@ -183,3 +183,30 @@ def test_patch_dataset_serves_the_overlapping_segments_as_channels(converted) ->
         assert sample["mask"].shape == (2, 8, 8, 4)
         np.testing.assert_array_equal(sample["mask"].numpy(), mask[:, x:x + 8, y:y + 8, z:z + 4])
         assert sample["mask"].numpy().any()  # foreground sampling found a segment's voxel
+
+
+def _planned(root: Path, tail: str):
+    from labzarr.convert.discover import discover, walk
+    from labzarr.convert.plan.build import plan
+    from labzarr.convert.probe import probe_files
+
+    spec = load_spec(root / "manifests" / "seg" / "delivery.toml", root=root)
+    candidates = discover(walk(spec.delivery.raw), spec.items)
+    probes = {p.rel: p for p in probe_files([(c.rel, str(c.entry.path)) for c in candidates])}
+    return plan(spec, candidates, probes)
+
+
+def test_with_roles_a_seg_joins_the_sample_of_its_series(tmp_path: Path) -> None:
+    roles = SPEC + 'roles = { image = "*/ct/*" }\n'
+    d = seg_delivery(tmp_path, roles)
+    for n in (1, 2):
+        cts = ct(d.raw / f"case_00{n}" / "ct", f"case{n}")
+        write_seg(d.raw / f"case_00{n}" / "seg.dcm", cts, seg_arrays(cts), kind="FRACTIONAL")
+    write_seg(d.raw / "case_002" / "again.dcm", cts, seg_arrays(cts), kind="FRACTIONAL")  # a second SEG on case 2
+    the_plan = _planned(tmp_path, roles)
+    samples = {s.item_id: s for s in the_plan.samples}
+    assert sorted(samples) == ["case001", "case002"]
+    assert [(f.role, f.kind) for f in samples["case001"].files] == [("image", "dicom"), ("mask", "dicom-seg")]
+    (row,) = the_plan.rows
+    assert (row.source, row.reason.value) == ("case_002/seg.dcm", "missing_role")
+    assert "already has mask case_002/again.dcm" in row.detail

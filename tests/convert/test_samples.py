@@ -224,6 +224,10 @@ BAD = [
     pytest.param(SEG_ROLES + '[masks]\nclasses = [0, 0.5]\n', r"classes = .*expected distinct integers",
                  id="classes"),
     pytest.param(SEG_ROLES + '[masks]\ntolerance = -1\n', r"tolerance = -1: must be >= 0", id="tolerance"),
+    pytest.param('[masks]\nfractional_threshold = 0\n', r"fractional_threshold = 0: must be in \(0, 1\]",
+                 id="fractional-threshold"),
+    pytest.param('[masks]\nrois = { gtv = 3 }\n', r"rois.gtv = 3: expected a regex or a list", id="rois-type"),
+    pytest.param('[masks]\nrois = { gtv = ["("] }\n', r"rois.gtv = .*not a valid regular expression", id="rois-regex"),
 ]
 
 
