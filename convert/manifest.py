@@ -100,6 +100,8 @@ class Row:
     stats: ItemStats | None = None
     # An ok volume's `[labels] annotations`, placed on its canonical grid (convert/annotations.py); not a column.
     annotations: tuple[Annotation, ...] = ()
+    # RTSTRUCT ROI names that no `[masks] rois` rule maps (or with no closed contour); in `detail` and summary.json.
+    unmapped: tuple[str, ...] = ()
 
     def rejected(self, reason: Reason, detail: str) -> Row:
         """The same row, turned into a rejection (its array, if any, is no longer part of the store)."""

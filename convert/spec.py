@@ -98,6 +98,11 @@ class MasksSpec:
     policy: Literal["reject", "warn"] = "reject"  # non-integer values or unexpected classes
     tolerance: float = 1e-3  # mm: spacing and affine entries of a role vs the image
     locations: int = 10_000  # voxel locations kept per class per sample
+    # A fractional DICOM-SEG voxel is in its segment when value / MaximumFractionalValue is at least this.
+    fractional_threshold: float = 0.5
+    # RTSTRUCT ROI names -> classes: (class name, patterns), in spec order; class k (1-based) is the k-th entry,
+    # and an ROI belongs to the first class one of whose patterns fully matches its name, case aside.
+    rois: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 AnnotationSpace = Literal["LPS", "RAS", "voxel"]
@@ -399,7 +404,8 @@ def load_spec(path: Path, *, root: Path | None = None) -> Spec:
     delivery = _delivery(_Table(where, "delivery", doc.get("delivery", {})), root, store_table)
     labels = _labels(_Table(where, "labels", doc["labels"]), delivery.raw) if "labels" in doc else None
     items = _items(_Table(where, "items", doc.get("items", {})))
-    if "masks" in doc and MASK_ROLE not in dict(items.roles):
+    if "masks" in doc and items.roles and MASK_ROLE not in dict(items.roles):
+        # Without roles, [masks] still governs the masks DICOM SEG and RTSTRUCT objects give their series.
         raise UsageError(f"{where}: [masks] is set but [items] roles has no {MASK_ROLE!r} role",
                          'add e.g. roles = { image = "*_img*", mask = "*_seg*" } to [items], or drop [masks]')
     splits = _splits(_Table(where, "splits", doc["splits"]), items, labels) if "splits" in doc else None
@@ -551,9 +557,33 @@ def _masks(t: _Table) -> MasksSpec:
     t.check("tolerance", tolerance, lambda v: v >= 0, "must be >= 0", "e.g. tolerance = 0.001")
     locations = t.take("locations", int, d.locations, what="a count of voxel locations per class")
     t.check("locations", locations, lambda v: v >= 1, "must be >= 1", "e.g. locations = 10000")
+    threshold = t.take("fractional_threshold", (float, int), d.fractional_threshold, what="a fraction, e.g. 0.5")
+    t.check("fractional_threshold", threshold, lambda v: 0 < v <= 1, "must be in (0, 1]",
+            "e.g. fractional_threshold = 0.5 (a voxel is in a fractional SEG's segment from half its maximum)")
+    rois = _rois(t)
     t.done()
     return MasksSpec(classes=tuple(sorted(classes)) if classes else None,
-                     policy=cast(Literal["reject", "warn"], policy), tolerance=float(tolerance), locations=locations)
+                     policy=cast(Literal["reject", "warn"], policy), tolerance=float(tolerance), locations=locations,
+                     fractional_threshold=float(threshold), rois=rois)
+
+
+def _rois(t: _Table) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`rois = { gtv = "gtv.*", lung = ["lung.*", "pulmo.*"] }`: RTSTRUCT ROI name patterns per class."""
+    example = 'rois = { gtv = "gtv.*", lung = ["lung.*", "pulmo.*"] }'
+    given = t.take("rois", dict, {}, what=f"a table of class = regex or [regexes], e.g. {example}")
+    out = []
+    for name, value in given.items():
+        patterns = [value] if isinstance(value, str) else value
+        if not (isinstance(patterns, list) and patterns and all(isinstance(p, str) for p in patterns)):
+            raise t.fail(f"rois.{name}", value, "expected a regex or a list of regexes", f"write e.g. {example}")
+        for p in patterns:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise t.fail(f"rois.{name}", value, f"{p!r} is not a valid regular expression ({exc})",
+                             "fix it") from exc
+        out.append((str(name), tuple(patterns)))
+    return tuple(out)
 
 
 def _store(t: _Table) -> StoreSpec:

@@ -39,8 +39,8 @@ from ._head import Head
 from .reasons import Reason, Rejected
 from .records import ByFields
 
-__all__ = ["Defect", "DicomHeader", "Frame", "csa_items", "header_dataset", "open_dicom", "read_dicom_header",
-           "transfer_syntax"]
+__all__ = ["RTSTRUCT_CLASS", "SEG_CLASS", "Defect", "DicomHeader", "Frame", "csa_items", "header_dataset", "open_dicom",
+           "read_dicom_header", "transfer_syntax"]
 
 _PIXEL_TAGS = (0x7FE00010, 0x7FE00008, 0x7FE00009)  # Pixel Data, Float Pixel Data, Double Float Pixel Data
 _ITEM, _SEQ_END = 0xFFFEE000, 0xFFFEE0DD
@@ -132,6 +132,9 @@ class DicomHeader(ByFields):
     # (encapsulated, deflated or gzipped streams, bit-packed, palette, YBR or planar colour, a mosaic).
     native_at: int = -1
     big_endian: bool = False
+    # The SeriesInstanceUIDs a segmentation (SEG) or structure set (RTSTRUCT) is drawn on, from its
+    # Referenced Series Sequence (SEG) or its Referenced Frame of Reference Sequence (RTSTRUCT); () otherwise.
+    references: tuple[str, ...] = ()
 
     @property
     def frame_nbytes(self) -> int:
@@ -315,6 +318,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         sop_instance=str(_get(ds, "SOPInstanceUID", "") or ""),
         transfer_syntax=str(ts),
         gzipped=gzipped,
+        references=_references(ds, sop_class),
     )
     pixel = _pixel_element(ds, ts, fp, pixel_at)
     if pixel is None:
@@ -356,6 +360,24 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         pixel_hash=digest, defect=defect, enhanced=_get(ds, "PerFrameFunctionalGroupsSequence") is not None,
         native_at=value_at if native else -1, big_endian=not little,
     )
+
+
+SEG_CLASS = "1.2.840.10008.5.1.4.1.1.66.4"  # Segmentation Storage
+RTSTRUCT_CLASS = "1.2.840.10008.5.1.4.1.1.481.3"  # RT Structure Set Storage
+
+
+def _references(ds: Dataset, sop_class: str) -> tuple[str, ...]:
+    """The series a SEG or RTSTRUCT is drawn on (sorted, distinct); () for any other object."""
+    if sop_class == SEG_CLASS:
+        found = [str(s.get("SeriesInstanceUID", "") or "") for s in _get(ds, "ReferencedSeriesSequence") or ()]
+    elif sop_class == RTSTRUCT_CLASS:
+        found = [str(se.get("SeriesInstanceUID", "") or "")
+                 for fr in _get(ds, "ReferencedFrameOfReferenceSequence") or ()
+                 for st in fr.get("RTReferencedStudySequence", None) or ()
+                 for se in st.get("RTReferencedSeriesSequence", None) or ()]
+    else:
+        return ()
+    return tuple(sorted({uid for uid in found if uid}))
 
 
 @functools.lru_cache(maxsize=256)

@@ -86,6 +86,10 @@ class StackFrame(ByFields):
     offset: int = -1
     stored: str = ""
     unused_bits: int = 0
+    # The frame's SOPInstanceUID and ImagePositionPatient (LPS mm): what a SEG's or RTSTRUCT's references and
+    # positions are checked against when it is placed on this series' grid (readers/dicom_seg.py, rtstruct.py).
+    instance: str = ""
+    position: tuple[float, float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +308,8 @@ def _volume(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     lps[:3, 3] = origin
     affine = _lps_to_ras(lps)
     frames = tuple(StackFrame(s.member.path, s.member.source, s.frame.index, s.frame.slope, s.frame.intercept,
-                              s.member.header.gzipped, *_native(s.member.header, s.frame.index))
+                              s.member.header.gzipped, *_native(s.member.header, s.frame.index),
+                              instance=s.member.header.sop_instance, position=s.frame.position)
                    for c in range(n_volumes) for s in (pos[c] for pos in positions))
     all_frames = [s.frame for pos in positions for s in pos]
     h = first.header

@@ -28,7 +28,7 @@ from typing import ClassVar
 from pydicom.datadict import dictionary_has_tag, dictionary_VR
 from pydicom.filereader import data_element_generator
 
-from ._dicom_header import Defect, DicomHeader, Frame, read_dicom_header
+from ._dicom_header import RTSTRUCT_CLASS, SEG_CLASS, Defect, DicomHeader, Frame, read_dicom_header
 from ._dicom_layout import Member, SeriesRules, SeriesStack, StackFrame, layout_series, output_dtype
 from ._dicom_meta import ALLOWED, DESCRIPTORS, Descriptors, is_known_keyword
 from ._dicom_pixels import DicomSource, open_series, read_series
@@ -36,9 +36,10 @@ from ._head import Head
 from .reasons import Reason, Rejected
 from .records import Limits, Volume
 
-__all__ = ["ALLOWED", "DESCRIPTORS", "Defect", "Descriptors", "DicomHeader", "DicomReader", "DicomSource", "Frame",
-           "Member", "SeriesRules", "SeriesStack", "StackFrame", "is_known_keyword", "layout_series",
-           "looks_like_dicom", "open_series", "output_dtype", "read_dicom_header", "read_series"]
+__all__ = ["ALLOWED", "DESCRIPTORS", "RTSTRUCT_CLASS", "SEG_CLASS", "Defect", "Descriptors", "DicomHeader",
+           "DicomReader", "DicomSource", "Frame", "Member", "SeriesRules", "SeriesStack", "StackFrame",
+           "is_known_keyword", "layout_series", "looks_like_dicom", "open_series", "output_dtype", "read_dicom_header",
+           "read_series"]
 
 _MIN_ELEMENTS = 3  # a plausible preamble-less dataset starts with at least this many well-formed elements
 _ENCODINGS = ((True, True), (False, True), (False, False))  # (implicit VR, little endian)

@@ -78,6 +78,8 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("masks", "policy"): "reject | warn: non-integer values or unexpected classes",
     ("masks", "tolerance"): "mm: spacing and affine entries of a role vs the image",
     ("masks", "locations"): "voxel locations kept per class per sample",
+    ("masks", "fractional_threshold"): "a fractional DICOM-SEG voxel is in its segment from this fraction",
+    ("masks", "rois"): "RTSTRUCT ROI names to classes (regexes, case aside)",
     ("splits", "train"): "shares of the groups (train + val + test = 1); docs/spec.md#splits",
     ("splits", "val"): "not with folds",
     ("splits", "test"): "with folds: held out before the folds are dealt",
@@ -184,8 +186,12 @@ def render(*, name: str, raw: str, store: str, id_pattern: str, id_normalize: Se
     lines += [*_section("dicom", _defaults(DicomSpec()), header="how strict DICOM series assembly is"), ""]
     lines += [*_section("manifest", _defaults(ManifestSpec()), header="what the manifest lists besides its columns"),
               ""]
-    mask_keys = [Key(k.name, [] if k.name == "classes" and k.value is None else k.value) for k in _defaults(masks)]
-    lines += [*_section("masks", mask_keys, active=False, header="only with a mask role in [items] roles"), ""]
+    # rois: an example, as for roles (the default, none, leaves each ROI name its own class).
+    mask_keys = [Key(k.name, [] if k.name == "classes" and k.value is None else k.value)
+                 for k in _defaults(masks, skip=("rois",))]
+    mask_keys.append(Key("rois", {"gtv": ["gtv.*", "gross.?tumou?r.*"]}, active=False))
+    lines += [*_section("masks", mask_keys, active=False,
+                        header="with a mask role in [items] roles, or DICOM SEG/RTSTRUCT masks"), ""]
     split_keys = [Key("train", 0.8), Key("val", 0.1), Key("test", 0.1),
                   *_defaults(SplitsSpec(), skip=("fractions", "group_from", "pinned_column"))]
     lines += [*_section("splits", split_keys, active=False, header="train/val/test or folds, per patient"), ""]

@@ -25,10 +25,11 @@ from labzarr.store.format.ngff import LEVEL0
 from ..discover import Candidate
 from ..manifest import Row
 from ..probe import Probe
-from ..spec import Spec
+from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec
+from .dicom_masks import attach_masks, is_mask_object
 from .records import Damage, KeptShard, Outcome, Recorded, Repair
-from .samples import Part, SampleTask, file_part, group_samples, series_part
-from .series import group_series
+from .samples import Part, RoleFile, SampleTask, file_part, group_samples, series_part
+from .series import SeriesItem, group_series
 from .splits import duplicate_key
 from .stacks import ShardTask, Stack, StackEntry, plan_stacks
 
@@ -139,6 +140,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     done = done or Recorded()
     others: list[tuple[Candidate, Probe]] = []
     dicom: list[tuple[Candidate, Probe]] = []
+    objects: list[tuple[Candidate, Probe]] = []  # DICOM SEG and RTSTRUCT: masks of another series
     rows: list[Row] = []
     limits = spec.validate.limits()
     if spec.items.roles:
@@ -147,6 +149,8 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
         decided = _decide(spec, c, probes.get(c.rel))
         if isinstance(decided, Row):
             rows.append(decided)
+        elif is_mask_object(decided):
+            objects.append((c, decided))
         elif decided.kind == DicomReader.kind:
             dicom.append((c, decided))
         else:
@@ -172,6 +176,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     series, series_rows = group_series(dicom, spec.dicom.rules(), id_pattern=spec.items.id_pattern)
     rows += series_rows
     first = {duplicate_key(spec.splits, c.item_id or "", p.sha256): c.rel for c, p in others}
+    volumes = []
     for s in sorted(series, key=lambda s: s.source):
         key = duplicate_key(spec.splits, s.item_id, s.sha256)
         if key in first:  # a whole series delivered twice (e.g. copied into two folders)
@@ -195,13 +200,21 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
             continue
         todo.append(VolumeTask(item_id=s.item_id, source=s.source, path=str(spec.delivery.raw / s.members[0]),
                          kind=DicomReader.kind, sha256=s.sha256, array="", size=size, members=s.members, stack=s.stack))
+        volumes.append(s)
+    attached = attach_masks(objects, volumes, _series_uids(volumes, probes))
+    rows += attached.rows
     todo.sort(key=lambda t: (t.item_id, t.source))
     names = _array_names([t.item_id for t in todo])
     tasks: list[VolumeTask] = []
     unchanged: list[Row] = []
     repaired: list[Repair] = []
     # A volume is an NGFF image group; its array (what the row and the index name) is the group's level 0.
+    samples: list[SampleTask] = []
     for task in (replace(t, array=f"{VOLUMES}/{name}/{LEVEL0}") for t, name in zip(todo, names)):
+        mask = attached.masks.get(task.source)
+        if mask is not None:  # a series with its SEG or RTSTRUCT: one sample, decoded on every run as samples are
+            samples.append(_masked_sample(task, mask))
+            continue
         earlier = done.volumes.get(task.source)
         same = earlier is not None and _same(earlier, task, fingerprint)
         hurt = done.damaged.get(task.array)
@@ -231,7 +244,52 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
             repaired += [Repair(item_id=i.item_id, source=i.source, array=shard.stack.array, why=hurt.why)
                          for i in shard.items]
     return Plan(tasks=tuple(tasks), rows=tuple(rows), unchanged=tuple(unchanged), stacks=stacks,
-                shards=tuple(shards), kept=tuple(kept), repaired=tuple(repaired))
+                shards=tuple(shards), kept=tuple(kept), repaired=tuple(repaired), samples=tuple(samples))
+
+
+def _with_masks(samples: Sequence[SampleTask], masks: Mapping[str, RoleFile]) -> tuple[list[SampleTask], list[Row]]:
+    """With roles: each SEG/RTSTRUCT joins the sample whose image is its series, as its `mask`; one whose series is
+    no sample's image, or whose sample has a mask already, is rejected."""
+    out, rows, used = [], [], set()
+    for s in samples:
+        mask = masks.get(s.reference.source) if s.reference.stack is not None else None
+        if mask is None:
+            out.append(s)
+            continue
+        used.add(s.reference.source)
+        had = next((f for f in s.files if f.role == MASK_ROLE), None)
+        if had is not None:
+            rows.append(Row(item_id=s.item_id, status="rejected", source=mask.source, kind=mask.kind,
+                            sha256=mask.sha256, reason=Reason.MISSING_ROLE,
+                            detail=f"drawn on {s.reference.source}, whose sample already has mask {had.source}; "
+                                   "one mask per sample"))
+            out.append(s)
+            continue
+        out.append(replace(s, files=(*s.files, mask)))
+    for source, mask in sorted(masks.items()):
+        if source not in used:
+            rows.append(Row(item_id="", status="rejected", source=mask.source, kind=mask.kind, sha256=mask.sha256,
+                            reason=Reason.MISSING_ROLE,
+                            detail=f"drawn on {source}, which is not the image of a converted sample (its own row "
+                                   "says why)"))
+    return out, rows
+
+
+def _series_uids(series: Sequence[SeriesItem], probes: Mapping[str, Probe]) -> dict[str, str]:
+    """Each series' SeriesInstanceUID, by its source (its members share it: `series.series_key`)."""
+    out = {}
+    for s in series:
+        header = probes[s.members[0]].dicom
+        assert header is not None
+        out[s.source] = header.series_uid
+    return out
+
+
+def _masked_sample(task: VolumeTask, mask: RoleFile) -> SampleTask:
+    """A DICOM volume item and the SEG or RTSTRUCT drawn on it, as an image + mask sample in the item's group."""
+    image = RoleFile(role=REFERENCE_ROLE, source=task.source, path=task.path, kind=task.kind, sha256=task.sha256,
+                     size=task.size, members=task.members, stack=task.stack)
+    return SampleTask(item_id=task.item_id, group=item_unit(task.array), files=(image, mask), warnings=task.warnings)
 
 
 def _shard_damage(damage: Damage | None, shard: ShardTask) -> Damage | None:
@@ -253,9 +311,12 @@ def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[s
     rows: list[Row] = []
     parts: list[Part] = []
     dicom: list[tuple[Candidate, Probe]] = []
+    objects: list[tuple[Candidate, Probe]] = []
     for c in candidates:
         decided = _decide(spec, c, probes.get(c.rel))
-        if isinstance(decided, Probe) and decided.kind == DicomReader.kind:
+        if isinstance(decided, Probe) and is_mask_object(decided):
+            objects.append((c, decided))
+        elif isinstance(decided, Probe) and decided.kind == DicomReader.kind:
             dicom.append((c, decided))  # item IDs are checked per series
         elif c.item_id and (not isinstance(decided, Row) or decided.status == "rejected"):
             parts.append(file_part(c, decided))
@@ -273,6 +334,9 @@ def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[s
     ids = sorted({p.item_id for p in parts})
     names = dict(zip(ids, _array_names(ids)))
     samples, sample_rows = group_samples(spec.items, parts, names)
+    attached = attach_masks(objects, [s for s in series if s.stack.layout == "volume"], _series_uids(series, probes))
+    samples, mask_rows = _with_masks(samples, attached.masks)
+    sample_rows += [*attached.rows, *mask_rows]
     repaired = [Repair(item_id=s.item_id, source=s.source, array=array, why=damage.why) for s in samples
                 for array, damage in sorted(damaged.items()) if array == s.group or array.startswith(f"{s.group}/")]
     return Plan(tasks=(), rows=(*rows, *sample_rows), samples=tuple(samples),
@@ -341,6 +405,8 @@ def _decide(spec: Spec, c: Candidate, p: Probe | None) -> Row | Probe:
         if p.header_rejected:  # a DICOM header that does not parse: the file's own row, before any grouping
             reason, detail = p.header_rejected
             return file_row(status="rejected", reason=reason, detail=detail, kind=DicomReader.kind)
+        if is_mask_object(p):
+            return p  # a SEG or RTSTRUCT: the mask of the series it references (plan/dicom_masks.py)
         if p.dicom is None or not p.dicom.has_pixels:
             sop = p.dicom.sop_class_name if p.dicom else "?"
             uid = f" ({p.dicom.sop_class})" if p.dicom and p.dicom.sop_class else ""

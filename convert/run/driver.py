@@ -49,12 +49,13 @@ from ..manifest import (
 )
 from ..plan.build import VOLUMES, plan
 from ..plan.collisions import collision_summary, find_collisions
+from ..plan.dicom_masks import MASK_KINDS
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
 from ..plan.splits import duplicate_key
 from ..plan.stacks import STACKS
 from ..probe import Probe, probe_files
 from ..progress import Progress, ProgressEvent
-from ..spec import Spec, SplitsSpec, load_spec
+from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec, SplitsSpec, load_spec
 from ..survey import readable
 from ..write.annotations import annotate_rows
 from ..write.arrays import (
@@ -397,7 +398,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
     index, next_index = number_rows(rows, earlier_index(manifest_path, summary_path))
-    manifest = manifest_bytes(rows, label_names, [r for r, _ in spec.items.roles],
+    manifest = manifest_bytes(rows, label_names, _role_names(spec, rows),
                               split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
                               spec.manifest.metadata, index=index)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
@@ -407,7 +408,8 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
                                   tool_version=tool_version(), items=items))
     t_end = time.perf_counter()
-    summary = (_summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows) | splits
+    summary = (_summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows)
+               | _dicom_mask_summary(rows) | splits
                | _statistics(items, records) | {"next_index": next_index})
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
     run_log = {
@@ -533,9 +535,29 @@ def _statistics(items: Sequence[IndexItem], records: Mapping[str, ItemStats]) ->
     return {"statistics": dataset_stats(items, records).summary()}
 
 
+def _role_names(spec: Spec, rows: Sequence[Row]) -> list[str]:
+    """The manifest's role columns: the spec's roles, or image and mask where DICOM SEG/RTSTRUCT objects made
+    samples of a delivery without roles."""
+    if spec.items.roles:
+        return [r for r, _ in spec.items.roles]
+    return [REFERENCE_ROLE, MASK_ROLE] if any(r.roles for r in rows) else []
+
+
+def _dicom_mask_summary(rows: Sequence[Row]) -> dict[str, Any]:
+    """`dicom_masks` (only where there is something to list): the SEG and RTSTRUCT objects whose referenced series
+    is not here (by file, with the detail naming the series), and per RTSTRUCT the ROIs it left out."""
+    kinds = set(MASK_KINDS.values())
+    missing = {r.source: r.detail for r in rows if r.kind in kinds and r.reason is Reason.MISSING_ROLE}
+    unmapped = {next(x.source for x in r.roles if x.role == MASK_ROLE): list(r.unmapped) for r in rows if r.unmapped}
+    if not missing and not unmapped:
+        return {}
+    return {"dicom_masks": {"missing_series": dict(sorted(missing.items())),
+                            "unmapped_rois": dict(sorted(unmapped.items()))}}
+
+
 def _class_summary(spec: Spec, rows: Sequence[Row]) -> dict[str, Any]:
-    """`classes`: per mask class, voxels over all ok samples and how many samples hold it (only with roles)."""
-    if not spec.items.roles:
+    """`classes`: per mask class, voxels over all ok samples and how many samples hold it (only with masks)."""
+    if not _role_names(spec, rows):
         return {}
     voxels: Counter[int] = Counter()
     samples: Counter[int] = Counter()

@@ -40,13 +40,17 @@ from labzarr.readers import (
     Reason,
     Rejected,
     Slab,
+    Volume,
     VolumeHeader,
     VolumeSource,
     open_source,
     read_head,
     readers_with,
 )
-from labzarr.readers.dicom import open_series
+from labzarr.readers.dicom import RTSTRUCT_CLASS, open_series
+from labzarr.readers.dicom_seg import read_seg
+from labzarr.readers.masks import MaskClass, label_volume
+from labzarr.readers.rtstruct import read_rtstruct
 from labzarr.store import STATS, ChannelStats, ItemStats, Location
 from labzarr.store.format.index import encode_stats
 from labzarr.store.format.ngff import role_path
@@ -55,6 +59,7 @@ from labzarr.store.format.written import STORED, StoredFiles
 from ..intensity import Accumulator, ClassAccumulator
 from ..manifest import ClassCount, RoleSource, Row
 from ..masks import ClassLocator, MaskScan, as_classes
+from ..plan.dicom_masks import MASK_KINDS
 from ..plan.samples import RoleFile, SampleTask
 from ..spec import MASK_ROLE, MasksSpec
 from ..validate import FiniteCheck
@@ -98,13 +103,20 @@ def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
     masks = settings.masks
     try:
         sources: list[tuple[RoleFile, VolumeSource]] = []
+        named: tuple[MaskClass, ...] = ()  # a DICOM mask's classes: SEG segments, RTSTRUCT classes
+        unmapped: tuple[str, ...] = ()  # RTSTRUCT ROIs left out
         for f in task.files:
             with _blame(f):
-                sources.append((f, _open(f, settings)))
+                if f.kind in MASK_KINDS.values():
+                    source, named, unmapped = _open_dicom_mask(f, task.reference, sources[0][1].header, masks)
+                    sources.append((f, source))
+                else:
+                    sources.append((f, _open(f, settings)))
         ref = sources[0][1].header
         warnings = [*task.warnings, *ref.warnings]
         for f, src in sources[1:]:
-            problem = geometry_problem(f.role, src.header, ref, masks.tolerance)
+            problem = geometry_problem(f.role, src.header, ref, masks.tolerance,
+                                       channels=f.kind in MASK_KINDS.values())
             if problem:
                 raise Rejected(Reason.GEOMETRY_MISMATCH, f"{f.role} {f.source}: {problem}")
             if src.header.orientation != ref.orientation:
@@ -132,7 +144,8 @@ def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
                     warnings += more
                 else:
                     measure = settings.store_spec.statistics and f.role == task.reference.role
-                    masked = measure and MASK_ROLE in (g.role for g in task.files)
+                    # Statistics per class read a label map's one channel; a mask of overlapping classes has several.
+                    masked = measure and any(g.role == MASK_ROLE for g, m in sources if m.header.shape[0] == 1)
                     mask = role_path(task.group, MASK_ROLE) if masked else None
                     dtype, more, measured = _write_volume(store, task, f, src, chunks, shards, settings,
                                                           measure=measure, mask=mask)
@@ -141,12 +154,14 @@ def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
             roles[f.role] = RoleSource(f.role, f.source, f.sha256, array=role_path(task.group, f.role), dtype=dtype)
         with store_io(store, f"cannot finish {task.group}"):
             finish_sample(store, task.group, {r.role: r.array for r in roles.values()}, settings.pyramid(),
-                          [c.value for c in classes])
+                          [c.value for c in classes], {c.value: (c.name, c.color) for c in named})
             # Reopened: `group`'s attrs are those read before `finish_sample` gave it its `ome`, and an update
             # from them would write the stale copy back.
             group = zarr.open_group(store.zarr(), path=task.group, mode="r+")
-            group.attrs.update({"classes": {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]}
-                                            for c in classes}})
+            about = {c.value: c for c in named}
+            listed: dict[str, Any] = {str(c.value): {"voxels": c.voxels, "locations": [c.start, c.stop]}
+                                      | _naming(about.get(c.value)) for c in classes}
+            group.attrs.update({"classes": listed})
             group.attrs.update({"complete": sample_complete(task.files)})
     except Exception as exc:  # the task boundary: a decoder bug must cost one sample, not the run
         reason, detail = refusal(exc, task.source)
@@ -155,20 +170,24 @@ def _convert(task: SampleTask, settings: TaskSettings, store: Location) -> Row:
     return replace(base, shape=tuple(ref.shape), dtype=str(ref.dtype), spacing=ref.spacing,
                    orientation=ref.orientation, array=role_path(task.group, task.reference.role),
                    warnings=tuple(warnings), roles=tuple(roles[f.role] for f in task.files), classes=classes,
-                   stats=stats)
+                   stats=stats, unmapped=unmapped,
+                   detail=f"RTSTRUCT ROIs not drawn (no [masks] rois rule maps them, or no closed contour): "
+                          f"{', '.join(map(repr, unmapped))}" if unmapped else "")
 
 
-def geometry_problem(role: str, h: VolumeHeader, ref: VolumeHeader, tolerance: float) -> str | None:
+def geometry_problem(role: str, h: VolumeHeader, ref: VolumeHeader, tolerance: float, *,
+                     channels: bool = False) -> str | None:
     """Why `h` (canonical) does not lie on `ref`'s voxel grid, with both values; None when it does.
 
     2D images (C, H, W) are compared by height and width, and by spacing and affine only where
-    both have them: PNG, JPEG and TIFF carry no physical frame (a DICOM radiograph does).
+    both have them: PNG, JPEG and TIFF carry no physical frame (a DICOM radiograph does). `channels`:
+    the mask may have several (a DICOM mask of overlapping classes, one channel each).
     """
     axes, order = ("(h,w)", "") if len(ref.shape) == 3 else ("(x,y,z)", " (both in canonical RAS order)")
     if len(h.shape) != len(ref.shape) or tuple(h.shape[1:]) != tuple(ref.shape[1:]):
         return (f"shape {axes} {'x'.join(map(str, h.shape[1:]))} vs image {'x'.join(map(str, ref.shape[1:]))}"
                 f"{order}; expected equal")
-    if role == MASK_ROLE and h.shape[0] != 1:
+    if role == MASK_ROLE and h.shape[0] != 1 and not channels:
         return (f"{h.shape[0]} channels; a mask has 1 (a colour-coded label map needs its colours mapped to class "
                 "values first; a palette image's indices are read as classes)")
     if not (h.spacing and ref.spacing):
@@ -202,6 +221,30 @@ def _open(f: RoleFile, settings: TaskSettings) -> VolumeSource:
     if f.role == MASK_ROLE and isinstance(reader, LabelMapReader):  # a palette PNG mask: its indices are the classes
         return MemorySource(reader.read_labels(path, limits, read_head(path)))
     return open_source(reader, path, limits, read_head(path))
+
+
+def _open_dicom_mask(f: RoleFile, image: RoleFile, grid: VolumeHeader,
+                     masks: MasksSpec) -> tuple[VolumeSource, tuple[MaskClass, ...], tuple[str, ...]]:
+    """A SEG's or RTSTRUCT's mask on its series' canonical grid (`grid`: the series' header), its classes, and
+    the ROIs an RTSTRUCT left out (unmapped, or without a closed contour)."""
+    assert image.stack is not None, "a DICOM mask is planned only with the series it references"
+    left_out: tuple[str, ...] = ()
+    if f.kind == MASK_KINDS[RTSTRUCT_CLASS]:
+        rois = read_rtstruct(Path(f.path), image.stack, rules=masks.rois, tolerance=masks.tolerance)
+        found, masked, left_out = rois.classes, rois.data, (*rois.unmapped, *rois.undrawn)
+    else:
+        found, masked = read_seg(Path(f.path), image.stack, threshold=masks.fractional_threshold,
+                                 tolerance=masks.tolerance)
+    data = label_volume(masked, found)
+    volume = Volume(kind=f.kind, data=data, spacing=grid.spacing, affine=grid.affine, orientation=grid.orientation)
+    return MemorySource(volume), found, left_out
+
+
+def _naming(c: MaskClass | None) -> dict[str, Any]:
+    """A class's name and colour for the group's `classes` attr, where the mask object gave them."""
+    if c is None:
+        return {}
+    return {"name": c.name} | ({"color": list(c.color)} if c.color is not None else {})
 
 
 def _write_volume(store: Location, task: SampleTask, f: RoleFile, src: VolumeSource, chunks: Sequence[int],

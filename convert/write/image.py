@@ -82,7 +82,8 @@ def create_role_groups(store: Location, group: str, roles: Sequence[str]) -> Non
 
 
 def finish_sample(store: Location, group: str, roles: Mapping[str, str], pyramid: Pyramid,
-                  classes: Sequence[int]) -> None:
+                  classes: Sequence[int], names: Mapping[int, tuple[str, tuple[int, int, int] | None]] | None = None
+                  ) -> None:
     """Give each installed role of the sample group `group` (role -> level-0 path) its pyramid and `ome`
     attributes: the group is the image's NGFF image, `labels/` names the mask, whose group is a label image with
     one colour per class. Done before the sample's own `complete`, which still comes last."""
@@ -94,7 +95,7 @@ def finish_sample(store: Location, group: str, roles: Mapping[str, str], pyramid
         how = Pyramid(levels=pyramid.levels, method="mode" if role == MASK else "mean")
         seal_levels(store / image_of(path), level0, how, complete=str(level0.attrs[COMPLETE]))
         ms = ome_of(level0, how)
-        image.attrs.update(label_attrs(ms, classes) if role == MASK else image_attrs(ms))
+        image.attrs.update(label_attrs(ms, classes, names) if role == MASK else image_attrs(ms))
     if MASK in roles:
         labels = root[f"{group}/{LABELS}"]
         assert isinstance(labels, zarr.Group)

@@ -13,7 +13,7 @@ Pure: no zarr, no I/O, so the planner and the readers of a store may use it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -136,10 +136,16 @@ def labels_attrs(names: Sequence[str]) -> dict[str, Any]:
     return {"ome": {"version": NGFF_VERSION, "labels": list(names)}}
 
 
-def label_attrs(ms: list[dict[str, Any]], classes: Sequence[int]) -> dict[str, Any]:
+def label_attrs(ms: list[dict[str, Any]], classes: Sequence[int],
+                names: Mapping[int, tuple[str, tuple[int, int, int] | None]] | None = None) -> dict[str, Any]:
     """The `ome` attribute of a label image: its levels, and one colour per class (background clear), each with
-    its value; `source` points back at the image two groups up."""
+    its value; `source` points back at the image two groups up. `names`: a class's name and its own colour (a
+    DICOM SEG segment's label and display colour, an RTSTRUCT class), given as NGFF `properties`."""
+    names = names or {}
     colors = [{"label-value": 0, "rgba": [0, 0, 0, 0]}]
-    colors += [{"label-value": int(k), "rgba": [*class_color(int(k)), 255]} for k in sorted(set(classes)) if k != 0]
-    return {"ome": {"version": NGFF_VERSION, "multiscales": ms,
-                    "image-label": {"colors": colors, "source": {"image": "../../"}}}}
+    colors += [{"label-value": int(k), "rgba": [*(names.get(int(k), ("", None))[1] or class_color(int(k))), 255]}
+               for k in sorted(set(classes) | set(names)) if k != 0]
+    label: dict[str, Any] = {"colors": colors, "source": {"image": "../../"}}
+    if names:
+        label["properties"] = [{"label-value": int(k), "name": name} for k, (name, _) in sorted(names.items())]
+    return {"ome": {"version": NGFF_VERSION, "multiscales": ms, "image-label": label}}

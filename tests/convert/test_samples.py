@@ -218,12 +218,16 @@ BAD = [
                  id="required-unknown"),
     pytest.param('[items]\nroles = { image = "*_img*", mask = "*_seg*" }\nrequired_roles = ["mask"]\n',
                  r"must include 'image'", id="required-without-image"),
-    pytest.param('[masks]\nclasses = [0, 1]\n', r"\[masks\] is set but \[items\] roles has no 'mask' role",
-                 id="masks-without-mask-role"),
+    pytest.param('[items]\nroles = { image = "*_img*" }\n[masks]\nclasses = [0, 1]\n',
+                 r"\[masks\] is set but \[items\] roles has no 'mask' role", id="masks-without-mask-role"),
     pytest.param(SEG_ROLES + '[masks]\npolicy = "ignore"\n', r"policy = 'ignore': allowed", id="policy"),
     pytest.param(SEG_ROLES + '[masks]\nclasses = [0, 0.5]\n', r"classes = .*expected distinct integers",
                  id="classes"),
     pytest.param(SEG_ROLES + '[masks]\ntolerance = -1\n', r"tolerance = -1: must be >= 0", id="tolerance"),
+    pytest.param('[masks]\nfractional_threshold = 0\n', r"fractional_threshold = 0: must be in \(0, 1\]",
+                 id="fractional-threshold"),
+    pytest.param('[masks]\nrois = { gtv = 3 }\n', r"rois.gtv = 3: expected a regex or a list", id="rois-type"),
+    pytest.param('[masks]\nrois = { gtv = ["("] }\n', r"rois.gtv = .*not a valid regular expression", id="rois-regex"),
 ]
 
 
