@@ -240,11 +240,11 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
         if pos + limit - at0 > len(buf):
             return None
         differ = np.flatnonzero(data[pos : pos + limit - at0] != t.data[at0:limit])
-        skip, shifted = at0, False
-        for d in differ.tolist():
-            at = at0 + d
-            if at < skip:  # inside an element already read
-                continue
+        shifted, k = False, 0
+        # Only the first differing byte of each element matters: the next one past an element read is found by
+        # bisection, not by listing every differing byte (a private blob or a shifted tail differs in thousands).
+        while k < len(differ):
+            at = at0 + int(differ[k])
             if at >= end:
                 return None  # no pixel data element where the template has its own
             j = bisect.bisect_right(starts, at) - 1
@@ -262,10 +262,10 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
             if list(read) != [t.keys[j]]:
                 return None
             changed[j] = read[t.keys[j]]
-            skip = t_end
             if stop - t_end != delta:  # a length differs: compare the rest shifted
                 delta, pos, shifted = stop - t_end, stop, True
                 break
+            k = int(np.searchsorted(differ, t_end - at0))  # the first differing byte past this element
         if not shifted:
             break
     if end + delta + 12 > len(buf):
