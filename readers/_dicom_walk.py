@@ -49,7 +49,7 @@ from pydicom.tag import BaseTag
 from pydicom.valuerep import EXPLICIT_VR_LENGTH_32, VR
 from pydicom.values import convert_string
 
-__all__ = ["DecodedValues", "Unwalkable", "Walked", "sequence_end", "tag_key", "walk_header"]
+__all__ = ["DecodedValues", "Unwalkable", "Walked", "is_sequence", "sequence_end", "tag_key", "walk_header"]
 
 _PIXEL_TAGS = frozenset((0x7FE00010, 0x7FE00008, 0x7FE00009))  # Pixel Data, Float and Double Float Pixel Data
 _SPECIFIC_CHARACTER_SET = 0x00080005
@@ -411,7 +411,7 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
                 raw[key] = cache_key
             out[key] = new(raw_type, (key, vr, length, value, value_at, implicit, little, *defaults))
             continue
-        if meta or not _is_sequence(buf, value_at, tag, vr, endian):
+        if meta or not is_sequence(buf, value_at, tag, vr, endian):
             raise Unwalkable("undefined length outside a sequence")
         # Left raw, as dcmread leaves a defined-length sequence: pydicom reads its items (`convert_SQ`, its own
         # `read_sequence` from the same offset) only when the sequence is used, and the probe uses a few of them
@@ -424,7 +424,7 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
                                   *defaults))
 
 
-def _is_sequence(buf: bytes, at: int, tag: int, vr: str | None, endian: str) -> bool:
+def is_sequence(buf: bytes, at: int, tag: int, vr: str | None, endian: str) -> bool:
     """pydicom's rule for an undefined-length element: UN is read as SQ, an implicit VR as its dictionary VR, and
     a private one as SQ when an item follows."""
     if vr == VR.UN and config.settings.infer_sq_for_un_vr:
@@ -492,7 +492,7 @@ def _item_end(buf: bytes, pos: int, implicit: bool, little: bool, end: int) -> i
             raise Unwalkable(f"({group:04X},{elem:04X}) among an item's elements")
         if length != _UNDEFINED:
             pos = value_at + length
-        elif _is_sequence(buf, value_at, tag, vr, endian):
+        elif is_sequence(buf, value_at, tag, vr, endian):
             pos = sequence_end(buf, value_at, implicit=implicit, little=little, end=end) + 8
         else:
             raise Unwalkable("undefined length outside a sequence")
