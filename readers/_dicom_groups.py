@@ -40,14 +40,14 @@ from pydicom.dataset import Dataset
 from pydicom.tag import BaseTag
 from pydicom.valuerep import AMBIGUOUS_VR, EXPLICIT_VR_LENGTH_32, VR
 
-from ._dicom_walk import Unwalkable, is_sequence, sequence_end, tag_key
+from ._dicom_walk import Unwalkable, is_sequence, tag_key
 
 __all__ = ["DatasetGroup", "FunctionalGroups", "Group", "RawGroup", "functional_groups"]
 
 PER_FRAME = 0x52009230  # Per-frame Functional Groups Sequence
 SHARED = 0x52009229  # Shared Functional Groups Sequence
 _SPECIFIC_CHARACTER_SET = 0x00080005
-_ITEM, _ITEM_DELIMITER = 0xFFFEE000, 0xFFFEE00D
+_ITEM, _ITEM_DELIMITER, _SEQUENCE_DELIMITER = 0xFFFEE000, 0xFFFEE00D, 0xFFFEE0DD
 _UNDEFINED = 0xFFFFFFFF
 _VRS = {str(vr).encode(): (str(vr), vr in EXPLICIT_VR_LENGTH_32) for vr in VR}  # VR bytes: (VR, 4-byte length)
 
@@ -101,15 +101,14 @@ class RawGroup:
 
     __slots__ = ("_index", "_reading", "_start", "_stop")
 
-    def __init__(self, reading: _Reading, start: int, stop: int | None) -> None:
-        self._reading, self._start, self._stop = reading, start, stop
-        self._index: dict[int, tuple[str | None, int, int]] | None = None
+    def __init__(self, reading: _Reading, start: int, stop: int, index: _Index | None = None) -> None:
+        self._reading, self._start, self._stop, self._index = reading, start, stop, index
 
     def get(self, tag: int) -> Any:
         found = self._elements().get(tag)
         if found is None:
             return None
-        vr, length, at = found
+        vr, length, at, _, _ = found
         r = self._reading
         resolved = self._vr(tag, vr, length)
         if resolved == VR.SQ:
@@ -136,12 +135,14 @@ class RawGroup:
         found = self._elements().get(tag)
         if found is None:
             return ()
-        vr, length, at = found
+        vr, length, at, after, items = found
+        if items is not None:  # an undefined-length sequence, its items read with the item holding it
+            return items
         if self._vr(tag, vr, length) != VR.SQ:
             if strict:  # a public sequence written with another VR: pydicom decides what it holds
                 raise Unwalkable(f"({tag >> 16:04X},{tag & 0xFFFF:04X}) is not a sequence")
             return ()
-        return sequence_items(self._reading, at, length)
+        return sequence_items(self._reading, at, after)[0]
 
     def _vr(self, tag: int, vr: str | None, length: int) -> str:
         """The VR pydicom's `raw_element_vr` hook gives this element, its private dictionary looked up with the
@@ -180,57 +181,56 @@ class RawGroup:
                     pass
         return VR.UN
 
-    def _elements(self) -> dict[int, tuple[str | None, int, int]]:
+    def _elements(self) -> _Index:
         if self._index is None:
-            self._index = _index(self._reading, self._start, self._stop)
+            self._index, _ = _index(self._reading, self._start, self._stop)
         return self._index
 
 
-def sequence_items(reading: _Reading, at: int, length: int) -> tuple[RawGroup, ...]:
-    """The items of the sequence whose value starts at `at` (`length` bytes, or undefined)."""
+# An item's elements: tag -> (VR as written, None in implicit VR; value length; where the value starts; where
+# the element ends; the items of an undefined-length sequence, read in the same pass)
+_Index = dict[int, tuple[str | None, int, int, int, "tuple[RawGroup, ...] | None"]]
+
+
+def sequence_items(reading: _Reading, at: int, end: int | None) -> tuple[tuple[RawGroup, ...], int]:
+    """The items of the sequence whose items start at `at` and end at `end` or, when None (an undefined length),
+    at its Sequence Delimitation Item; and where they end (that delimiter)."""
     buf, little = reading.buf, reading.little
-    end = len(buf) if length == _UNDEFINED else at + length
-    if length == _UNDEFINED:
-        end = sequence_end(buf, at, implicit=reading.implicit, little=little, end=len(buf))
     head = struct.Struct("<HHL" if little else ">HHL").unpack_from
     out = []
-    pos = at
-    while pos < end:
-        if pos + 8 > end:
+    pos, stop = at, len(buf) if end is None else end
+    while end is None or pos < end:
+        if pos + 8 > stop:
             raise Unwalkable("sequence item header cut")
         group, elem, item_length = head(buf, pos)
+        if end is None and group << 16 | elem == _SEQUENCE_DELIMITER:
+            return tuple(out), pos
         if group << 16 | elem != _ITEM:
             raise Unwalkable(f"({group:04X},{elem:04X}) inside a sequence, not an item")
-        if item_length == _UNDEFINED:
-            out.append(RawGroup(reading, pos + 8, None))
-            pos = _skip_item(reading, pos + 8)
+        if item_length == _UNDEFINED:  # indexed now: its end is only found by walking its elements
+            index, after = _index(reading, pos + 8, None)
+            out.append(RawGroup(reading, pos + 8, after, index))
+            pos = after
         else:
-            if pos + 8 + item_length > end:
+            if pos + 8 + item_length > stop:
                 raise Unwalkable("sequence item past its sequence")
             out.append(RawGroup(reading, pos + 8, pos + 8 + item_length))
             pos += 8 + item_length
-    return tuple(out)
+    return tuple(out), pos
 
 
-def _skip_item(reading: _Reading, start: int) -> int:
-    ends: list[int] = []
-    _index(reading, start, None, ends=ends)
-    return ends[0]
-
-
-def _index(reading: _Reading, pos: int, stop: int | None, ends: list[int] | None = None,
-           ) -> dict[int, tuple[str | None, int, int]]:
-    """An item's elements from `pos`: tag -> (VR as written, or None in implicit VR; value length; value offset),
-    up to `stop` or, for an undefined-length item, its Item Delimitation Item (where it ends goes to `ends`)."""
+def _index(reading: _Reading, pos: int, stop: int | None) -> tuple[_Index, int]:
+    """An item's elements from `pos`, up to `stop` or, for an undefined-length item, its Item Delimitation Item;
+    and where the item ends."""
     buf, implicit, little = reading.buf, reading.implicit, reading.little
     endian = "<" if little else ">"
     head = struct.Struct(f"{endian}HHL" if implicit else f"{endian}HH2sH").unpack_from
     long_length = struct.Struct(f"{endian}L").unpack_from
     end = len(buf) if stop is None else stop
-    out: dict[int, tuple[str | None, int, int]] = {}
+    out: _Index = {}
     while True:
         if stop is not None and pos == stop:
-            return out
+            return out, pos
         if pos + 8 > end:
             raise Unwalkable("item past the bytes read")
         vr: str | None
@@ -252,20 +252,20 @@ def _index(reading: _Reading, pos: int, stop: int | None, ends: list[int] | None
                     length, value_at = long_length(buf, pos + 8)[0], pos + 12
         tag = group << 16 | elem
         if tag == _ITEM_DELIMITER and stop is None:
-            if ends is not None:
-                ends.append(pos + 8)
-            return out
+            return out, pos + 8
         if group == 0xFFFE or tag == _SPECIFIC_CHARACTER_SET or tag in out:
             raise Unwalkable(f"({group:04X},{elem:04X}) in an item: read by pydicom")
+        items = None
         if length == _UNDEFINED:
             if not is_sequence(buf, value_at, tag, vr, endian):
                 raise Unwalkable("undefined length outside a sequence")
-            after = sequence_end(buf, value_at, implicit=implicit, little=little, end=end) + 8
+            items, delimiter = sequence_items(reading, value_at, None)
+            after = delimiter + 8
         else:
             after = value_at + length
         if after > end:
             raise Unwalkable("element past its item")
-        out[tag] = (vr, length, value_at)
+        out[tag] = (vr, length, value_at, after, items)
         pos = after
 
 
@@ -314,5 +314,5 @@ def _raw_groups(ds: Dataset) -> FunctionalGroups:
         reading = _Reading(value, bool(elem.is_implicit_VR), bool(elem.is_little_endian),
                            encoding if isinstance(encoding, str) else list(encoding), {})
         # the bytes hold the value alone (an undefined-length one without its delimiter): offsets count from 0
-        groups.append(sequence_items(reading, 0, len(value)))
+        groups.append(sequence_items(reading, 0, len(value))[0])
     return FunctionalGroups(groups[0], groups[1][0] if groups[1] else None)
