@@ -35,9 +35,8 @@ from typing import Any, Protocol, cast
 
 from pydicom import config
 from pydicom.datadict import dictionary_VR, private_dictionary_VR
-from pydicom.dataelem import DataElement, RawDataElement, convert_raw_data_element
+from pydicom.dataelem import RawDataElement, convert_raw_data_element
 from pydicom.dataset import Dataset
-from pydicom.tag import BaseTag
 from pydicom.valuerep import AMBIGUOUS_VR, EXPLICIT_VR_LENGTH_32, VR
 
 from ._dicom_walk import Unwalkable, is_sequence, tag_key
@@ -197,7 +196,7 @@ def sequence_items(reading: _Reading, at: int, end: int | None) -> tuple[tuple[R
     at its Sequence Delimitation Item; and where they end (that delimiter)."""
     buf, little = reading.buf, reading.little
     head = struct.Struct("<HHL" if little else ">HHL").unpack_from
-    out = []
+    out: list[RawGroup] = []
     pos, stop = at, len(buf) if end is None else end
     while end is None or pos < end:
         if pos + 8 > stop:
@@ -296,12 +295,14 @@ def functional_groups(ds: Dataset, *, raw: bool = True) -> FunctionalGroups | No
 
 
 def _raw_groups(ds: Dataset) -> FunctionalGroups:
-    elements = [ds._dict.get(tag_key(t)) for t in (PER_FRAME, SHARED)]
-    for elem in elements:
+    elements: list[RawDataElement | None] = []
+    for t in (PER_FRAME, SHARED):
+        elem = ds._dict.get(tag_key(t))
         # raw as the walk left it (VR None: a defined-length sequence in implicit VR), not read by pydicom yet
         if elem is not None and not (isinstance(elem, RawDataElement) and elem.VR in (VR.SQ, None)
                                      and isinstance(elem.value, bytes)):
             raise Unwalkable("read by pydicom already, or not a sequence")
+        elements.append(elem)
     # what pydicom decodes the items' values with: the encoding it passes to `read_sequence`, which every item
     # inherits (an item with a character set of its own is left to pydicom)
     encoding = ds.original_character_set or ds._character_set

@@ -642,7 +642,8 @@ def _philips_scale(ds: Dataset, groups: FunctionalGroups | None, frames: tuple[F
     for f in frames:
         ss = top
         if f.index < len(per_frame):
-            found = (_float_of(i.get(_PHILIPS_SCALE_SLOPE), little) for i in per_frame[f.index].items(_PHILIPS_PER_FRAME))
+            private = per_frame[f.index].items(_PHILIPS_PER_FRAME)
+            found = (_float_of(i.get(_PHILIPS_SCALE_SLOPE), little) for i in private)
             ss = next((v for v in found if v is not None), ss)
         out.append(replace(f, scale_slope=ss) if ss else f)
     return tuple(out)
@@ -701,7 +702,8 @@ _DIFFUSION_GRADIENT_DIRECTION, _DIFFUSION_GRADIENT_ORIENTATION = 0x00189076, 0x0
 GROUP_ELEMENTS = (
     (_PLANE_POSITION, _IMAGE_POSITION), (_PLANE_ORIENTATION, _IMAGE_ORIENTATION), (_PIXEL_MEASURES, _PIXEL_SPACING),
     *((_PIXEL_VALUE_TRANSFORMATION, t) for t in (_RESCALE_SLOPE, _RESCALE_INTERCEPT, _DOSE_GRID_SCALING)),
-    (_MR_ECHO, _EFFECTIVE_ECHO_TIME), (_FRAME_CONTENT, _TEMPORAL_POSITION_INDEX), (_FRAME_CONTENT, _DIMENSION_INDEX_VALUES),
+    (_MR_ECHO, _EFFECTIVE_ECHO_TIME),
+    (_FRAME_CONTENT, _TEMPORAL_POSITION_INDEX), (_FRAME_CONTENT, _DIMENSION_INDEX_VALUES),
     *((s, t) for s in _FRAME_TYPE_SEQUENCES for t in (_FRAME_TYPE, _COMPLEX_IMAGE_COMPONENT)),
     *((_MR_DIFFUSION, t) for t in (_DIFFUSION_B_VALUE, _DIFFUSION_DIRECTIONALITY)),
 )
