@@ -12,11 +12,14 @@ The corpus checks sample each corpus (every file of the enhanced one); `make str
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
 import pydicom
+import pydicom.uid
 import pytest
+from pydicom.dataset import Dataset
 
 from labzarr.readers import DecodedValues, Rejected, read_dicom_header, read_head
 from labzarr.readers._dicom_groups import FunctionalGroups, RawGroup, functional_groups
@@ -167,3 +170,41 @@ def test_the_fast_path_gives_pydicoms_values_on_the_corpora(name: str, every: in
     _check_headers(sample)
     for path in _enhanced(sample):
         _check_groups(path)
+
+
+def _reencoded(dest: Path, syntax: pydicom.uid.UID, frames: int) -> Path:
+    """pydicom's enhanced liver file with `frames` frames (its per-frame items repeated), each frame also holding
+    Philips' private per-frame sequence with a scale slope (its private creators where Philips writes them),
+    written in `syntax`: implicit VR makes every VR, private ones included, come from the dictionaries. (pydicom
+    writes big endian only from its big-endian copy of the file.)"""
+    ds = pydicom.dcmread(PYDICOM_DATA / ("liver_1frame.dcm" if syntax.is_little_endian else "liver_expb_1frame.dcm"))
+    items = list(ds.PerFrameFunctionalGroupsSequence)
+    per_frame = []
+    for k in range(frames):
+        item = copy.deepcopy(items[k % len(items)])
+        slope = Dataset()
+        slope.add_new(0x20050010, "LO", "Philips MR Imaging DD 001")
+        slope.add_new(_PHILIPS_SCALE_SLOPE, "FL", 2.5 + k)
+        item.add_new(0x20050014, "LO", "Philips MR Imaging DD 005")
+        item.add_new(_PHILIPS_PER_FRAME, "SQ", [slope])
+        per_frame.append(item)
+    ds.PerFrameFunctionalGroupsSequence = per_frame
+    ds.NumberOfFrames = frames
+    ds.Manufacturer = "Philips Medical Systems"
+    frame = ds.Rows * ds.Columns * ds.BitsAllocated // 8
+    ds.PixelData = bytes(ds.PixelData[:frame]) * frames
+    ds.file_meta.TransferSyntaxUID = syntax
+    path = dest / f"liver-{frames}-{syntax}.dcm"
+    ds.save_as(path, implicit_vr=syntax.is_implicit_VR, little_endian=syntax.is_little_endian)
+    return path
+
+
+@pytest.mark.parametrize("syntax", [pydicom.uid.ImplicitVRLittleEndian, pydicom.uid.ExplicitVRLittleEndian,
+                                    pydicom.uid.ExplicitVRBigEndian], ids=lambda s: s.name)
+def test_groups_in_every_native_encoding_private_ones_included(syntax: pydicom.uid.UID, tmp_path: Path) -> None:
+    path = _reencoded(tmp_path, syntax, frames=7)
+    assert _groups(path) is not None, "the walk leaves this file to dcmread"
+    _check_groups(path)
+    _check_headers([path])
+    header = read_dicom_header(path, read_head(path))
+    assert header.enhanced and [f.scale_slope for f in header.frames] == [2.5 + k for k in range(7)]
