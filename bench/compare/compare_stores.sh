@@ -1,8 +1,8 @@
 #!/bin/bash
 # Convert each dcm2niix QA corpus with two checkouts' code (BASE_VENV and MINE_VENV: each a venv with that
 # checkout installed, `make install`), from one delivery.toml written by BASE's `labzarr init`, and compare
-# manifest.csv and every store file byte for byte (bench/same_store.py); run wall times are printed, not compared.
-# usage: bench/compare_stores.sh BASE_VENV MINE_VENV CORPORA_DIR OUT_DIR [corpus...]  (CORPORA_DIR/<name>/In/...)
+# manifest.csv and every store file byte for byte (bench/compare/same_store.py); run wall times are printed, not compared.
+# usage: bench/compare/compare_stores.sh BASE_VENV MINE_VENV CORPORA_DIR OUT_DIR [corpus...]  (CORPORA_DIR/<name>/In/...)
 set -u
 BASE=$1; MINE=$2; CORP=$3; OUT=$4; shift 4
 names=${@:-dcm_qa_enh dcm_qa_nih dcm_qa dcm_qa_philips dcm_qa_ge}

@@ -2,7 +2,7 @@
 wall times (keys ending in `_s`) dropped, since they time the run, not the data. Prints "same", or "DIFFERENT:"
 and the first differing paths.
 
-usage: python bench/same_store.py STORES_A STORES_B
+usage: python bench/compare/same_store.py STORES_A STORES_B
 """
 
 from __future__ import annotations
