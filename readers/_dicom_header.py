@@ -34,7 +34,8 @@ from pydicom.pixels.utils import get_expected_length
 from pydicom.tag import BaseTag
 from pydicom.valuerep import IS
 
-from ._dicom_walk import DecodedValues, tag_key, walk_header
+from ._dicom_groups import FunctionalGroups, Group, functional_groups
+from ._dicom_walk import DecodedValues, Unwalkable, tag_key, walk_header
 from ._head import Head
 from .reasons import Reason, Rejected
 from .records import ByFields
@@ -270,6 +271,12 @@ def _get(ds: Dataset, keyword: str, default: Any = None) -> Any:
     return ds[tag].value  # raw: converted (and kept) by pydicom, as `get` would
 
 
+def _has(ds: Dataset, keyword: str) -> bool:
+    """Whether `ds` holds the element, read or not: a sequence is not read to say so."""
+    tag = _tag_of(keyword)
+    return tag is not None and tag in ds._dict
+
+
 @functools.cache
 def _tag_of(keyword: str) -> BaseTag | None:
     tag = tag_for_keyword(keyword)
@@ -328,14 +335,15 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         if _get(ds, key) in (None, "", 0):
             raise Rejected(Reason.BAD_HEADER, f"Pixel Data present but {key} is missing or 0")
     rows, columns, bits = int(_get(ds, "Rows")), int(_get(ds, "Columns")), int(_get(ds, "BitsAllocated"))
-    if _get(ds, "ModalityLUTSequence") is not None:
+    if _has(ds, "ModalityLUTSequence"):
         raise Rejected(Reason.UNSUPPORTED_FORMAT, "a Modality LUT Sequence (non-linear rescale) is not applied by this "
                                                   "converter; expected RescaleSlope/RescaleIntercept")
     n_frames = _int(_get(ds, "NumberOfFrames")) or 1
     photometric = str(_get(ds, "PhotometricInterpretation", "") or "")
-    mosaic, frames = _frames(ds, n_frames)
-    if "PHILIPS" in manufacturer.upper():  # dcm2niix reads 2005,100E only for Philips
-        frames = _philips_scale(ds, frames)
+    try:
+        groups, mosaic, frames = _all_frames(ds, n_frames, manufacturer, raw=True)
+    except Unwalkable:  # functional groups laid out in a way the raw reading leaves to pydicom
+        groups, mosaic, frames = _all_frames(ds, n_frames, manufacturer, raw=False)
     if _get(ds, "PixelData") is not None and pixel_at < 0:  # deflated: pydicom already holds the inflated value
         digest, defect = xxhash.xxh3_128_hexdigest(ds.PixelData), None
     else:
@@ -357,7 +365,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         spacing_2d=(spacing_2d[0], spacing_2d[1]) if spacing_2d else None,
         thickness=_float(_get(ds, "SliceThickness")),
         palette_bits=_int(_list(_get(ds, "RedPaletteColorLookupTableDescriptor"))[2:3] or None) or 0,
-        pixel_hash=digest, defect=defect, enhanced=_get(ds, "PerFrameFunctionalGroupsSequence") is not None,
+        pixel_hash=digest, defect=defect, enhanced=groups is not None,
         native_at=value_at if native else -1, big_endian=not little,
     )
 
@@ -519,9 +527,18 @@ def _decoder_defect(ts: pydicom.uid.UID) -> Defect | None:
 # frames: plain slices, classic multi-frame (RT dose grids, cine loops), enhanced multi-frame, Siemens mosaics
 
 
-def _frames(ds: Dataset, n_frames: int) -> tuple[int | None, tuple[Frame, ...]]:
-    if _get(ds, "PerFrameFunctionalGroupsSequence") is not None:
-        return None, _enhanced_frames(ds, n_frames)
+def _all_frames(ds: Dataset, n_frames: int, manufacturer: str, *, raw: bool,
+                ) -> tuple[FunctionalGroups | None, int | None, tuple[Frame, ...]]:
+    groups = functional_groups(ds, raw=raw)
+    mosaic, frames = _frames(ds, groups, n_frames)
+    if "PHILIPS" in manufacturer.upper():  # dcm2niix reads 2005,100E only for Philips
+        frames = _philips_scale(ds, groups, frames)
+    return groups, mosaic, frames
+
+
+def _frames(ds: Dataset, groups: FunctionalGroups | None, n_frames: int) -> tuple[int | None, tuple[Frame, ...]]:
+    if groups is not None:
+        return None, _enhanced_frames(ds, groups, n_frames)
     mosaic, frames = _classic_frames(ds, n_frames)
     what = _classic_kind(ds)
     return mosaic, tuple(replace(f, **what) for f in frames) if what else frames  # type: ignore[arg-type]
@@ -637,19 +654,18 @@ _PHILIPS_SCALE_SLOPE = 0x2005100E  # "Philips MR Imaging DD 001" Scale Slope (FL
 _PHILIPS_PER_FRAME = 0x2005140F  # Philips' private per-frame sequence in an enhanced file, holding that slope
 
 
-def _philips_scale(ds: Dataset, frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+def _philips_scale(ds: Dataset, groups: FunctionalGroups | None, frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
     """`frames` with Philips' private scale slope: per frame from an enhanced file's private per-frame items,
     else the file's own."""
     little = _encoding(ds)[1]
     top = _private_float(ds, _PHILIPS_SCALE_SLOPE, little)
-    per_frame = _get(ds, "PerFrameFunctionalGroupsSequence")
+    per_frame = groups.per_frame if groups is not None else ()
     out = []
     for f in frames:
         ss = top
-        if per_frame is not None and f.index < len(per_frame):
-            private = per_frame[f.index].get(_PHILIPS_PER_FRAME)
-            items = private.value if private is not None and private.VR == "SQ" else ()
-            found = (_private_float(i, _PHILIPS_SCALE_SLOPE, little) for i in items)
+        if f.index < len(per_frame):
+            private = per_frame[f.index].items(_PHILIPS_PER_FRAME)
+            found = (_float_of(i.get(_PHILIPS_SCALE_SLOPE), little) for i in private)
             ss = next((v for v in found if v is not None), ss)
         out.append(replace(f, scale_slope=ss) if ss else f)
     return tuple(out)
@@ -658,9 +674,13 @@ def _philips_scale(ds: Dataset, frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
 def _private_float(ds: Dataset, tag: int, little: bool) -> float | None:
     """A private FL element's value; decoded from its bytes when an implicit-VR file left it unknown (UN)."""
     elem = ds.get(tag)
-    if elem is None:
+    return _float_of(elem.value, little) if elem is not None else None
+
+
+def _float_of(value: Any, little: bool) -> float | None:
+    """A private FL value as pydicom gave it: a float, or its 4 bytes (UN)."""
+    if value is None:
         return None
-    value = elem.value
     if isinstance(value, bytes):
         if len(value) != 4:
             return None
@@ -675,75 +695,100 @@ def _classic_order(ds: Dataset) -> tuple[float, ...]:
                  ("TemporalPositionIdentifier", "AcquisitionNumber", "InstanceNumber", "TriggerTime"))
 
 
-def _rescale(ds: Dataset | Any) -> tuple[float, float]:
-    slope = _float(_get(ds, "RescaleSlope"))
-    intercept = _float(_get(ds, "RescaleIntercept"))
-    if _get(ds, "DoseGridScaling") is not None and slope is None:  # RT Dose: stored value x scaling = dose (Gy)
-        slope = _float(_get(ds, "DoseGridScaling"))
+def _rescale(ds: Dataset) -> tuple[float, float]:
+    return _rescale_of(_get(ds, "RescaleSlope"), _get(ds, "RescaleIntercept"), _get(ds, "DoseGridScaling"))
+
+
+def _rescale_of(slope_value: Any, intercept_value: Any, dose_scaling: Any) -> tuple[float, float]:
+    slope = _float(slope_value)
+    intercept = _float(intercept_value)
+    if dose_scaling is not None and slope is None:  # RT Dose: stored value x scaling = dose (Gy)
+        slope = _float(dose_scaling)
     return (slope if slope not in (None, 0.0) else 1.0), (intercept or 0.0)
 
 
-def _enhanced_frames(ds: Dataset, n_frames: int) -> tuple[Frame, ...]:
-    per_frame = ds.PerFrameFunctionalGroupsSequence
-    shared = _get(ds, "SharedFunctionalGroupsSequence")
-    shared0 = shared[0] if shared else Dataset()
+# The functional groups and their elements that an enhanced frame is read from (PS3.3 C.7.6.16.2).
+_PLANE_POSITION, _IMAGE_POSITION = 0x00209113, 0x00200032
+_PLANE_ORIENTATION, _IMAGE_ORIENTATION = 0x00209116, 0x00200037
+_PIXEL_MEASURES, _PIXEL_SPACING = 0x00289110, 0x00280030
+_PIXEL_VALUE_TRANSFORMATION = 0x00289145
+_RESCALE_SLOPE, _RESCALE_INTERCEPT, _DOSE_GRID_SCALING = 0x00281053, 0x00281052, 0x3004000E
+_MR_ECHO, _EFFECTIVE_ECHO_TIME = 0x00189114, 0x00189082
+_FRAME_CONTENT, _TEMPORAL_POSITION_INDEX, _DIMENSION_INDEX_VALUES = 0x00209111, 0x00209128, 0x00209157
+# MR, CT and PET Image Frame Type Sequences, tried in this order; their FrameType and ComplexImageComponent
+_FRAME_TYPE_SEQUENCES = (0x00189226, 0x00189329, 0x00189751)
+_FRAME_TYPE, _COMPLEX_IMAGE_COMPONENT = 0x00089007, 0x00089208
+_MR_DIFFUSION, _DIFFUSION_B_VALUE, _DIFFUSION_DIRECTIONALITY = 0x00189117, 0x00189087, 0x00189075
+_DIFFUSION_GRADIENT_DIRECTION, _DIFFUSION_GRADIENT_ORIENTATION = 0x00189076, 0x00189089
+# Every (group, element) a frame is read from, for tests/readers/test_dicom_groups.py to check value by value.
+GROUP_ELEMENTS = (
+    (_PLANE_POSITION, _IMAGE_POSITION), (_PLANE_ORIENTATION, _IMAGE_ORIENTATION), (_PIXEL_MEASURES, _PIXEL_SPACING),
+    *((_PIXEL_VALUE_TRANSFORMATION, t) for t in (_RESCALE_SLOPE, _RESCALE_INTERCEPT, _DOSE_GRID_SCALING)),
+    (_MR_ECHO, _EFFECTIVE_ECHO_TIME),
+    (_FRAME_CONTENT, _TEMPORAL_POSITION_INDEX), (_FRAME_CONTENT, _DIMENSION_INDEX_VALUES),
+    *((s, t) for s in _FRAME_TYPE_SEQUENCES for t in (_FRAME_TYPE, _COMPLEX_IMAGE_COMPONENT)),
+    *((_MR_DIFFUSION, t) for t in (_DIFFUSION_B_VALUE, _DIFFUSION_DIRECTIONALITY)),
+)
+
+
+def _enhanced_frames(ds: Dataset, groups: FunctionalGroups, n_frames: int) -> tuple[Frame, ...]:
+    per_frame, shared = groups.per_frame, groups.shared
     if len(per_frame) != n_frames:
         raise Rejected(Reason.BAD_HEADER, f"{len(per_frame)} per-frame functional groups for "
                                           f"NumberOfFrames = {n_frames}")
     top_slope, top_intercept = _rescale(ds)
     frames = []
     for k, item in enumerate(per_frame):
-        position = _floats(_group(item, shared0, "PlanePositionSequence", "ImagePositionPatient"), 3)
-        orientation = _floats(_group(item, shared0, "PlaneOrientationSequence", "ImageOrientationPatient"), 6)
-        spacing = _floats(_group(item, shared0, "PixelMeasuresSequence", "PixelSpacing"), 2)
-        transform = _group_item(item, shared0, "PixelValueTransformationSequence")
-        slope, intercept = _rescale(transform) if transform is not None else (top_slope, top_intercept)
-        echo = _float(_group(item, shared0, "MREchoSequence", "EffectiveEchoTime"))
-        content = _group_item(item, shared0, "FrameContentSequence")
-        temporal = _float(content.get("TemporalPositionIndex")) if content is not None else None
-        dims = tuple(float(v) for v in _list(content.get("DimensionIndexValues"))) if content is not None else ()
+        position = _floats(_group(item, shared, _PLANE_POSITION, _IMAGE_POSITION), 3)
+        orientation = _floats(_group(item, shared, _PLANE_ORIENTATION, _IMAGE_ORIENTATION), 6)
+        spacing = _floats(_group(item, shared, _PIXEL_MEASURES, _PIXEL_SPACING), 2)
+        transform = _group_item(item, shared, _PIXEL_VALUE_TRANSFORMATION)
+        slope, intercept = (_rescale_of(transform.get(_RESCALE_SLOPE), transform.get(_RESCALE_INTERCEPT),
+                                        transform.get(_DOSE_GRID_SCALING))
+                            if transform is not None else (top_slope, top_intercept))
+        echo = _float(_group(item, shared, _MR_ECHO, _EFFECTIVE_ECHO_TIME))
+        content = _group_item(item, shared, _FRAME_CONTENT)
+        temporal = _float(content.get(_TEMPORAL_POSITION_INDEX)) if content is not None else None
+        dims = tuple(float(v) for v in _list(content.get(_DIMENSION_INDEX_VALUES))) if content is not None else ()
         frame = _frame(k, position, orientation, spacing, slope, intercept, echo, (temporal or 0.0, *dims, float(k)))
-        frames.append(replace(frame, **_enhanced_kind(item, shared0)))  # type: ignore[arg-type]
+        frames.append(replace(frame, **_enhanced_kind(item, shared)))  # type: ignore[arg-type]
     return tuple(frames)
 
 
-_FRAME_TYPE_SEQUENCES = ("MRImageFrameTypeSequence", "CTImageFrameTypeSequence", "PETFrameTypeSequence")
-
-
-def _enhanced_kind(item: Dataset, shared: Dataset) -> dict[str, object]:
+def _enhanced_kind(item: Group, shared: Group | None) -> dict[str, object]:
     """What one enhanced frame is (see `Frame`): its FrameType and complex component, and its diffusion."""
     out: dict[str, object] = {}
     frame_type = next((f for f in (_group_item(item, shared, s) for s in _FRAME_TYPE_SEQUENCES) if f is not None),
                       None)
     if frame_type is not None:
-        out["image_type"] = tuple(str(v).strip().upper() for v in _list(frame_type.get("FrameType")))
-        component = _COMPONENTS.get(str(frame_type.get("ComplexImageComponent", "") or "").upper(), "")
+        out["image_type"] = tuple(str(v).strip().upper() for v in _list(frame_type.get(_FRAME_TYPE)))
+        component = _COMPONENTS.get(str(frame_type.get(_COMPLEX_IMAGE_COMPONENT) or "").upper(), "")
         if component:
             out["component"] = component
-    diffusion = _group_item(item, shared, "MRDiffusionSequence")
+    diffusion = _group_item(item, shared, _MR_DIFFUSION)
     if diffusion is not None:
-        b = _float(diffusion.get("DiffusionBValue"))
+        b = _float(diffusion.get(_DIFFUSION_B_VALUE))
         if b is not None:
             out["bvalue"] = b
-        direction = diffusion.get("DiffusionGradientDirectionSequence")
-        gradient = _floats(direction[0].get("DiffusionGradientOrientation"), 3) if direction else None
+        direction = diffusion.first(_DIFFUSION_GRADIENT_DIRECTION)
+        gradient = _floats(direction.get(_DIFFUSION_GRADIENT_ORIENTATION), 3) if direction is not None else None
         if gradient is not None:
             out["gradient"] = (gradient[0], gradient[1], gradient[2])
-        directionality = str(diffusion.get("DiffusionDirectionality", "") or "").upper()
+        directionality = str(diffusion.get(_DIFFUSION_DIRECTIONALITY) or "").upper()
         if directionality:
             out["directionality"] = directionality
     return out
 
 
-def _group_item(item: Dataset, shared: Dataset, sequence: str) -> Dataset | None:
-    for source in (item, shared):
-        seq = source.get(sequence)
-        if seq:
-            return seq[0]  # type: ignore[no-any-return]
-    return None
+def _group_item(item: Group, shared: Group | None, sequence: int) -> Group | None:
+    """The frame's own group `sequence`, else the shared one."""
+    found = item.first(sequence)
+    if found is None and shared is not None:
+        found = shared.first(sequence)
+    return found
 
 
-def _group(item: Dataset, shared: Dataset, sequence: str, key: str) -> Any:
+def _group(item: Group, shared: Group | None, sequence: int, key: int) -> Any:
     found = _group_item(item, shared, sequence)
     return found.get(key) if found is not None else None
 

@@ -10,9 +10,13 @@ docs/benchmarks.md keeps the figures).
 Invariant: the walk yields what pydicom's reader yields, element for element:
 pydicom `RawDataElement`s (same tag, VR, length, value bytes, value offset and
 encoding), so every value is still decoded by pydicom, lazily, exactly as it
-decodes a `dcmread` dataset's; an undefined-length sequence is read by
-pydicom's own `read_sequence`. The result is a `FileDataset` with its File Meta,
-preamble and original encoding set as `dcmread` sets them.
+decodes a `dcmread` dataset's. An undefined-length sequence is stepped over
+(`sequence_end`) and kept raw too, its items read by pydicom's own
+`read_sequence` from the same offset when it is first used: probing uses an
+enhanced file's functional groups without that (`_dicom_groups.py`), since
+pydicom makes a `Dataset` of every item of every frame. The result is a
+`FileDataset` with its File Meta, preamble and original encoding set as
+`dcmread` sets them.
 
 Scope: a file with its 128-byte preamble and "DICM", a File Meta group in
 explicit VR little endian naming an implicit or explicit VR little endian,
@@ -32,7 +36,7 @@ import functools
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import BinaryIO, TypeVar, cast
+from typing import TypeVar, cast
 
 import numpy as np
 import pydicom.uid
@@ -41,17 +45,15 @@ from pydicom.charset import convert_encodings, default_encoding
 from pydicom.datadict import dictionary_VR
 from pydicom.dataelem import DataElement, RawDataElement, empty_value_for_VR
 from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
-from pydicom.filebase import DicomBytesIO
-from pydicom.filereader import read_sequence
 from pydicom.tag import BaseTag
 from pydicom.valuerep import EXPLICIT_VR_LENGTH_32, VR
 from pydicom.values import convert_string
 
-__all__ = ["DecodedValues", "Walked", "tag_key", "walk_header"]
+__all__ = ["DecodedValues", "Unwalkable", "Walked", "is_sequence", "sequence_end", "tag_key", "walk_header"]
 
 _PIXEL_TAGS = frozenset((0x7FE00010, 0x7FE00008, 0x7FE00009))  # Pixel Data, Float and Double Float Pixel Data
 _SPECIFIC_CHARACTER_SET = 0x00080005
-_ITEM_DELIMITER, _ITEM = 0xFFFEE00D, 0xFFFEE000
+_ITEM_DELIMITER, _ITEM, _SEQUENCE_DELIMITER = 0xFFFEE00D, 0xFFFEE000, 0xFFFEE0DD
 _UNDEFINED = 0xFFFFFFFF
 # Elements a walk against a template never reads alone: they change how the rest is read.
 _OWN_WALK = frozenset((_SPECIFIC_CHARACTER_SET, 0x00020010))  # and the Transfer Syntax UID
@@ -72,8 +74,8 @@ def tag_key(tag: int) -> BaseTag:
     return BaseTag(tag)
 
 
-class _Unwalkable(Exception):
-    """This file is left to `dcmread`."""
+class Unwalkable(Exception):
+    """This file (or sequence) is left to pydicom's own reader."""
 
 
 DatasetT = TypeVar("DatasetT", bound=Dataset)
@@ -171,11 +173,11 @@ def walk_header(buf: bytes, *, name: str, whole: bool, values: DecodedValues | N
             like = _walk_like(buf, name, values.template, values)
             if like is not None:
                 return like
-    except _Unwalkable:
+    except Unwalkable:
         pass  # walked element by element, which decides
     try:
         return _walk_file(buf, name, whole, values)
-    except _Unwalkable:
+    except Unwalkable:
         return None
 
 
@@ -183,19 +185,19 @@ def _walk_file(buf: bytes, name: str, whole: bool, values: DecodedValues | None)
     starts: list[int] | None = [] if values is not None else None
     meta_elements, pos, _ = _elements(buf, 132, implicit=False, little=True, meta=True, whole=whole, starts=starts)
     if not meta_elements:
-        raise _Unwalkable("no File Meta group")
+        raise Unwalkable("no File Meta group")
     meta = FileMetaDataset(meta_elements)
     meta.set_original_encoding(is_implicit_vr=False, is_little_endian=True, character_encoding=default_encoding)
     syntax = meta.get("TransferSyntaxUID")
     if syntax is None or pos + 8 > len(buf):
-        raise _Unwalkable("no transfer syntax, or nothing after the File Meta group")
+        raise Unwalkable("no transfer syntax, or nothing after the File Meta group")
     ts = pydicom.uid.UID(str(syntax))
     if ts == pydicom.uid.ImplicitVRLittleEndian:
         implicit, little = True, True
     elif ts == pydicom.uid.ExplicitVRBigEndian:
         implicit, little = False, False
     elif ts in (pydicom.uid.DeflatedExplicitVRLittleEndian, *pydicom.uid.PrivateTransferSyntaxes):
-        raise _Unwalkable(f"transfer syntax {ts}")
+        raise Unwalkable(f"transfer syntax {ts}")
     else:  # explicit VR little endian, and every encapsulated syntax
         implicit, little = False, True
     _check_first(buf, pos, implicit, little)
@@ -216,7 +218,7 @@ def _check_first(buf: bytes, pos: int, implicit: bool, little: bool) -> None:
     group = struct.unpack_from("<H" if little else ">H", buf, pos)[0]
     looks_explicit = 0x40 < buf[pos + 4] < 0x5B and 0x40 < buf[pos + 5] < 0x5B
     if group == 0 or looks_explicit == implicit:  # command-set elements, or a VR switch dcmread would detect
-        raise _Unwalkable("command set, or a data set encoded against its transfer syntax")
+        raise Unwalkable("command set, or a data set encoded against its transfer syntax")
 
 
 def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Walked | None:
@@ -240,11 +242,11 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
         if pos + limit - at0 > len(buf):
             return None
         differ = np.flatnonzero(data[pos : pos + limit - at0] != t.data[at0:limit])
-        skip, shifted = at0, False
-        for d in differ.tolist():
-            at = at0 + d
-            if at < skip:  # inside an element already read
-                continue
+        shifted, k = False, 0
+        # Only the first differing byte of each element matters: the next one past an element read is found by
+        # bisection, not by listing every differing byte (a private blob or a shifted tail differs in thousands).
+        while k < len(differ):
+            at = at0 + int(differ[k])
             if at >= end:
                 return None  # no pixel data element where the template has its own
             j = bisect.bisect_right(starts, at) - 1
@@ -262,10 +264,10 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
             if list(read) != [t.keys[j]]:
                 return None
             changed[j] = read[t.keys[j]]
-            skip = t_end
             if stop - t_end != delta:  # a length differs: compare the rest shifted
                 delta, pos, shifted = stop - t_end, stop, True
                 break
+            k = int(np.searchsorted(differ, t_end - at0))  # the first differing byte past this element
         if not shifted:
             break
     if end + delta + 12 > len(buf):
@@ -330,7 +332,12 @@ def _extent(buf: bytes, pos: int, *, implicit: bool, little: bool) -> int | None
             length, at = struct.unpack_from(f"{endian}L", buf, pos + 8)[0], pos + 12
         else:
             length, at = struct.unpack_from(f"{endian}H", buf, pos + 6)[0], pos + 8
-    return at + length if length != _UNDEFINED and at + length <= len(buf) else None
+    if length == _UNDEFINED:
+        try:
+            return sequence_end(buf, at, implicit=implicit, little=little, end=len(buf)) + 8
+        except Unwalkable:
+            return None
+    return at + length if at + length <= len(buf) else None
 
 
 def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool, whole: bool,
@@ -358,7 +365,7 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
                 return out, end, encoding
             # A few bytes short of an element (dcmread stops quietly there; the header check calls it cut), or
             # the header runs past the bytes read.
-            raise _Unwalkable("the file ends inside an element header, or the header runs past the bytes read")
+            raise Unwalkable("the file ends inside an element header, or the header runs past the bytes read")
         vr: str | None
         if implicit:
             group, elem, length = head(buf, pos)
@@ -369,11 +376,11 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
                 return out, pos, encoding
             known = vrs.get(raw_vr)
             if known is None:
-                raise _Unwalkable(f"VR {raw_vr!r}")
+                raise Unwalkable(f"VR {raw_vr!r}")
             vr, long = known
             if long:
                 if pos + 12 > end:
-                    raise _Unwalkable("element header cut")
+                    raise Unwalkable("element header cut")
                 length, value_at = long_length(buf, pos + 8)[0], pos + 12
             else:
                 value_at = pos + 8
@@ -381,14 +388,14 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
         if (meta and group != 2) or (not meta and tag in pixel_tags):
             return out, pos, encoding
         if tag == _ITEM_DELIMITER:
-            raise _Unwalkable("item delimiter at the top level")
+            raise Unwalkable("item delimiter at the top level")
         if starts is not None:
             starts.append(pos)
         key = intern(tag)
         if length != _UNDEFINED:
             pos = value_at + length
             if pos > end:
-                raise _Unwalkable("element value past the bytes read")
+                raise Unwalkable("element value past the bytes read")
             # empty: what pydicom's reader puts there (b"" for text and SQ, else None), as raw bytes
             value = buf[value_at:pos] if length else cast(bytes | None, empty_value_for_VR(vr, raw=True))
             if tag == _SPECIFIC_CHARACTER_SET:
@@ -404,22 +411,20 @@ def _elements(buf: bytes, pos: int, *, implicit: bool, little: bool, meta: bool,
                 raw[key] = cache_key
             out[key] = new(raw_type, (key, vr, length, value, value_at, implicit, little, *defaults))
             continue
-        if meta or not _is_sequence(buf, value_at, tag, vr, endian):
-            raise _Unwalkable("undefined length outside a sequence")
-        fp = DicomBytesIO(buf)
-        fp.is_little_endian, fp.is_implicit_VR = little, implicit
-        fp.seek(value_at)
-        try:
-            seq = read_sequence(cast(BinaryIO, fp), implicit, little, length, encoding)
-        except Exception as exc:  # a cut or malformed sequence: dcmread decides what that means
-            raise _Unwalkable(f"sequence {key}: {exc}") from exc
-        pos = fp.tell()
-        if pos > end or (pos == end and not whole):
-            raise _Unwalkable("sequence past the bytes read")
-        out[key] = DataElement(key, VR.SQ, seq, value_at, is_undefined_length=True)
+        if meta or not is_sequence(buf, value_at, tag, vr, endian):
+            raise Unwalkable("undefined length outside a sequence")
+        # Left raw, as dcmread leaves a defined-length sequence: pydicom reads its items (`convert_SQ`, its own
+        # `read_sequence` from the same offset) only when the sequence is used, and the probe uses a few of them
+        # item by item without that (`_dicom_groups.py`).
+        delimiter = sequence_end(buf, value_at, implicit=implicit, little=little, end=end)
+        pos = delimiter + 8
+        if pos == end and not whole:
+            raise Unwalkable("sequence past the bytes read")
+        out[key] = new(raw_type, (key, "SQ", _UNDEFINED, buf[value_at:delimiter], value_at, implicit, little,
+                                  *defaults))
 
 
-def _is_sequence(buf: bytes, at: int, tag: int, vr: str | None, endian: str) -> bool:
+def is_sequence(buf: bytes, at: int, tag: int, vr: str | None, endian: str) -> bool:
     """pydicom's rule for an undefined-length element: UN is read as SQ, an implicit VR as its dictionary VR, and
     a private one as SQ when an item follows."""
     if vr == VR.UN and config.settings.infer_sq_for_un_vr:
@@ -433,3 +438,61 @@ def _is_sequence(buf: bytes, at: int, tag: int, vr: str | None, endian: str) -> 
             group, elem = struct.unpack_from(f"{endian}HH", buf, at)
             return bool((group << 16 | elem) == _ITEM)
     return vr == VR.SQ
+
+
+def sequence_end(buf: bytes, at: int, *, implicit: bool, little: bool, end: int) -> int:
+    """Where the Sequence Delimitation Item of the undefined-length sequence whose value starts at `at` lies: its
+    items stepped over, element by element where an item's own length is undefined, as pydicom's `read_sequence`
+    reads them. Raises `Unwalkable` for anything else (a missing item or delimiter, a VR pydicom does not know, an
+    undefined length outside a sequence, bytes past `end`): pydicom's reader then decides."""
+    endian = "<" if little else ">"
+    item_head = struct.Struct(f"{endian}HHL").unpack_from
+    pos = at
+    while True:
+        if pos + 8 > end:
+            raise Unwalkable("sequence past the bytes read")
+        group, elem, length = item_head(buf, pos)
+        tag = group << 16 | elem
+        if tag == _SEQUENCE_DELIMITER:
+            return pos
+        if tag != _ITEM:
+            raise Unwalkable(f"({group:04X},{elem:04X}) inside a sequence, not an item")
+        pos = pos + 8 + length if length != _UNDEFINED else _item_end(buf, pos + 8, implicit, little, end)
+
+
+def _item_end(buf: bytes, pos: int, implicit: bool, little: bool, end: int) -> int:
+    """Where an undefined-length item whose elements start at `pos` ends: past its Item Delimitation Item."""
+    endian = "<" if little else ">"
+    head = struct.Struct(f"{endian}HHL" if implicit else f"{endian}HH2sH").unpack_from
+    long_length = struct.Struct(f"{endian}L").unpack_from
+    while True:
+        if pos + 8 > end:
+            raise Unwalkable("item past the bytes read")
+        vr: str | None
+        if implicit:
+            group, elem, length = head(buf, pos)
+            vr, value_at = None, pos + 8
+        else:
+            group, elem, raw_vr, length = head(buf, pos)
+            if group == 0xFFFE:  # item and delimiters carry no VR
+                length, vr, value_at = long_length(buf, pos + 4)[0], None, pos + 8
+            else:
+                known = _VRS.get(raw_vr)
+                if known is None:
+                    raise Unwalkable(f"VR {raw_vr!r} inside a sequence")
+                vr, value_at = known[0], pos + 8
+                if known[1]:
+                    if pos + 12 > end:
+                        raise Unwalkable("element header cut")
+                    length, value_at = long_length(buf, pos + 8)[0], pos + 12
+        tag = group << 16 | elem
+        if tag == _ITEM_DELIMITER:
+            return pos + 8
+        if group == 0xFFFE:
+            raise Unwalkable(f"({group:04X},{elem:04X}) among an item's elements")
+        if length != _UNDEFINED:
+            pos = value_at + length
+        elif is_sequence(buf, value_at, tag, vr, endian):
+            pos = sequence_end(buf, value_at, implicit=implicit, little=little, end=end) + 8
+        else:
+            raise Unwalkable("undefined length outside a sequence")
