@@ -32,6 +32,14 @@ MB/s and in MB per CPU-second of all processes; the accumulator alone on one reo
 slab's values with numpy's bincount against labzarr's compiled loop (convert/_counting.py), and what loading
 that loop costs a fresh worker (the conversions above load it beforehand, with the other imports).
 
+A group "at the decode limit" (issue 36): two CT-like int16 `.nii.gz` volumes (512x512x800 each, 839 MB
+decoded in all; `python bench/convert.py --decode-limit --size 512x512x200` runs this group alone, smaller),
+converted in the default layout by 1 worker and by 2, each on a fresh cluster; against them the gzip-decode
+limit, cores x single-core python-zlib inflate MB/s measured in the same run. Printed: 2 workers / 1 worker
+(target >= 1.7) and 2 workers / that limit (target >= 0.6), the CPU seconds each item took in each run, and the
+rate this disk takes fsynced writes at, times the store's compression ratio: the decoded MB/s the store's disk
+alone allows (every chunk is fsynced before an array is installed).
+
 A fourth and fifth group, the writer's C-order copy: a reoriented slab (x fastest in memory, x and y
 flipped) made C-contiguous whole and chunk by chunk, by numpy in one pass, tile by tile with the flips left
 in (labzarr before 2026-12-05), and by labzarr's copy.
@@ -313,6 +321,7 @@ def run(workdir: Path) -> list[Result]:
     sf_peak = _straightforward_peak_rss(big, root / "straight-big.zarr")
     out.append(Result("2.1 GB volume: straightforward peak RSS above baseline", sf_peak / MB, "MB",
                       higher_is_better=False))
+    out += decode_limit_rows(workdir, PEAK)
     out += _peak_rows(_peak_inputs(workdir), root)
     out += _statistics_rows(small[0].parent, root, total)
     out += _copy_rows()
@@ -403,6 +412,77 @@ def _copy_rows() -> list[Result]:
     return out
 
 
+def _item_cpu(raw: Path, root: Path, workers: int) -> tuple[float, float, tuple[float, ...]]:
+    """Convert `raw` in the default layout on a fresh cluster of `workers`: (wall s, CPU s of the driver, CPU s of
+    each worker in address order)."""
+    store = root / f"store-{workers}w.zarr"
+    spec_path = write_spec(root / f"manifests-{workers}w" / raw.name / "delivery.toml", raw=raw, store=store,
+                           name=raw.name, labels=False)
+    spec = load_spec(spec_path)  # the demo spec's [store] is the default layout
+    with dask.config.set(local_cluster_config(crash_retries=1)), \
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                         memory_limit=0) as cluster, Client(cluster) as client:
+        client.run(lambda: __import__("labzarr.convert.run.volume_task"))
+        client.run(_load_counting_loop)
+        shutil.rmtree(store, ignore_errors=True)
+        before, driver = client.run(_cpu_seconds), _cpu_seconds()
+        t = time.perf_counter()
+        result = execute(spec, client)
+        wall = time.perf_counter() - t
+        after = client.run(_cpu_seconds)
+        assert result.summary["counts"]["ok"] == len(result.rows), result.rows
+    return wall, _cpu_seconds() - driver, tuple(after[w] - before[w] for w in sorted(after))
+
+
+def _fsynced_write(folder: Path, nbytes: int) -> float:
+    """Seconds to write `nbytes` of incompressible bytes to a file in `folder` in 8 MiB blocks and fsync it."""
+    block = np.random.default_rng(0).integers(0, 256, 8 << 20, dtype=np.uint8).tobytes()
+    path = folder / "fsync-probe.bin"
+    t = time.perf_counter()
+    with path.open("wb") as f:
+        for _ in range(max(1, nbytes // len(block))):
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+    seconds = time.perf_counter() - t
+    path.unlink()
+    return seconds
+
+
+def decode_limit_rows(workdir: Path, shape: tuple[int, int, int]) -> list[Result]:
+    """The decode-limit group: 2 volumes of `shape`, 1 worker and 2, against cores x single-core zlib inflate."""
+    raw = workdir / "convert" / f"raw2x{'x'.join(map(str, shape))}"
+    paths = [_write_ct(raw / f"case_{300 + i:03d}.nii.gz", shape, 300 + i) for i in range(2)]
+    root = workdir / "convert" / "out-decode-limit"
+    root.mkdir(parents=True, exist_ok=True)
+    total = 2 * _nbytes(shape) / MB
+    cores = len(os.sched_getaffinity(0))
+    load = os.getloadavg()[0]
+    zlib_1 = total / min(_gunzip(paths, zlib) for _ in range(2))
+    limit = cores * zlib_1
+    runs = {w: _item_cpu(raw, root, w) for w in (1, 2)}
+    stored = sum(f.stat().st_size for f in (root / "store-2w.zarr").rglob("*") if f.is_file())
+    disk = stored / MB / _fsynced_write(root, stored)
+    shutil.rmtree(root, ignore_errors=True)
+    w1, w2 = (total / runs[w][0] for w in (1, 2))
+    group = (f"at the decode limit: 2 x {'x'.join(map(str, shape))} int16 .nii.gz ({total:.0f} MB), default layout, "
+             f"{cores} cores, load average {load:.1f} at the start")
+    out = [Result(f"gzip-decode limit: {cores} cores x python zlib, one core", limit, "MB/s", baseline=True,
+                  group=group, note=f"one core: {zlib_1:.0f} MB/s"),
+           Result("labzarr, 1 worker", w1, "MB/s", group=group,
+                  note=f"item CPU-s {runs[1][2][0]:.2f} for both; driver {runs[1][1]:.2f}"),
+           Result("labzarr, 2 workers", w2, "MB/s", group=group,
+                  note=f"{w2 / w1:.2f}x 1 worker (target >= 1.7), {w2 / limit:.2f}x the limit (target >= 0.6); "
+                       f"worker CPU-s {', '.join(f'{c:.2f}' for c in runs[2][2])}; driver {runs[2][1]:.2f}"),
+           Result("CPU cost: labzarr, 1 worker", total / (sum(runs[1][2]) + runs[1][1]), "MB/cpu-s", group=group,
+                  note="workers and driver"),
+           Result("CPU cost: labzarr, 2 workers", total / (sum(runs[2][2]) + runs[2][1]), "MB/cpu-s", group=group,
+                  note="workers and driver"),
+           Result("what the disk allows: fsynced writes x compression ratio", disk * total * MB / stored, "MB/s",
+                  group=group, note=f"fsynced writes {disk:.0f} MB/s; the store {stored / MB:.0f} MB")]
+    return out
+
+
 def _peak_rows(raw: Path, root: Path) -> list[Result]:
     """The peak-RSS group: each worker's peak above its baseline, in the default layout and with 64^3 chunks."""
     group = "peak RSS per worker: 2 x 512x512x800 int16 .nii.gz (420 MB each), 2 workers"
@@ -414,3 +494,20 @@ def _peak_rows(raw: Path, root: Path) -> list[Result]:
             out.append(Result(f"{label}, worker {i}", peak / MB, "MB", higher_is_better=False, group=group,
                               note=f"above its baseline {base / MB:.0f} MB; bound {PEAK_BOUND}"))
     return out
+
+
+if __name__ == "__main__":  # one group alone, e.g. `python bench/convert.py --decode-limit --size 512x512x200`
+    import argparse
+
+    from common import print_table
+
+    parser = argparse.ArgumentParser(description="bench/convert.py's decode-limit group alone")
+    parser.add_argument("--decode-limit", action="store_true", required=True, help="run the decode-limit group")
+    parser.add_argument("--size", default="x".join(map(str, PEAK)), help="each volume's shape, XxYxZ")
+    parser.add_argument("--workdir", type=Path, default=Path("data/bench"), help="cached generated inputs")
+    args = parser.parse_args()
+    size = tuple(int(n) for n in args.size.split("x"))
+    if len(size) != 3 or min(size) < 1:
+        parser.error(f"--size {args.size}: three extents, e.g. 512x512x200")
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    print_table(NAME, decode_limit_rows(args.workdir.resolve(), (size[0], size[1], size[2])))

@@ -75,7 +75,7 @@ from ..write.stacks import install_stack, records_in_use, stage_stacks
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, sweep
 from .batches import batch_volumes
 from .part_task import stage_parts
-from .settings import TaskSettings
+from .settings import TaskSettings, threads_per_task, usable_cores
 from .split_step import split_rows
 from .supervise import Jobs, hang_report_after, run_tasks
 
@@ -498,7 +498,16 @@ def _task_settings(spec: Spec, client: Client, lock: LockInfo, fingerprint: str,
                         fingerprint=fingerprint,
                         readers=spec.run.readers, hang_report_after=hang_report_after(spec.run.item_timeout),
                         fault_reports=all(w.get("nthreads") == 1 for w in workers),
-                        store_options=dict(store.options), crash_reports=str(reports))
+                        store_options=dict(store.options), crash_reports=str(reports),
+                        threads=_encode_threads(client))
+
+
+def _encode_threads(client: Client) -> int:
+    """Each task's encoding threads: every host's usable cores shared out among the worker threads there."""
+    info = client.scheduler_info().get("workers", {})
+    cores = client.run(usable_cores)
+    return threads_per_task((info[a]["host"], int(info[a].get("nthreads", 1)), n) for a, n in cores.items()
+                            if a in info)
 
 
 def _drop_duplicates(rows: list[Row], store: Location, *, splits: SplitsSpec | None) -> list[Row]:

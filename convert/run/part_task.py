@@ -88,7 +88,8 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> 
         if h != part.header:
             raise RuntimeError(f"{part.task.source} changed while being converted: its header now reads {h}, "
                                f"when staged {part.header}")
-        writer = PartWriter(store, part.task.array, h, as_location(part.folder, settings.store_options))
+        writer = PartWriter(store, part.task.array, h, as_location(part.folder, settings.store_options),
+                            threads=settings.writer_threads())
         finite = FiniteCheck(h, settings.non_finite)
         stats = Accumulator(h.dtype) if settings.store_spec.statistics else None
         stop = source.slab_count(shards or chunks) if part.stop is None else part.stop

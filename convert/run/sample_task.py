@@ -254,7 +254,7 @@ def _write_volume(store: Location, task: SampleTask, f: RoleFile, src: VolumeSou
     h = src.header
     finite = FiniteCheck(h, settings.non_finite)
     writer = VolumeWriter(store, role_path(task.group, f.role), h, chunks=chunks, shards=shards,
-                          codecs=codecs(settings.store_spec),
+                          codecs=codecs(settings.store_spec), threads=settings.writer_threads(),
                           attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
     stats = Accumulator(h.dtype) if measure else None
     per_class = _ClassStats(store, mask, h.dtype) if measure and mask is not None else None
@@ -306,7 +306,7 @@ def _write_mask(store: Location, task: SampleTask, f: RoleFile, src: VolumeSourc
     h: VolumeHeader = replace(src.header, dtype=summary.dtype)
     locator = ClassLocator(summary.counts, cap=masks.locations, seed=int(f.sha256[:16], 16), axes=len(h.shape) - 1)
     writer = VolumeWriter(store, role_path(task.group, f.role), h, chunks=chunks, shards=shards,
-                          codecs=codecs(settings.store_spec),
+                          codecs=codecs(settings.store_spec), threads=settings.writer_threads(),
                           attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
     try:
         for slab in src.slabs(shards or chunks):  # pass 2: the same slabs, as class values in the stored dtype

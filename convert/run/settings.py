@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -14,8 +16,9 @@ from labzarr.store.format.ngff import Pyramid
 from ..plan.chunks import SLAB_BYTES
 from ..spec import MasksSpec, StoreSpec
 from ..write.state import crash_dir
+from ..write.writer import DEFAULT_THREADS
 
-__all__ = ["TaskSettings"]
+__all__ = ["TaskSettings", "threads_per_task", "usable_cores"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,14 @@ class TaskSettings:
     store_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec storage_options of a URL store
     crash_reports: str = ""  # the fault reports' folder; default: the store's .labzarr/crash
     slab_events: str = ""  # the run's token for progress inside items (slab_progress.py); "": report none
+    # Threads one task encodes a volume's chunks with; 0: the writer's default (every core, at most 8). The driver
+    # shares each host's cores out among the tasks that run there at once (`driver.encode_threads`), so workers
+    # x threads <= cores: more threads than cores only add switching and cache misses to the same work.
+    threads: int = 0
+
+    def writer_threads(self) -> int:
+        """The encoding threads a task's writer is given."""
+        return self.threads or DEFAULT_THREADS
 
     def location(self) -> Location:
         """The store: a folder, or a URL store with its storage options."""
@@ -50,3 +61,22 @@ class TaskSettings:
         if self.crash_reports:
             return Path(self.crash_reports)
         return crash_dir(Folder(self.store))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container or `taskset` narrows), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_task(workers: Iterable[tuple[str, int, int]]) -> int:
+    """Encoding threads for each task, from every worker's (host, task slots, usable cores): each host's cores
+    shared out among the tasks that run there at once, the tightest host deciding; at least 1."""
+    slots: Counter[str] = Counter()
+    cores: dict[str, int] = {}
+    for host, nthreads, ncores in workers:
+        slots[host] += max(1, nthreads)
+        cores[host] = ncores
+    return max(1, min((cores[h] // slots[h] for h in slots), default=1))

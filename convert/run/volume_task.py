@@ -59,7 +59,7 @@ def _convert(task: VolumeTask, settings: TaskSettings, store: Location, defer: l
         finite = FiniteCheck(h, settings.non_finite)
         writer = VolumeWriter(store, task.array, h, chunks=chunks, shards=shards, codecs=codecs(settings.store_spec),
                               attrs=attrs_for(task.item_id, task.source, task.sha256, h), run_id=settings.run_id,
-                              pyramid=settings.pyramid())
+                              pyramid=settings.pyramid(), threads=settings.writer_threads())
         progress = SlabReporter(settings.slab_events, task.source, size=task.size, voxels=math.prod(h.shape),
                                 slabs=source.slab_count(shards or chunks))
         stats = Accumulator(h.dtype) if settings.store_spec.statistics else None

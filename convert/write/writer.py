@@ -47,12 +47,14 @@ from labzarr.store.format.ngff import Pyramid
 from .arrays import Staged, StoreWriteError, begin_array, discard, install
 from .image import begin_image, install_image
 
-__all__ = ["AXES", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "create_volume_array", "open_volume_array",
-           "seal_volume"]
+__all__ = ["AXES", "DEFAULT_THREADS", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "create_volume_array",
+           "open_volume_array", "seal_volume"]
 
 _TILE = 64  # voxels per tile edge for the transposing copy: 64^3 x 8 B fits in L2
 _BLOCK_BYTES = 16 << 20  # voxels handed to zarr per call: enough chunks to keep its codec threads busy
-_THREADS = min(8, os.cpu_count() or 1)  # threads encoding one shard's chunks, as zarr's codecs use every core
+# Threads encoding one shard's chunks when the caller names none: every core (as zarr's codecs use), at most 8.
+# A conversion names its share instead (`TaskSettings.threads`): workers x threads <= cores.
+DEFAULT_THREADS = min(8, os.cpu_count() or 1)
 _PREFLUSH_BYTES = 4 << 20  # a shard of this many voxel bytes is flushed as soon as it is written (`_preflush`)
 AXES = ("c", "x", "y", "z")
 
@@ -136,14 +138,16 @@ class _SlabWriter:
     chunks; hashes each chunk in worker threads."""
 
     def __init__(self, store: Location, name: str, header: VolumeHeader, array: zarr.Array[Any],
-                 folder: Location) -> None:
+                 folder: Location, *, threads: int = DEFAULT_THREADS) -> None:
         self.store, self.name, self.header, self.array, self.folder = store, name, header, array, folder
+        self.threads = max(1, threads)
         self.chunks = tuple(int(c) for c in array.chunks)
         # What one write covers whole: a shard when sharded (zarr rewrites a shard file on a partial write).
         self.unit = tuple(int(s) for s in array.shards) if array.shards is not None else self.chunks
         self._shard = ShardCodec.of(array)
         self._digests: ChunkDigests = {}
-        self._pool = ThreadPoolExecutor(max_workers=_THREADS if self._shard else 1, thread_name_prefix="labzarr-write")
+        self._pool = ThreadPoolExecutor(max_workers=self.threads if self._shard else 1,
+                                        thread_name_prefix="labzarr-write")
         self._pending: Future[ChunkDigests] | None = None
         self._flush: ThreadPoolExecutor | None = None  # pre-flushes large shards (`_preflush`), started at the first
 
@@ -179,7 +183,7 @@ class _SlabWriter:
                         for k, u, r in zip(coords, self.unit, region))
             shard = slab.data[sel]
             with store_io(self.store, f"cannot write {self.name}"):
-                self._digests.update(codec.write(self.folder, coords, shard, pool=self._pool, threads=_THREADS,
+                self._digests.update(codec.write(self.folder, coords, shard, pool=self._pool, threads=self.threads,
                                                  copy=lambda view: c_order_copy(view, self.header.dtype)))
             if shard.nbytes >= _PREFLUSH_BYTES:
                 self._preflush(codec.keys(tuple(int(k) for k in coords)))
@@ -230,11 +234,12 @@ class VolumeWriter(_SlabWriter):
 
     def __init__(self, store: Location, name: str, header: VolumeHeader, *, chunks: Sequence[int],
                  codecs: Sequence[Any], attrs: Mapping[str, Any], run_id: str = "",
-                 shards: Sequence[int] | None = None, pyramid: Pyramid | None = None) -> None:
+                 shards: Sequence[int] | None = None, pyramid: Pyramid | None = None,
+                 threads: int = DEFAULT_THREADS) -> None:
         with store_io(store, f"cannot create {name}"):
             folder = begin_array(store, name) if pyramid is None else begin_image(store, name)
             array = create_volume_array(folder, header, chunks=chunks, shards=shards, codecs=codecs, attrs=attrs)
-        super().__init__(store, name, header, array, folder)
+        super().__init__(store, name, header, array, folder, threads=threads)
         self.run_id, self.pyramid = run_id, pyramid
         self._staged = folder if pyramid is None else folder.parent  # what `close` removes unless installed
         self._installed = False
@@ -265,10 +270,11 @@ class PartWriter(_SlabWriter):
     It neither seals nor removes the array: the driver does, once every part has handed in its `digests()`.
     """
 
-    def __init__(self, store: Location, name: str, header: VolumeHeader, folder: Location) -> None:
+    def __init__(self, store: Location, name: str, header: VolumeHeader, folder: Location, *,
+                 threads: int = DEFAULT_THREADS) -> None:
         with store_io(store, f"cannot open {name}"):
             array = open_volume_array(folder)
-        super().__init__(store, name, header, array, folder)
+        super().__init__(store, name, header, array, folder, threads=threads)
 
     def close(self) -> None:
         """Stop the writing threads."""

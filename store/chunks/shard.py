@@ -46,6 +46,7 @@ ABSENT = 2**64 - 1  # the index entry (offset and nbytes) of an inner chunk that
 INDEX_ENTRY = 16  # (offset, nbytes) as two little-endian uint64 per inner chunk
 CRC = 4
 _IN_FLIGHT_BYTES = 16 << 20  # voxels of the inner chunks being encoded at once (each also has its encoded copy)
+_MIN_WINDOW = 4  # jobs in flight at least (memory allowing), whatever the thread count
 _JOB_CHUNKS, _JOB_BYTES = 8, 1 << 20  # inner chunks handed to an encoding thread at once: at most these
 
 
@@ -103,7 +104,9 @@ class ShardCodec:
         # chunk, which left this thread (submitting, collecting, writing) the bottleneck of small chunks.
         per_job = max(1, min(_JOB_CHUNKS, _JOB_BYTES // max(1, nbytes)))
         jobs = [stored[i : i + per_job] for i in range(0, len(stored), per_job)]
-        window = max(2, min(2 * threads, _IN_FLIGHT_BYTES // max(1, nbytes * per_job)))  # keeps every thread busy
+        # Jobs in flight: enough that every thread has a next one, and at least _MIN_WINDOW, so a pool of one thread
+        # is not left idle while this thread waits for its one job (a worker's share of 2 cores is one thread).
+        window = max(2, min(max(_MIN_WINDOW, 2 * threads), _IN_FLIGHT_BYTES // max(1, nbytes * per_job)))
         index = np.full((*per, 2), ABSENT, dtype="<u8")
         digests: ChunkDigests = {}
         pending: deque[tuple[list[tuple[int, ...]], Future[list[tuple[bytes, bytes]]]]] = deque()

@@ -16,7 +16,7 @@ from labzarr.convert.spec import StoreSpec
 from labzarr.convert.write.arrays import Staged, Superseded, codecs, publish
 from labzarr.convert.write.lock import LockInfo, lock_path
 from labzarr.convert.write.state import staging_dir
-from labzarr.convert.write.writer import VolumeWriter, create_volume_array
+from labzarr.convert.write.writer import DEFAULT_THREADS, VolumeWriter, create_volume_array
 from labzarr.readers import Slab, VolumeHeader
 from labzarr.store import Folder, StoreReader
 from labzarr.store.content import array_content_sha256
@@ -61,7 +61,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def _write_both(tmp_path: Path, data: np.ndarray, chunks: tuple[int, ...], shards: tuple[int, ...], spec: StoreSpec,
-                slabs: int) -> tuple[Path, Path, str]:
+                slabs: int, threads: int = DEFAULT_THREADS) -> tuple[Path, Path, str]:
     """`data` written by zarr-python (one whole-array write) and by `VolumeWriter` in `slabs` slabs along x, each a
     strided (flipped, transposed) view as a reader hands it over: (zarr's array, ours, our content hash)."""
     h = _header(tuple(data.shape), data.dtype)
@@ -69,7 +69,7 @@ def _write_both(tmp_path: Path, data: np.ndarray, chunks: tuple[int, ...], shard
     arr = create_volume_array(theirs, h, chunks=chunks, shards=shards, codecs=codecs(spec), attrs={})
     arr[...] = data
     writer = VolumeWriter(Folder(tmp_path / "ours.zarr"), "v", h, chunks=chunks, shards=shards, codecs=codecs(spec),
-                          attrs={})
+                          attrs={}, threads=threads)
     flipped = np.asfortranarray(data[:, ::-1])[:, ::-1]  # the same values, x fastest in memory, then flipped back
     step = -(-data.shape[1] // slabs // shards[1]) * shards[1]
     for lo in range(0, data.shape[1], step):
@@ -94,6 +94,17 @@ def test_shards_are_byte_identical_to_zarr_python(tmp_path: Path, layout: tuple[
     np.testing.assert_array_equal(arr[...], data)
     np.testing.assert_array_equal(StoreReader(tmp_path / "ours.zarr", backend="labzarr").read("v"), data)
     assert arr.attrs["content_sha256"] == content == array_content_sha256(arr)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_thread_count_changes_no_byte(tmp_path: Path, threads: int) -> None:
+    """A worker's share of the cores (`TaskSettings.threads`) sets how many chunks are encoded at once, never what a
+    shard file holds: one thread and three write zarr-python's bytes, chunk order and index alike."""
+    shape, chunks, shards = LAYOUTS["ragged"]
+    data = _volume(shape, "int16", "smooth")
+    theirs, ours, _ = _write_both(tmp_path, data, chunks, shards, StoreSpec(), slabs=2, threads=threads)
+    want, got = _files(theirs), _files(ours)
+    assert sorted(got) == sorted(want) and [k for k in want if got[k] != want[k]] == []
 
 
 @pytest.mark.parametrize(("dtype", "fill"), [("uint8", "random"), ("float32", "random"), ("int16", "zeros"),

@@ -1,0 +1,35 @@
+"""Each task's share of the cores: workers x encoding threads <= cores, on every host of the cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from labzarr.convert.run.driver import _encode_threads
+from labzarr.convert.run.settings import TaskSettings, threads_per_task, usable_cores
+from labzarr.convert.spec import StoreSpec
+from labzarr.convert.write.writer import DEFAULT_THREADS
+from labzarr.readers import Limits
+
+
+@pytest.mark.parametrize(("workers", "threads"), [
+    pytest.param([("a", 1, 2)], 2, id="one-worker-two-cores"),
+    pytest.param([("a", 1, 2), ("a", 1, 2)], 1, id="two-workers-two-cores"),
+    pytest.param([("a", 1, 2)] * 3, 1, id="more-workers-than-cores-still-one"),
+    pytest.param([("a", 2, 16), ("a", 2, 16)], 4, id="worker-threads-are-task-slots"),
+    pytest.param([("a", 1, 16), ("a", 1, 16), ("b", 1, 2), ("b", 1, 2)], 1, id="the-tightest-host-decides"),
+    pytest.param([], 1, id="no-workers"),
+])
+def test_threads_per_task_shares_each_hosts_cores(workers: list[tuple[str, int, int]], threads: int) -> None:
+    assert threads_per_task(workers) == threads
+
+
+def test_the_driver_shares_the_clusters_cores(dask_client: object) -> None:
+    # the suite's cluster: 2 single-threaded workers on this host
+    assert _encode_threads(dask_client) == max(1, usable_cores() // 2)  # type: ignore[arg-type]
+
+
+def test_settings_without_a_share_use_the_writers_default() -> None:
+    base = TaskSettings(store="s.zarr", store_spec=StoreSpec(), limits=Limits(), non_finite="reject")
+    assert base.writer_threads() == DEFAULT_THREADS
+    assert TaskSettings(store="s.zarr", store_spec=StoreSpec(), limits=Limits(), non_finite="reject",
+                        threads=1).writer_threads() == 1
