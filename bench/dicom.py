@@ -22,6 +22,14 @@ Rows, one group per input (compare ratios within a group):
   against the batch's template), walked file by file, and through pydicom's
   dcmread (readers/_dicom_walk.py says why the walk); and peak RSS of the largest labzarr worker
   above its baseline next to the straightforward path's.
+
+Real exports, one group per corpus and a total: the five public dcm2niix QA corpora (tests/qa_corpora.py
+reads them from bare git mirrors, `../.mirror/neurolabusc+<name>/repo` beside the project unless
+`bench/run.py --corpora DIR` says where; their `In/` folders are extracted once under WORKDIR/dicom/corpora/).
+Each is converted whole, from command start to exit, by `labzarr convert --workers 2 --quiet` (a spec `labzarr
+init` wrote, store removed before each run) and by `dcm2niix -z n -b y` (the PyPI build beside this Python),
+best of 2 each, alternated. An absent corpus is named on one line and the section goes on; a mirror lacking
+some blobs converts what it holds, and the group title says how many files are missing.
 """
 
 from __future__ import annotations
@@ -33,20 +41,26 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pydicom
 from common import Result
 from pydicom.uid import generate_uid
 
+from labzarr.convert.init.scaffold import init_delivery
 from labzarr.convert.run.driver import _PROBE_BATCH as PROBE_BATCH
 from labzarr.readers import read_head
 from labzarr.readers._dicom_header import read_header
 from labzarr.readers._dicom_walk import DecodedValues
 
-NAME = "DICOM: labzarr against dcm2niix, a 400-slice CT, a 2,000-file DWI and 40 small series"
+NAME = ("DICOM: labzarr against dcm2niix, a 400-slice CT, a 2,000-file DWI, 40 small series and the public "
+        "dcm2niix QA corpora (real exports)")
 SLICES, SIZE = 400, 512
+OWNER = "neurolabusc"
+SMALL_DELIVERY = 50  # files: a delivery this small should cost at most dcm2niix's time + 1 s (issue 34)
 MB = 1e6
 TEMPLATE = Path(pydicom.__file__).parent / "data" / "test_files" / "CT_small.dcm"
 
@@ -248,7 +262,91 @@ def bench_functional_groups(root: Path, frames: int = 96) -> list[Result]:
     return out
 
 
-def run(workdir: Path) -> list[Result]:
+def _qa_corpora() -> ModuleType:
+    """tests/qa_corpora.py, the one reader of the corpora's mirrors (the tests use it too)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests import qa_corpora
+
+    return qa_corpora
+
+
+def _wall(cmd: list[str], before: Callable[[], None]) -> tuple[float, str]:
+    """Wall seconds of `cmd` from start to exit, after `before` (which clears its outputs), and what it printed."""
+    before()
+    t = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return wall, (done.stdout + done.stderr).strip()
+
+
+def _corpus_runs(name: str, raw: Path, root: Path, repeat: int = 2) -> tuple[float, float, str]:
+    """Best wall seconds of dcm2niix and of `labzarr convert` on one extracted corpus, and what labzarr's
+    --quiet run printed (nothing, when it keeps its promise)."""
+    spec = root / "manifests" / name / "delivery.toml"
+    if not spec.exists():
+        init_delivery(name, raw, root=root)
+    store, out = root / "data" / "stores" / f"{name}.zarr", root / "d2n" / name
+    bin_dir = Path(sys.executable).parent
+    labzarr = [str(bin_dir / "labzarr"), "convert", str(spec), "--workers", "2", "--quiet"]
+    d2n = [str(bin_dir / "dcm2niix"), "-z", "n", "-b", "y", "-o", str(out), str(raw)]
+
+    def fresh_out() -> None:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+
+    best_d2n = best_lz = math.inf
+    printed = ""
+    for _ in range(repeat):
+        best_d2n = min(best_d2n, _wall(d2n, fresh_out)[0])
+        wall, said = _wall(labzarr, lambda: shutil.rmtree(store, ignore_errors=True))
+        best_lz, printed = min(best_lz, wall), printed or said
+    return best_d2n, best_lz, printed
+
+
+def corpora(workdir: Path, mirrors: Path | None = None) -> list[Result]:
+    """The real-export groups: one per corpus present under `mirrors`, and the total."""
+    qa = _qa_corpora()
+    mirrors = mirrors or qa.DEFAULT_MIRRORS
+    root = workdir.resolve() / "dicom" / "corpora"
+    found = {name: qa.find(name, mirrors) for name in qa.CORPORA}
+    absent = [name for name, c in found.items() if c is None or not c.files]
+    if absent:
+        print(f"DICOM corpora: {', '.join(absent)} not under {mirrors} (neurolabusc+<name>/repo); skipped")
+    out: list[Result] = []
+    total_d2n = total_lz = 0.0
+    for name, corpus in found.items():
+        if corpus is None or not corpus.files:
+            continue
+        raw = qa.extract(corpus, root / "raw" / name)
+        d2n, lz, printed = _corpus_runs(name, raw, root)
+        total_d2n, total_lz = total_d2n + d2n, total_lz + lz
+        missing = f", {corpus.missing} file(s) not in the mirror" if corpus.missing else ""
+        group = (f"real exports, {OWNER}/{name}: {len(corpus.files):,} files, {corpus.nbytes / MB:.1f} MB{missing} "
+                 "(s from command start to exit)")
+        out.append(Result("dcm2niix -z n -b y", d2n, "s", higher_is_better=False, baseline=True, group=group))
+        small = len(corpus.files) <= SMALL_DELIVERY
+        note = (f"{lz - d2n:+.2f} s vs dcm2niix (target for <= {SMALL_DELIVERY} files: +1.0 s)" if small else
+                "--workers 2 --quiet")
+        out.append(Result("labzarr convert --workers 2", lz, "s", higher_is_better=False, group=group,
+                          note=note + (f"; --quiet printed: {printed[:80]!r}" if printed else "")))
+    if out:
+        group = f"real exports, total of the {len(out) // 2} corpora present (s)"
+        out.append(Result("dcm2niix -z n -b y", total_d2n, "s", higher_is_better=False, baseline=True, group=group))
+        out.append(Result("labzarr convert --workers 2", total_lz, "s", higher_is_better=False, group=group,
+                          note="target: within 2x in total, 3x per corpus"))
+    return out
+
+
+def run(workdir: Path, *, corpora_dir: Path | None = None, corpora_only: bool = False) -> list[Result]:
+    """The generated inputs' groups (unless `corpora_only`), then the real exports' (`corpora`)."""
+    if corpora_only:
+        return corpora(workdir, corpora_dir)
+    return generated(workdir) + corpora(workdir, corpora_dir)
+
+
+def generated(workdir: Path) -> list[Result]:
     from convert import DEFAULT_STORE, SAME_STORE, _labzarr  # the conversion section's ready-cluster run
 
     root = workdir.resolve() / "dicom"  # specs name their raw folder absolutely

@@ -24,6 +24,11 @@ def main() -> int:
     p.add_argument("--only", nargs="*", default=None, help="run only these sections")
     p.add_argument("--workdir", type=Path, default=Path("data/bench"), help="cached generated inputs")
     p.add_argument("--check", action="store_true", help="load every section and print its title; measure nothing")
+    p.add_argument("--corpora", type=Path, default=None, metavar="DIR",
+                   help="dicom section: where the dcm2niix QA corpora's mirrors are (DIR/neurolabusc+<name>/repo; "
+                        "default ../.mirror beside the project)")
+    p.add_argument("--corpora-only", action="store_true",
+                   help="dicom section: only the real-export corpora, not the generated inputs")
     args = p.parse_args()
     unknown = sorted(set(args.only or ()) - set(SECTIONS))
     if unknown:
@@ -39,7 +44,8 @@ def main() -> int:
             assert isinstance(module.NAME, str) and callable(module.run), f"bench/{name}.py: NAME and run(workdir)"
             print(f"{name}: {module.NAME}")
             continue
-        print_table(module.NAME, module.run(workdir))
+        options = {"corpora_dir": args.corpora, "corpora_only": args.corpora_only} if name == "dicom" else {}
+        print_table(module.NAME, module.run(workdir, **options))
     return 0
 
 

@@ -160,9 +160,9 @@ def layout_series(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
 def _apply_scaling(members: Sequence[Member], rules: SeriesRules) -> tuple[list[Member], Metadata]:
     """Members whose frames carry the rescale `rules.philips_scaling` asks for, and what it was.
 
-    Precise values are computed as dcm2niix's PhilipsPreciseVal, frame by frame: a slope of 1 / SS and an
-    intercept of RI / (RS x SS). dcm2niix itself falls back to display values when the scale varies between
-    the frames of an enhanced file; here every frame keeps its own precise scale.
+    Precise values are (stored x RS + RI) / (RS x SS), with the slope and intercept dcm2niix writes for them
+    (`_precise_scale`), frame by frame. dcm2niix itself falls back to display values when the scale varies
+    between the frames of an enhanced file; here every frame keeps its own precise scale.
     """
     first = next((f for m in members for f in m.header.frames if f.scale_slope), None)
     if first is None:
@@ -176,10 +176,41 @@ def _apply_scaling(members: Sequence[Member], rules: SeriesRules) -> tuple[list[
         return list(members), info
     out = []
     for m in members:
-        frames = tuple(replace(f, slope=1.0 / f.scale_slope, intercept=f.intercept / (f.slope * f.scale_slope))
-                       if f.scale_slope else f for f in m.header.frames)
+        frames = tuple(_precise(f) if f.scale_slope else f for f in m.header.frames)
         out.append(replace(m, header=replace(m.header, frames=frames)))
     return out, info
+
+
+def _precise(frame: Frame) -> Frame:
+    assert frame.scale_slope is not None
+    slope, intercept = _precise_scale(frame.slope, frame.intercept, frame.scale_slope)
+    return replace(frame, slope=slope, intercept=intercept)
+
+
+def _precise_scale(rs: float, ri: float, ss: float) -> tuple[float, float]:
+    """The slope and intercept of Philips' precise values, as dcm2niix's PhilipsPrecise computes them.
+
+    dcm2niix evaluates the precise value P(v) = (v x RS + RI) / (RS x SS) at v = 0 and v = 1 in single
+    precision and writes scl_inter = P(0), scl_slope = P(1) - P(0). When RI / (RS x SS) is large, that
+    difference keeps only the bits float32 has left near P(0): a fieldmap in Hz with RS = 0.2442, RI = -500
+    gets a slope 5.8e-6 (relative) off 1 / SS, and every voxel then differs from the exact precise value by up
+    to stored x that error. labzarr writes dcm2niix's values, so a store equals dcm2niix's NIfTI; when the two
+    conventions agree to float32 epsilon, or P(0) = P(1), dcm2niix keeps the display scale and so does this.
+    """
+    f32 = np.float32
+    rs32, ri32, ss32 = f32(rs), f32(ri), f32(ss)
+    denominator = rs32 * ss32
+    if denominator == 0:
+        return rs, ri
+    p0 = ri32 / denominator
+    p1 = (rs32 + ri32) / denominator
+    if p0 == p1:
+        return rs, ri
+    slope, intercept = p1 - p0, p0
+    epsilon = np.finfo(np.float32).eps
+    if abs(f32(ri) - intercept) <= epsilon and abs(f32(rs) - slope) <= epsilon:
+        return rs, ri
+    return float(slope), float(intercept)
 
 
 def _drop_copies(members: Sequence[Member]) -> tuple[list[Member], tuple[str, ...]]:

@@ -21,7 +21,8 @@ from pydicom.uid import generate_uid
 
 from .dicom_data import CT5N, NICOM_DATA, PYDICOM_DATA, read, write
 
-__all__ = ["DIRECTIONS", "PHILIPS_MPRAGE", "philips_dwi", "philips_enhanced", "philips_series", "two_type_enhanced"]
+__all__ = ["DIRECTIONS", "HZ_FIELDMAP_SCALE", "PHILIPS_MPRAGE", "hz_fieldmap", "philips_dwi", "philips_enhanced",
+           "philips_series", "two_type_enhanced"]
 
 PHILIPS_MPRAGE = NICOM_DATA / "philips_mprage.dcm.gz"  # a real Philips enhanced MR file: 176 frames, private SS
 _PHILIPS = "Philips MR Imaging DD 001"
@@ -107,6 +108,25 @@ def philips_enhanced(dest: Path, *, frames: int = 6, vary: bool = False, name: s
             if k % 2:
                 _frame_scale(item, rs=3.25, ri=-7.0, ss=0.0004)
     return write(out, dest / name)
+
+
+# (RS, RI, SS) of the Philips B0 fieldmap in Hz in dcm_qa_enh (In/Philips/IM_0027_fMAP.dcm), as its frames store
+# them: RS = 1000 / 4095 Hz a step with RI = -500 Hz maps 0..4095 onto -500..500 Hz, and SS = 4.095 (an FL).
+HZ_FIELDMAP_SCALE = (0.24420024420024, -500.0, 4.095000267028809)
+
+
+def hz_fieldmap(dest: Path, *, frames: int = 6, name: str = "fieldmap_hz.dcm") -> Path:
+    """An enhanced Philips file scaled as dcm_qa_enh's fieldmap in Hz (`HZ_FIELDMAP_SCALE` on every frame): nibabel's
+    real enhanced MPRAGE cut to `frames` frames, real MR pixels spread over 0..4095 so both ends of the Hz range
+    occur. Stands in for the corpus file where its mirror is absent."""
+    out = philips_enhanced(dest, frames=frames, name=name)
+    ds = pydicom.dcmread(out)
+    pixels = ds.pixel_array.astype(np.int64)
+    ds.PixelData = (pixels * 4095 // max(1, int(pixels.max()))).astype(np.uint16).tobytes()
+    rs, ri, ss = HZ_FIELDMAP_SCALE
+    for item in ds.PerFrameFunctionalGroupsSequence:
+        _frame_scale(item, rs=rs, ri=ri, ss=ss)
+    return write(ds, out)
 
 
 DIRECTIONS = ((1.0, 0.0, 0.0), (0.0, 0.70710678, 0.70710678), (0.0, 0.0, 1.0))
