@@ -186,21 +186,17 @@ class PatchDataset(Dataset[Sample]):
                                  f"item {item.item_id!r}")
 
     def _rank_hint(self) -> str:
-        """What to select when items' ranks differ from the patch's: the kind of that rank, or a where=."""
+        """What to pass when items' ranks differ from the patch's: the kind of the patch's rank, or a patch_size."""
         assert self.patch_size is not None
         ranks = Counter(item.spatial_axes for item in self.items)
-        fits = ranks.get(len(self.patch_size), 0)
-        kind = {3: "volume", 2: "image"}.get(len(self.patch_size))
-        if fits and kind is not None:
-            return (f"; the selection mixes {', '.join(f'{n} item(s) of {r} spatial axes' for r, n in sorted(ranks.items()))}: "
-                    f"pass kind={kind!r} to read the {fits} of {len(self.patch_size)}, or where= to choose items")
-        if kind is None:
-            return "; give patch_size one entry per spatial axis: 3 for volumes, 2 for images"
-        have = sorted(ranks)
-        other = {3: "volume", 2: "image"}.get(have[0]) if len(have) == 1 else None
-        return (f"; no item of this selection has {len(self.patch_size)} spatial axes: give a patch_size of "
-                f"{have[0]} entries" + (f" (kind={other!r} items)" if other else "") if len(have) == 1 else
-                f"; select items of one kind with kind= or where=")
+        rank = len(self.patch_size)
+        kind = {3: "volume", 2: "image"}.get(rank)
+        if kind is not None and ranks[rank]:
+            mix = ", ".join(f"{n} of {r}" for r, n in sorted(ranks.items()))
+            return (f"; the selection mixes items by spatial axes ({mix}): pass kind={kind!r} to read the "
+                    f"{ranks[rank]} {kind}(s), or where= to choose the items")
+        sizes = " or ".join(str(r) for r in sorted(ranks))
+        return f"; give patch_size {sizes} entries (one per spatial axis), or choose items with kind= or where="
 
     def _check_roles(self) -> None:
         if not 0.0 <= self.foreground <= 1.0:
@@ -438,20 +434,21 @@ class PatchDataset(Dataset[Sample]):
         """A `Normalize` of this dataset's `role` from `stats(split=..., fold=..., holdout=...)` (`Normalize.of`'s
         options); ValueError now, before any worker starts, when the statistics' channel count is not that of
         every item this dataset reads, or when they are missing."""
-        norm = Normalize.of(self.stats(split=split, fold=fold, holdout=holdout), scheme, foreground=foreground,
-                            ignore=ignore, lower=lower, upper=upper, role=role)
         if role not in self.roles:
             raise ValueError(f"PatchDataset({self.store}).normalizer: role = {role!r}; this dataset reads "
                              f"{', '.join(map(repr, self.roles))}")
+        norm = Normalize.of(self.stats(split=split, fold=fold, holdout=holdout), scheme, foreground=foreground,
+                            ignore=ignore, lower=lower, upper=upper, role=role)
         channels = len(norm.shift)
         odd = [item for item in self.items if role == "image" and item.shape[0] != channels]
         if odd:
-            of = "" if (split, fold, holdout) == (None, None, None) else " of the selection" + Selection(
-                split=split, fold=fold, holdout=holdout).describe().replace(",", "", 1)
+            shown = ", ".join(f"{i.item_id!r}: {i.shape[0]}" for i in odd[:5])
+            picked = Selection(split=split, fold=fold, holdout=holdout).describe().lstrip(", ")
+            of = f" ({picked})" if picked else ""
             raise ValueError(
                 f"PatchDataset({self.store}).normalizer: the statistics{of} have {channels} channel(s), but "
-                f"{len(odd)} item(s) of this dataset have another count ({', '.join(f'{i.item_id!r}: {i.shape[0]}' for i in odd[:5])}"
-                f"{', ...' if len(odd) > 5 else ''}); select items of one channel count (kind= or where=) so "
+                f"{len(odd)} item(s) of this dataset have another count ({shown}{', ...' if len(odd) > 5 else ''}); "
+                "select items of one channel count (kind= or where=) so "
                 "the statistics and the samples agree")
         return norm
 
