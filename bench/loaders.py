@@ -774,20 +774,18 @@ def _limit_trial(store: str, out: Any) -> None:
     out.put(median_p90(times))
 
 
-def _threaded(threads: int) -> _Factory:
-    def factory(inputs: Inputs, workers: int, store: Path, _: Path) -> Callable[[], Iterable[Any]]:
-        from torch.utils.data import DataLoader
+def _threaded(inputs: Inputs, workers: int, store: Path, _: Path, threads: int = 1) -> Callable[[], Iterable[Any]]:
+    from torch.utils.data import DataLoader
 
-        from labzarr import PatchDataset
-        from labzarr.loaders import ReadOptions, collate
+    from labzarr import PatchDataset
+    from labzarr.loaders import ReadOptions, collate
 
-        ds = PatchDataset(store, PATCH, patches_per_item=BATCHES * BATCH // inputs.n + 1, seed=0,
-                          read=ReadOptions(threads=threads))
-        ds[0]  # the parent reads first (its pool started before the workers fork)
-        loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers, collate_fn=collate,
-                            persistent_workers=workers > 0)
-        return lambda: loader
-    return factory
+    ds = PatchDataset(store, PATCH, patches_per_item=BATCHES * BATCH // inputs.n + 1, seed=0,
+                      read=ReadOptions(threads=threads))
+    ds[0]  # the parent reads first (its pool started before the workers fork)
+    loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers, collate_fn=collate,
+                        persistent_workers=workers > 0)
+    return lambda: loader
 
 
 def threads_rows(workdir: Path) -> list[Result]:
@@ -799,7 +797,7 @@ def threads_rows(workdir: Path) -> list[Result]:
     cores = _cores()
     (p50, p90), _ = _in_fresh_process(_limit_trial, str(store))
     limit = cores * 1000 / (p50 * 1e3)
-    cases = [_Case(f"labzarr, ReadOptions(threads={t}), num_workers={w}", _threaded(t), w, runs=ROUNDS)
+    cases = [_Case(f"labzarr, ReadOptions(threads={t})", partial(_threaded, threads=t), w, runs=ROUNDS)
              for w in THREAD_WORKERS for t in (1, cores)]
     runs = _runs(cases, inputs, store, store)
     rows = [Result(f"decode limit: {cores} cores x 1000 / p50 ms of a bare pread + decode", limit, "samples/s",
@@ -807,7 +805,7 @@ def threads_rows(workdir: Path) -> list[Result]:
                    note=f"bare read of a random 64³ patch's chunks: p50 {p50 * 1e3:.3f} ms, p90 {p90 * 1e3:.3f} ms "
                         f"({LATENCY_CALLS} patches)")]
     for case, case_runs in zip(cases, runs):
-        row = _loader_row(case.name, case_runs, THREADS_GROUP, baseline=False)
+        row = _loader_row(f"{case.name}, num_workers={case.workers}", case_runs, THREADS_GROUP, baseline=False)
         rss = max(peak.rss for _, peak in case_runs)
         rows.append(dataclasses.replace(row, note=f"{row.value / limit:.0%} of the limit; tree RSS under 1 GB: "
                                                   f"{_verdict(rss < TREE_RSS)}; {row.note}"))

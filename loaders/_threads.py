@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from torch.utils.data import get_worker_info
@@ -37,14 +37,27 @@ class Threads:
     def _executor(self) -> ThreadPoolExecutor | None:
         if self._pid != os.getpid():  # a new process: the parent's threads did not come along
             self._here = self.size if self.size is not None else default_threads()
-            self._pool = ThreadPoolExecutor(self._here, thread_name_prefix="labzarr-decode") if self._here > 1 else None
+            # The calling thread decodes a share too: the pool holds the other threads.
+            self._pool = (ThreadPoolExecutor(self._here - 1, thread_name_prefix="labzarr-decode")
+                          if self._here > 1 else None)
             self._pid = os.getpid()
         return self._pool
 
     def map(self, fn: Callable[[Any], None], tasks: Sequence[Any]) -> Iterable[None]:
-        """`fn` over `tasks`, results in order; an exception re-raises when its result is reached."""
+        """`fn` over every task, in shares of one per thread (a future per task would cost more than many a
+        decode); returns when all are done, raising the first exception of the shares in order."""
         pool = self._executor() if len(tasks) > 1 else None
-        return map(fn, tasks) if pool is None else pool.map(fn, tasks)
+        if pool is None:
+            return map(fn, tasks)
+        shares = [tasks[k::self._here] for k in range(self._here)]
+        futures = [pool.submit(_each, fn, share) for share in shares[1:] if share]
+        try:
+            _each(fn, shares[0])
+        finally:
+            wait(futures)  # no share still writing into the batch once this returns, even after an error
+        for future in futures:
+            future.result()
+        return ()
 
     @property
     def workers(self) -> int:
@@ -57,3 +70,8 @@ class Threads:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.size, self._pool, self._pid, self._here = state["size"], None, 0, 1
+
+
+def _each(fn: Callable[[Any], None], tasks: Sequence[Any]) -> None:
+    for task in tasks:
+        fn(task)
