@@ -3,7 +3,7 @@
 from labzarr.store import ChannelStats, ClassInfo, DatasetStats, IndexItem, StoreView, class_names, open_store
 
 from ._regions import Region
-from .collate import Collate, MixedBatchError, collate
+from .collate import Collate, MixedBatchError, MixedBatchWarning, collate
 from .dataset import Mode, PatchDataset
 from .normalize import Normalize, Scheme
 from .options import Backend, ReadOptions
@@ -18,6 +18,7 @@ __all__ = [
     "DatasetStats",
     "IndexItem",
     "MixedBatchError",
+    "MixedBatchWarning",
     "Mode",
     "Normalize",
     "PatchDataset",

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["Collate", "MixedBatchError", "collate"]
+__all__ = ["Collate", "MixedBatchError", "MixedBatchWarning", "collate"]
 
 _SHOWN = 6  # item names listed per group in a MixedBatchError; the rest are counted
 
@@ -33,6 +33,11 @@ class MixedBatchError(ValueError):
     It takes one message argument, so torch re-raises it by its type (with the text) when a DataLoader
     worker raised it.
     """
+
+
+class MixedBatchWarning(UserWarning):
+    """A PatchDataset read a batch that mixes channel counts or dtypes: torch's default collate fails on it, and
+    the message says what to pass instead. With `Collate` told how to mix them, filter it out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +125,8 @@ class Collate:
         if any(v.dtype != dtype for v in values):  # only with dtypes="promote": _check_mix refused it otherwise
             values = [v.to(dtype) for v in values]
         if all(v.shape == values[0].shape for v in values):
-            return {key: default_collate(values)}
+            rows = _rows_of_one_tensor(values)
+            return {key: rows if rows is not None else default_collate(values)}
         if self.variable == "list":
             return {key: values}
         padded, masks = _pad(values, self.pad_value)
@@ -129,6 +135,19 @@ class Collate:
 
 collate = Collate()
 """The default: pad variable spatial sizes and add a mask; refuse mixed channel counts and dtypes."""
+
+
+def _rows_of_one_tensor(values: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The tensor whose rows, in order, `values` are (PatchDataset's batch read into one buffer, pinned when
+    CUDA is available): handed on as it is, rather than copied by stacking; None when they are not."""
+    base = values[0]._base
+    if base is None or not base.is_contiguous() or base.shape != (len(values), *values[0].shape):
+        return None
+    n = values[0].numel()
+    if all(v._base is base and v.is_contiguous() and v.storage_offset() == base.storage_offset() + b * n
+           for b, v in enumerate(values)):
+        return base
+    return None
 
 
 def _names(batch: Sequence[Mapping[str, Any]]) -> list[str]:

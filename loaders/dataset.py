@@ -13,15 +13,17 @@ that outlive an epoch (`persistent_workers=True`) still draw that epoch's patche
 from __future__ import annotations
 
 import logging
+import warnings
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
 import numpy as np
 import numpy.typing as npt
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from labzarr.store import (
     DatasetStats,
@@ -35,7 +37,11 @@ from labzarr.store import (
 )
 
 from ._regions import Region, around, grid_axis, random_origin, region
+from ._sample import Sample
+from ._threads import Threads
 from .annotations import patch_annotations
+from .collate import MixedBatchWarning
+from .normalize import Normalize, Scheme
 from .options import ReadOptions
 from .samplers import ShardBy, ShuffleSampler, StratifiedSampler
 from .selection import Selection, SelectionKeywords, selection_of
@@ -45,8 +51,12 @@ __all__ = ["Mode", "PatchDataset", "Sample"]
 log = logging.getLogger(__name__)
 
 Mode = Literal["random", "grid"]
-Sample = dict[str, Any]
 Transform = Callable[[Sample], Sample]
+
+
+def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
+    """The torch dtype `torch.from_numpy` gives an array of `dtype`."""
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
 class PatchDataset(Dataset[Sample]):
@@ -151,6 +161,7 @@ class PatchDataset(Dataset[Sample]):
                                       if self._tiles is not None else [])
         # Opens nothing; per process (a child reopens its files).
         self._reader = read.reader(self.store, slots=stack_slots(self.items))
+        self._threads = Threads(read.threads)  # started on first use, per process
 
     # -- configuration -------------------------------------------------------------------------------------
 
@@ -174,11 +185,25 @@ class PatchDataset(Dataset[Sample]):
         for item in self.items:
             if len(item.shape) - 1 != len(self.patch_size):
                 raise ValueError(f"{where}: item {item.item_id!r} has {len(item.shape) - 1} spatial axes "
-                                 f"(shape {item.shape}), patch_size {self.patch_size} has {len(self.patch_size)}")
+                                 f"(shape {item.shape}), patch_size {self.patch_size} has {len(self.patch_size)}"
+                                 f"{self._rank_hint()}")
         for item in self.items:
             if np.array(self.pad_value).astype(item.dtype) != self.pad_value:
                 raise ValueError(f"{where}: pad_value = {self.pad_value!r} does not fit dtype {item.dtype} of "
                                  f"item {item.item_id!r}")
+
+    def _rank_hint(self) -> str:
+        """What to pass when items' ranks differ from the patch's: the kind of the patch's rank, or a patch_size."""
+        assert self.patch_size is not None
+        ranks = Counter(item.spatial_axes for item in self.items)
+        rank = len(self.patch_size)
+        kind = {3: "volume", 2: "image"}.get(rank)
+        if kind is not None and ranks[rank]:
+            mix = ", ".join(f"{n} of {r}" for r, n in sorted(ranks.items()))
+            return (f"; the selection mixes items by spatial axes ({mix}): pass kind={kind!r} to read the "
+                    f"{ranks[rank]} {kind}(s), or where= to choose the items")
+        sizes = " or ".join(str(r) for r in sorted(ranks))
+        return f"; give patch_size {sizes} entries (one per spatial axis), or choose items with kind= or where="
 
     def _check_roles(self) -> None:
         if not 0.0 <= self.foreground <= 1.0:
@@ -319,34 +344,60 @@ class PatchDataset(Dataset[Sample]):
     def read_region(self, item: IndexItem, reg: Region, role: str = "image") -> npt.NDArray[Any]:
         """The `(C, *reg.size)` voxels of `item`'s `role` in `reg`, padded where the region leaves the item
         (with `pad_value`; a mask with 0)."""
-        return self._read_regions([(item, reg, role)])[0]
+        channels, dtype = self._layout(item, role)
+        out = np.empty((channels, *reg.size), dtype=dtype)
+        self._fill([(item, reg, role)], [out])
+        return out
 
-    def _read_regions(self, requests: Sequence[tuple[IndexItem, Region, str]]) -> list[npt.NDArray[Any]]:
-        reads = []
-        for item, reg, role in requests:
+    def _layout(self, item: IndexItem, role: str) -> tuple[int, np.dtype[Any]]:
+        """The channel count and dtype of `item`'s `role` (its array is opened in this process if need be)."""
+        array = self._reader.array(item.role_array(role))
+        return array.shape[1 if item.slot is not None else 0], array.dtype
+
+    def _fill(self, requests: Sequence[tuple[IndexItem, Region, str]], outs: Sequence[npt.NDArray[Any]]) -> None:
+        """Read each request's region into its `(C, *reg.size)` out array, as one batch: every stored chunk
+        fetched and decoded once (in this process's decode threads), the padding filled here."""
+        reads, dests = [], []
+        for (item, reg, role), out in zip(requests, outs):
             lead: tuple[int | slice, ...] = (item.slot,) if item.slot is not None else ()
             reads.append((item.role_array(role), (*lead, slice(None), *reg.source)))
-        out = []
-        for (_item, reg, role), data in zip(requests, self._reader.read_many(reads)):
             if reg.padded:
-                full = np.full((data.shape[0], *reg.size), 0 if role == "mask" else self.pad_value, dtype=data.dtype)
-                full[(slice(None), *reg.valid)] = data
-                data = full
-            out.append(data)
-        return out
+                out[...] = 0 if role == "mask" else self.pad_value
+                out = out[(slice(None), *reg.valid)]
+            dests.append(out)
+        self._reader.read_many(reads, out=dests, mapper=self._threads.map)
 
     def __getitem__(self, key: int | tuple[int, int]) -> Sample:
         return self.__getitems__([key])[0]
 
     def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[Sample]:
-        """Samples for a batch of keys, read together (the DataLoader calls this with each batch's keys)."""
+        """Samples for a batch of keys, read together (the DataLoader calls this with each batch's keys): each
+        stored chunk decoded once, in `ReadOptions.threads` threads, into one `(B, C, *patch)` tensor per role
+        (in pinned memory when CUDA is available, outside DataLoader workers) whose rows are the samples'
+        tensors; items of different channel counts or dtypes get a tensor each."""
         located = [self.locate(key) for key in keys]
-        requests = [(self.items[k], reg, role) for k, reg in located for role in self.roles]
-        data = iter(self._read_regions(requests))
+        pin = get_worker_info() is None and torch.cuda.is_available()
+        requests: list[tuple[IndexItem, Region, str]] = []
+        outs: list[npt.NDArray[Any]] = []
+        tensors: dict[str, list[torch.Tensor]] = {}
+        for role in self.roles:
+            layouts = [(*self._layout(self.items[k], role), reg.size) for k, reg in located]
+            channels, dtype, size = layouts[0]
+            if all(lay == layouts[0] for lay in layouts):
+                batch = torch.empty((len(located), channels, *size), dtype=_torch_dtype(dtype), pin_memory=pin)
+                tensors[role] = [batch[b] for b in range(len(located))]
+                outs += list(batch.numpy())
+            else:
+                self._mixed(role, [self.items[k].item_id for k, _ in located], layouts)
+                arrays = [np.empty((c, *sz), dtype=dt) for c, dt, sz in layouts]
+                tensors[role] = [torch.from_numpy(a) for a in arrays]
+                outs += arrays
+            requests += [(self.items[k], reg, role) for k, reg in located]
+        self._fill(requests, outs)
         samples = []
-        for k, reg in located:
+        for b, (k, reg) in enumerate(located):
             item = self.items[k]
-            sample: Sample = {role: torch.from_numpy(next(data)) for role in self.roles}
+            sample: Sample = {role: tensors[role][b] for role in self.roles}
             sample.update({"item_id": item.item_id, "origin": reg.origin,
                            "valid": tuple((v.start, v.stop) for v in reg.valid)})
             if self.label is not None:
@@ -356,17 +407,60 @@ class PatchDataset(Dataset[Sample]):
             samples.append(self.transform(sample) if self.transform is not None else sample)
         return samples
 
+    def _mixed(self, role: str, names: Sequence[str], layouts: Sequence[tuple[int, np.dtype[Any], Any]]) -> None:
+        """Say, once per process, what torch's default collate would fail on and what to pass instead."""
+        counts = sorted({c for c, _, _ in layouts})
+        dtypes = sorted({str(d) for _, d, _ in layouts})
+        mixed = [what for what, many in ((f"channel counts {counts}", len(counts) > 1),
+                                         (f"dtypes {dtypes}", len(dtypes) > 1)) if many]
+        if not mixed:
+            return  # only spatial sizes differ (whole items, clipped patches): Collate pads them as it always has
+        warnings.warn(MixedBatchWarning(
+            f"PatchDataset({self.store}): a batch mixes {' and '.join(mixed)} under {role!r} (items "
+            f"{', '.join(dict.fromkeys(names))}). torch's default collate cannot batch them (in a worker: 'Trying "
+            "to resize storage that is not resizable'); pass collate_fn=labzarr.loaders.Collate(channels=\"pad\", "
+            "dtypes=\"promote\") to batch them, or select items of one kind with kind= or where= "
+            f"(e.g. where={{'dtype': {dtypes[0]!r}}})"), stacklevel=3)
+
     def stats(self, *, split: str | None = None, fold: int | None = None,
               holdout: bool | None = None) -> DatasetStats:
         """The store's statistics over this dataset's items, or, given `split`/`fold`/`holdout`, over the store's
-        items those select (``val_ds.stats(split="train")``: normalise validation data with what training saw).
-        Read from the store's `statistics` group (one small read), merged exactly; see `labzarr.store.DatasetStats`
-        and `labzarr.loaders.Normalize`."""
-        items: Sequence[IndexItem] = self.items
-        if (split, fold, holdout) != (None, None, None):
-            items = Selection(split=split, fold=fold, holdout=holdout).apply(
-                self.store_items, where=f"PatchDataset({self.store}).stats")
-        return dataset_stats(items, read_statistics(self.store, self.read_options.storage_options))
+        items those select that also pass this dataset's `kind` and `where` (``val_ds.stats(split="train")``:
+        normalise validation data with what training saw, of the same kind of item). Read from the store's
+        `statistics` group (one small read), merged exactly; see `labzarr.store.DatasetStats` and `normalizer`."""
+        return dataset_stats(self._stats_items(split, fold, holdout),
+                             read_statistics(self.store, self.read_options.storage_options))
+
+    def _stats_items(self, split: str | None, fold: int | None, holdout: bool | None) -> Sequence[IndexItem]:
+        if (split, fold, holdout) == (None, None, None):
+            return self.items
+        chosen = Selection(split=split, fold=fold, holdout=holdout, where=self.selection.where,
+                           kind=self.selection.kind)
+        return chosen.apply(self.store_items, where=f"PatchDataset({self.store}).stats")
+
+    def normalizer(self, scheme: Scheme = "zscore", *, split: str | None = None, fold: int | None = None,
+                   holdout: bool | None = None, role: str = "image", foreground: bool | None = None,
+                   ignore: Collection[int] = (), lower: float = 0.5, upper: float = 99.5) -> Normalize:
+        """A `Normalize` of this dataset's `role` from `stats(split=..., fold=..., holdout=...)` (`Normalize.of`'s
+        options); ValueError now, before any worker starts, when the statistics' channel count is not that of
+        every item this dataset reads, or when they are missing."""
+        if role not in self.roles:
+            raise ValueError(f"PatchDataset({self.store}).normalizer: role = {role!r}; this dataset reads "
+                             f"{', '.join(map(repr, self.roles))}")
+        norm = Normalize.of(self.stats(split=split, fold=fold, holdout=holdout), scheme, foreground=foreground,
+                            ignore=ignore, lower=lower, upper=upper, role=role)
+        channels = len(norm.shift)
+        odd = [item for item in self.items if role == "image" and item.shape[0] != channels]
+        if odd:
+            shown = ", ".join(f"{i.item_id!r}: {i.shape[0]}" for i in odd[:5])
+            picked = Selection(split=split, fold=fold, holdout=holdout).describe().lstrip(", ")
+            of = f" ({picked})" if picked else ""
+            raise ValueError(
+                f"PatchDataset({self.store}).normalizer: the statistics{of} have {channels} channel(s), but "
+                f"{len(odd)} item(s) of this dataset have another count ({shown}{', ...' if len(odd) > 5 else ''}); "
+                "select items of one channel count (kind= or where=) so "
+                "the statistics and the samples agree")
+        return norm
 
     def stratified_sampler(self, label: str | None = None, *, replacement: bool = False,
                            num_samples: int | None = None, num_replicas: int | None = None, rank: int | None = None,

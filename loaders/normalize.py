@@ -21,7 +21,7 @@ import torch
 
 from labzarr.store import ChannelStats, DatasetStats
 
-from .dataset import Sample
+from ._sample import Sample
 
 __all__ = ["Normalize", "Scheme"]
 

@@ -15,7 +15,9 @@ Invariants:
   mismatch or an undecodable chunk raises `ChecksumError`, which names the store, the array, the items whose
   voxels lie there and the chunk. zarr-python's path checks the same record before each read.
 - Per process: nothing opened before a fork (descriptors, filesystems, zarr handles) is used after it, and a
-  pickled `StoreReader` carries only its configuration. No threads or event loops are started here.
+  pickled `StoreReader` carries only its configuration. No threads or event loops are started here: a batch of
+  reads (`StoreReader.read_many`) fetches its bytes in the calling thread and may hand its decodes to the
+  caller's thread pool, each stored chunk decoded once however many regions share it.
 - A shard's index is fetched once per reader and kept; then each read fetches only the byte ranges of the
   chunks it touches (contiguous ranges merged into one request), never a whole shard. A reader therefore sees a
   shard as it was when first touched; open a new reader to see a rewritten store.
@@ -30,7 +32,7 @@ import operator
 import os
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import EllipsisType
@@ -47,7 +49,7 @@ from .format.nodes import NodeError, node_key, parse_node
 from .format.written import STORED, StoredFiles
 from .location import Transport, open_transport, zarr_store_for
 
-__all__ = ["ArrayReader", "Backend", "ChecksumError", "Selection", "StoreReader", "UncheckedStoreWarning",
+__all__ = ["ArrayReader", "Backend", "ChecksumError", "Mapper", "Selection", "StoreReader", "UncheckedStoreWarning",
            "UnsupportedLayout"]
 
 log = logging.getLogger(__name__)
@@ -163,6 +165,61 @@ def _region(selection: Selection, shape: tuple[int, ...]) -> _Region:
 _AxisHit = tuple[int, int, int, slice, slice]
 
 
+_Part = tuple[npt.NDArray[Any], tuple[slice, ...], tuple[slice, ...]]  # (box, where in it, which part of the chunk)
+Mapper = Callable[[Callable[[Any], None], Sequence[Any]], Iterable[None]]
+"""How a batch runs its decodes: the builtin `map`, or a thread pool's (`Executor.map`): decoding is numcodecs
+and numpy, which release the GIL."""
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """One stored chunk that a batch of regions touches, with every region part it fills."""
+
+    direct: _Direct
+    coords: tuple[int, ...]
+    key: str | None  # the shard file's key; None: the chunk is a file of its own
+    shard: tuple[int, ...] | None  # the shard's grid position
+    span: tuple[int, int]  # (offset, nbytes) in the shard
+    parts: list[_Part]
+    data: bytes | memoryview | None = None
+
+
+class _Batch:
+    """The stored chunks a set of region reads touches: each fetched once (in the calling thread: contiguous
+    chunks of a shard in one range) and decoded once, then copied into every region that needs it."""
+
+    def __init__(self) -> None:
+        self._chunks: dict[tuple[int, tuple[int, ...]], _Chunk] = {}
+
+    def add(self, direct: _Direct, coords: tuple[int, ...], key: str | None, shard: tuple[int, ...] | None,
+            span: tuple[int, int], part: _Part) -> None:
+        chunk = self._chunks.get((id(direct), coords))
+        if chunk is None:
+            chunk = self._chunks[(id(direct), coords)] = _Chunk(direct, coords, key, shard, span, [])
+        chunk.parts.append(part)
+
+    def run(self, mapper: Mapper) -> None:
+        """Fetch every chunk, then decode and place each through `mapper`; raises ChecksumError for damage."""
+        shards: dict[tuple[int, str], list[_Chunk]] = {}
+        for chunk in self._chunks.values():
+            if chunk.key is None:
+                chunk.direct.fetch_file(chunk)
+            else:
+                shards.setdefault((id(chunk.direct), chunk.key), []).append(chunk)
+        for (_, key), chunks in shards.items():
+            chunks[0].direct.fetch_shard(key, chunks)
+        for _ in mapper(_place, [c for c in self._chunks.values() if c.data is not None]):
+            pass  # consumed for the errors: a decode that raised re-raises here, in the caller's thread
+
+
+def _place(chunk: _Chunk) -> None:
+    """Decode `chunk` and copy its parts into their regions (disjoint boxes: safe from several threads)."""
+    assert chunk.data is not None
+    decoded = chunk.direct.decode(chunk.data, chunk.coords, chunk.key, chunk.shard)
+    for box, target, inner in chunk.parts:
+        box[target] = decoded[inner]
+
+
 class _Direct:
     """The labzarr read path for one array: shard indexes, byte ranges, numcodecs, numpy.
 
@@ -207,22 +264,38 @@ class _Direct:
         return record
 
     def read(self, region: _Region) -> npt.NDArray[Any]:
-        lay = self.layout
-        out = np.empty(region.shape, dtype=lay.dtype)
-        if out.size == 0:
-            return out
-        box = out.reshape(tuple(b - a for a, b in zip(region.start, region.stop)))  # a view: int axes kept as 1
-        axes = [self._axis_hits(a, lo, hi) for a, (lo, hi) in enumerate(zip(region.start, region.stop))]
-        if lay.sharded:
-            by_shard: dict[tuple[int, ...], list[tuple[_AxisHit, ...]]] = {}
-            for hits in itertools.product(*axes):
-                by_shard.setdefault(tuple(h[1] for h in hits), []).append(hits)
-            for shard, chunk_hits in by_shard.items():
-                self._read_shard(shard, chunk_hits, box)
-        else:
-            for hits in itertools.product(*axes):
-                self._read_chunk(hits, box)
+        out = np.empty(region.shape, dtype=self.layout.dtype)
+        batch = _Batch()
+        self.plan(region, out, batch)
+        batch.run(map)
         return out
+
+    def plan(self, region: _Region, out: npt.NDArray[Any], batch: _Batch) -> None:
+        """Put `region`'s voxels into `out` (of the region's shape, any strides): fill values now, stored chunks
+        added to `batch`, which fetches and decodes each chunk once for every region sharing it. Reads shard
+        indexes (cached); raises ChecksumError for a damaged one."""
+        lay = self.layout
+        if out.size == 0:
+            return
+        box = out[tuple(None if one else slice(None) for one in region.picked)]  # a view: int axes kept as 1
+        axes = [self._axis_hits(a, lo, hi) for a, (lo, hi) in enumerate(zip(region.start, region.stop))]
+        for hits in itertools.product(*axes):
+            coords, target = tuple(h[0] for h in hits), tuple(h[4] for h in hits)
+            part = (box, target, tuple(h[3] for h in hits))
+            if not lay.sharded:
+                if self.stored is not None and self.stored.size(coords) == 0:
+                    box[target] = lay.fill_value
+                else:
+                    batch.add(self, coords, None, None, (0, 0), part)
+                continue
+            shard = tuple(h[1] for h in hits)
+            key = self._prefix + lay.key(shard)
+            index = self._index(key, shard)
+            offset, nbytes = (ABSENT, 0) if index is None else index[sum(h[2] for h in hits)]
+            if offset == ABSENT:
+                box[target] = lay.fill_value
+            else:
+                batch.add(self, coords, key, shard, (offset, nbytes), part)
 
     def _axis_hits(self, axis: int, lo: int, hi: int) -> list[_AxisHit]:
         c = self.layout.chunks[axis]
@@ -234,63 +307,48 @@ class _Direct:
             hits.append((i, i // per, (i % per) * stride, slice(a - i * c, b - i * c), slice(a - lo, b - lo)))
         return hits
 
-    def _read_chunk(self, hits: tuple[_AxisHit, ...], box: npt.NDArray[Any]) -> None:
-        coords = tuple(h[0] for h in hits)
-        target = tuple(h[4] for h in hits)
+    def fetch_file(self, chunk: _Chunk) -> None:
+        """The stored bytes of an unsharded chunk into `chunk.data`; a chunk file never written (no record) is
+        filled in its regions instead."""
+        coords = chunk.coords
         recorded = None if self.stored is None else self.stored.size(coords)
-        if recorded == 0:
-            box[target] = self.layout.fill_value
-            return
         try:
             data = self.transport.read(self._prefix + self.layout.key(coords))
         except FileNotFoundError:
             if recorded is None:
-                box[target] = self.layout.fill_value
+                for box, target, _ in chunk.parts:
+                    box[target] = self.layout.fill_value
                 return
             raise self._corrupt(coords, None, f"the file {self.layout.key(coords)!r} is missing, where the store "
                                               f"recorded {recorded:,} B written") from None
         if recorded is not None and len(data) != recorded:
             raise self._corrupt(coords, None, f"the file holds {len(data):,} B, the store recorded {recorded:,} B")
-        box[target] = self._decode(data, coords, None)[tuple(h[3] for h in hits)]
+        chunk.data = data
 
-    def _read_shard(self, shard: tuple[int, ...], chunk_hits: list[tuple[_AxisHit, ...]],
-                    box: npt.NDArray[Any]) -> None:
-        key = self._prefix + self.layout.key(shard)
-        index = self._index(key, shard)
-        if index is None:
-            for hits in chunk_hits:
-                box[tuple(h[4] for h in hits)] = self.layout.fill_value
-            return
-        wanted = []  # (offset, nbytes, hits) of each present chunk
-        for hits in chunk_hits:
-            offset, nbytes = index[sum(h[2] for h in hits)]
-            if offset == ABSENT:
-                box[tuple(h[4] for h in hits)] = self.layout.fill_value
-            else:
-                wanted.append((offset, nbytes, hits))
-        if not wanted:
-            return
-        wanted.sort(key=operator.itemgetter(0))
-        runs: list[list[int]] = []  # [start, length, first, last] over `wanted`: chunks contiguous in the shard
-        for n, (offset, nbytes, _) in enumerate(wanted):
+    def fetch_shard(self, key: str, chunks: list[_Chunk]) -> None:
+        """The stored bytes of `chunks`, all in the shard keyed `key`, into each one's `data`: chunks contiguous in
+        the shard are read as one range."""
+        chunks.sort(key=lambda c: c.span[0])
+        runs: list[list[int]] = []  # [start, length, first, last] over `chunks`
+        for n, chunk in enumerate(chunks):
+            offset, nbytes = chunk.span
             if runs and runs[-1][0] + runs[-1][1] == offset:
                 runs[-1][1] += nbytes
                 runs[-1][3] = n
             else:
                 runs.append([offset, nbytes, n, n])
+        shard = chunks[0].shard
         try:
             blobs = self.transport.read_ranges(key, [(r[0], r[1]) for r in runs])
         except (EOFError, FileNotFoundError) as exc:  # the index points past the shard's end, or the shard went
-            raise self._corrupt(tuple(h[0] for h in wanted[0][2]), key, f"cannot read it: {exc}", shard) from exc
+            raise self._corrupt(chunks[0].coords, key, f"cannot read it: {exc}", shard) from exc
         for (start, length, first, last), blob in zip(runs, blobs):
             if len(blob) != length:
-                raise self._corrupt(tuple(h[0] for h in wanted[first][2]), key,
+                raise self._corrupt(chunks[first].coords, key,
                                     f"{len(blob):,} B read where the shard index says {length:,} B", shard)
             view = memoryview(blob)
-            for offset, nbytes, hits in wanted[first:last + 1]:
-                chunk = self._decode(view[offset - start:offset - start + nbytes], tuple(h[0] for h in hits), key,
-                                     shard)
-                box[tuple(h[4] for h in hits)] = chunk[tuple(h[3] for h in hits)]
+            for chunk in chunks[first:last + 1]:
+                chunk.data = view[chunk.span[0] - start:chunk.span[0] - start + chunk.span[1]]
 
     def _index(self, key: str, shard: tuple[int, ...]) -> list[list[int]] | None:
         """The (offset, nbytes) of each inner chunk of `shard` (C order), None for a shard never written; cached.
@@ -333,7 +391,7 @@ class _Direct:
         self._indexes[shard] = index
         return index
 
-    def _decode(self, data: bytes | memoryview, coords: tuple[int, ...], shard: str | None,
+    def decode(self, data: bytes | memoryview, coords: tuple[int, ...], shard: str | None,
                 at: tuple[int, ...] | None = None) -> npt.NDArray[Any]:
         """One stored chunk as an array of the chunk shape; raises ChecksumError, never returns damaged values."""
         try:
@@ -501,6 +559,21 @@ class ArrayReader:
     def __getitem__(self, selection: Selection) -> npt.NDArray[Any]:
         return self.read(selection)
 
+    def _plan(self, selection: Selection, out: npt.NDArray[Any] | None, batch: _Batch) -> npt.NDArray[Any]:
+        """`out` (or a new array) that `batch.run` fills with the region `selection` picks; zarr-python's path
+        reads it now."""
+        region = _region(selection, self.shape)
+        if out is None:
+            out = np.empty(region.shape, dtype=self.dtype)
+        elif out.shape != region.shape or out.dtype != self.dtype:
+            raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}; the region read is {region.shape} "
+                             f"of {self.dtype}")
+        if self._direct is not None:
+            self._direct.plan(region, out, batch)
+        else:
+            out[...] = self.read(selection)
+        return out
+
     def __getstate__(self) -> dict[str, Any]:
         # Only labzarr's path pickles (its transport drops its handles); zarr-python's is reopened by a StoreReader.
         if self._direct is None:
@@ -578,9 +651,20 @@ class StoreReader:
         """The region `selection` of array `name` (rules of `ArrayReader.read`)."""
         return self.array(name).read(selection)
 
-    def read_many(self, requests: Sequence[tuple[str, Selection]]) -> list[npt.NDArray[Any]]:
-        """`read` for each (name, selection), in order."""
-        return [self.array(name).read(selection) for name, selection in requests]
+    def read_many(self, requests: Sequence[tuple[str, Selection]], *,
+                  out: Sequence[npt.NDArray[Any] | None] | None = None, mapper: Mapper = map
+                  ) -> list[npt.NDArray[Any]]:
+        """`read` for each (name, selection), in order, each stored chunk fetched and decoded once however many
+        of the regions share it. `out`: per request, an array of the region's shape and dtype (any strides, e.g.
+        a view of a batch) to read into, or None for a new one. `mapper` runs the decodes (the builtin `map`, or
+        a thread pool's, which the caller owns: this module starts no threads)."""
+        if out is not None and len(out) != len(requests):
+            raise ValueError(f"{len(out)} out arrays for {len(requests)} requests")
+        batch = _Batch()
+        arrays = [self.array(name)._plan(selection, None if out is None else out[n], batch)
+                  for n, (name, selection) in enumerate(requests)]
+        batch.run(mapper)
+        return arrays
 
     def path_used(self, name: str) -> Literal["labzarr", "zarr"]:
         """Which path serves array `name` in this process: the labzarr reader or zarr-python."""
