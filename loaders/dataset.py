@@ -7,7 +7,9 @@ global RNG state, worker id or call order. Every role of a sample (`image`,
 handles are per process and are never pickled, so fork, spawn and forkserver
 workers all open their own.
 A sampler can carry the epoch inside the index (`ds[(epoch, i)]`), so workers
-that outlive an epoch (`persistent_workers=True`) still draw that epoch's patches.
+that outlive an epoch (`persistent_workers=True`) still draw that epoch's patches, and a
+repeat of sample `i` within the epoch (`ds[(epoch, i, r)]`, r >= 1: oversampling) draws its
+own origin. A seeded transform (`labzarr.loaders.augment`) gets a generator keyed the same way.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
@@ -35,6 +38,7 @@ from labzarr.store import (
 )
 
 from ._regions import Region, centered_origin, grid_axis, random_origin, region
+from .augment import SeededTransform, apply
 from .options import ReadOptions
 from .samplers import ShardBy, ShuffleSampler, StratifiedSampler
 from .selection import Selection, SelectionKeywords, selection_of
@@ -45,7 +49,11 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["random", "grid"]
 Sample = dict[str, Any]
-Transform = Callable[[Sample], Sample]
+Transform = Callable[[Sample], Sample] | SeededTransform
+Key = int | tuple[int, int] | tuple[int, int, int]
+# Streams that keep the draws of a repeat and of a transform apart from the origin's (seed, epoch, i).
+_REPEAT_STREAM = 0x5B1
+_AUGMENT_STREAM = 0x5B2
 
 
 class PatchDataset(Dataset[Sample]):
@@ -77,7 +85,9 @@ class PatchDataset(Dataset[Sample]):
     pad_value:
         Fills the part of a patch that lies outside a smaller item (a mask is padded with 0).
     transform:
-        Called on each sample dict before it is returned.
+        Called on each sample dict before it is returned; a `SeededTransform` (``labzarr.loaders.augment``) is
+        called as ``transform(sample, rng)`` with a generator keyed by the sample's key, so random augmentation
+        stays a pure function of ``(seed, epoch, i)``.
     classes:
         The class names in index order, to pin the mapping across stores (default: the sorted values found).
     read:
@@ -234,12 +244,13 @@ class PatchDataset(Dataset[Sample]):
             raise ValueError(f"epoch = {epoch!r}; expected an int >= 0")
         self.epoch = epoch
 
-    def locate(self, key: int | tuple[int, int]) -> tuple[int, Region]:
+    def locate(self, key: Key) -> tuple[int, Region]:
         """The item (its position in `items`) and patch region of sample `key`, without reading anything.
 
-        `key` is an index (in the epoch `set_epoch` chose) or an `(epoch, index)` pair.
+        `key` is an index (in the epoch `set_epoch` chose), an `(epoch, index)` pair, or `(epoch, index, repeat)`:
+        a sampler that draws sample `index` again within the epoch gives each repeat its own origin.
         """
-        epoch, i = self._key(key)
+        epoch, i, repeat = self._key(key)
         if self._tiles is not None:
             k = bisect_right(self._tile_ends, i)
             axes = self._tiles[k]
@@ -252,7 +263,9 @@ class PatchDataset(Dataset[Sample]):
         spatial = self.items[k].shape[1:]
         if self.patch_size is None:
             return k, region(spatial, (0,) * len(spatial), spatial)
-        rng = np.random.default_rng([self.seed, epoch, i])  # keyed, never global: the same in every process
+        # Keyed, never global: the same in every process. The first draw keeps the key (seed, epoch, i).
+        rng = np.random.default_rng([self.seed, epoch, i] if not repeat else
+                                    [self.seed, epoch, i, _REPEAT_STREAM, repeat])
         origin: tuple[int, ...] | None = None
         if self.foreground and rng.random() < self.foreground:  # no draw at all when foreground is 0
             origin = self._centred(self.items[k], rng, self.patch_size)
@@ -280,7 +293,7 @@ class PatchDataset(Dataset[Sample]):
             origin.append(int(np.clip(int(v) - p // 2 + jitter, 0, n - p)) if n >= p else centered_origin(n, p))
         return tuple(origin)
 
-    def origin(self, key: int | tuple[int, int]) -> tuple[int, ...]:
+    def origin(self, key: Key) -> tuple[int, ...]:
         """The patch origin of sample `key` (negative only where the item is smaller than the patch)."""
         return self.locate(key)[1].origin
 
@@ -290,16 +303,23 @@ class PatchDataset(Dataset[Sample]):
                     else np.diff([0, *self._tile_ends]).tolist())
         return np.repeat(np.arange(len(self.items), dtype=np.int64), per_item)
 
-    def _key(self, key: object) -> tuple[int, int]:
-        if isinstance(key, tuple) and len(key) == 2:
-            epoch, i = key
-            if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
-                raise IndexError(f"key {key!r}: the epoch must be an int >= 0")
+    def _key(self, key: object) -> tuple[int, int, int]:
+        if isinstance(key, tuple) and len(key) in (2, 3):
+            epoch, i, *rest = key
+            repeat = rest[0] if rest else 0
+            for name, v in (("epoch", epoch), ("repeat", repeat)):
+                if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
+                    raise IndexError(f"key {key!r}: the {name} must be an int >= 0")
         else:
-            epoch, i = self.epoch, key
+            epoch, i, repeat = self.epoch, key, 0
         if isinstance(i, bool) or not isinstance(i, int | np.integer) or not 0 <= int(i) < len(self):
             raise IndexError(f"index {i!r} out of range; valid indexes are 0..{len(self) - 1}")
-        return int(epoch), int(i)
+        return int(epoch), int(i), int(repeat)
+
+    def augment_rng(self, key: Key) -> np.random.Generator:
+        """The generator a seeded transform gets for sample `key`: its own stream of `(seed, epoch, i, repeat)`."""
+        epoch, i, repeat = self._key(key)
+        return np.random.default_rng([self.seed, epoch, i, repeat, _AUGMENT_STREAM])
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -327,23 +347,25 @@ class PatchDataset(Dataset[Sample]):
             out.append(data)
         return out
 
-    def __getitem__(self, key: int | tuple[int, int]) -> Sample:
+    def __getitem__(self, key: Key) -> Sample:
         return self.__getitems__([key])[0]
 
-    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[Sample]:
+    def __getitems__(self, keys: Sequence[Key]) -> list[Sample]:
         """Samples for a batch of keys, read together (the DataLoader calls this with each batch's keys)."""
         located = [self.locate(key) for key in keys]
         requests = [(self.items[k], reg, role) for k, reg in located for role in self.roles]
         data = iter(self._read_regions(requests))
         samples = []
-        for k, reg in located:
+        for key, (k, reg) in zip(keys, located):
             item = self.items[k]
             sample: Sample = {role: torch.from_numpy(next(data)) for role in self.roles}
             sample.update({"item_id": item.item_id, "origin": reg.origin,
                            "valid": tuple((v.start, v.stop) for v in reg.valid)})
             if self.label is not None:
                 sample["label"] = self.targets[k]
-            samples.append(self.transform(sample) if self.transform is not None else sample)
+            if self.transform is not None:
+                sample = apply(self.transform, sample, partial(self.augment_rng, key))
+            samples.append(sample)
         return samples
 
     def stats(self, *, split: str | None = None, fold: int | None = None,

@@ -65,7 +65,7 @@ def test_killed_and_resumed_on_any_world_size_sees_the_epoch_exactly_once(
     rest = _resume(ds, kind, shard_by, state, chain[-1])
     seen.update(key for share in rest for key in share)
     assert seen == full
-    assert all(e == 3 for e, _ in seen)
+    assert all(e == 3 for e, *_ in seen)
     if shard_by == "sample":
         assert max(map(len, rest)) - min(map(len, rest)) <= 1
 
@@ -78,7 +78,7 @@ def test_group_shards_give_each_rank_whole_groups(converted_cohort: Path) -> Non
         groups = []
         for r in range(replicas):
             s = ds.shuffle_sampler(num_replicas=replicas, rank=r, shard_by="group")
-            groups.append({ds.items[positions[i]].split_group for _, i in s})
+            groups.append({ds.items[positions[i]].split_group for _, i, *_ in s})
         assert sum(map(len, groups)) == len(set().union(*groups))  # no group on two ranks
         assert set().union(*groups) == {i.split_group for i in ds.items}
         lengths = [len(ds.shuffle_sampler(num_replicas=replicas, rank=r, shard_by="group")) for r in range(replicas)]
