@@ -160,8 +160,8 @@ class RandomIntensity(SeededTransform):
         if turn >= self.p:
             return sample
         view = (c,) + (1,) * (x.ndim - 1)
-        y = _float(x) * torch.from_numpy(s.astype(np.float32)).view(view) + torch.from_numpy(t.astype(np.float32)).view(view)
-        return {**sample, self.role: y}
+        scale, shift = (torch.from_numpy(v.astype(np.float32)).view(view) for v in (s, t))
+        return {**sample, self.role: _float(x) * scale + shift}
 
 
 @dataclass(frozen=True, slots=True)

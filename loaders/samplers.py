@@ -75,7 +75,7 @@ def repeats(sequence: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return out
 
 
-class _EpochSampler(Sampler[tuple[int, int]]):
+class _EpochSampler(Sampler[Key]):
     """What both samplers share: the DDP deal, by sample or by group, and resuming mid-epoch."""
 
     def __init__(self, dataset: PatchDataset, *, num_samples: int | None, num_replicas: int | None,
