@@ -37,7 +37,7 @@ from labzarr.store import (
     store_location,
 )
 
-from ._regions import Region, centered_origin, grid_axis, random_origin, region
+from ._regions import Region, centered_origin, grid_axis, region, walk_origin
 from .augment import SeededTransform, apply
 from .options import ReadOptions
 from .samplers import ShardBy, ShuffleSampler, StratifiedSampler
@@ -54,6 +54,7 @@ Key = int | tuple[int, int] | tuple[int, int, int]
 # Streams that keep the draws of a repeat and of a transform apart from the origin's (seed, epoch, i).
 _REPEAT_STREAM = 0x5B1
 _AUGMENT_STREAM = 0x5B2
+_WALK_STREAM = 0x5B3
 
 
 class PatchDataset(Dataset[Sample]):
@@ -269,8 +270,11 @@ class PatchDataset(Dataset[Sample]):
         origin: tuple[int, ...] | None = None
         if self.foreground and rng.random() < self.foreground:  # no draw at all when foreground is 0
             origin = self._centred(self.items[k], rng, self.patch_size)
-        if origin is None:
-            origin = random_origin(rng, spatial, self.patch_size)
+        if origin is None:  # an item's draws this epoch (its samples, then their repeats: what the samplers
+            # yield) are the steps of one walk over its origins, each a new patch while the item has one left
+            walk = np.random.default_rng([self.seed, epoch, k, _WALK_STREAM])
+            step = i % self.patches_per_item + repeat * self.patches_per_item
+            origin = walk_origin(walk, spatial, self.patch_size, step)
         return k, region(spatial, origin, self.patch_size)
 
     def _centred(self, item: IndexItem, rng: np.random.Generator, patch: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -15,10 +15,11 @@ the epoch's sequence is pure: deal the remaining positions to that world size, d
 rank took, repeat; what is left is dealt to the current world size. So a run killed at any step
 and resumed on any number of ranks sees every position of the epoch exactly once.
 
-Oversampling: a sample index drawn again within an epoch (a small class cycled, draws with
-replacement, `num_samples` above the dataset's length) is keyed `(epoch, index, repeat)`, the
-repeat counted over the epoch's global sequence, so every repeat reads its own patch and no key
-reaches two ranks. A state also records the store's index hash and the dataset's selection
+Oversampling: an item drawn more often than it has samples within an epoch (a small class
+cycled, draws with replacement, `num_samples` above the dataset's length) has its n-th draw keyed
+`(epoch, its sample n % patches_per_item, repeat n // patches_per_item)` (`draws`), counted over
+the epoch's global sequence: every draw reads its own patch (the dataset walks the item's
+origins) and no key reaches two ranks. A state also records the store's index hash and the dataset's selection
 (`resume.Population`): a resume on a changed store is refused, or with ``strict=False`` remapped.
 """
 
@@ -65,7 +66,7 @@ class _Resume:
 
 
 def repeats(sequence: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """For each position, how many earlier positions of `sequence` hold the same index (0 for a first draw)."""
+    """For each position, how many earlier positions of `sequence` hold the same value (0 for a first draw)."""
     order = np.argsort(sequence, kind="stable")
     ranked = sequence[order]
     first = np.r_[True, ranked[1:] != ranked[:-1]] if len(ranked) else np.zeros(0, dtype=bool)
@@ -73,6 +74,23 @@ def repeats(sequence: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     out = np.empty(len(sequence), dtype=np.int64)
     out[order] = np.arange(len(ranked)) - run_start
     return out
+
+
+def draws(sequence: npt.NDArray[np.int64], population: Population, *, by_item: bool
+          ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The key `(index, repeat)` of each position of an epoch's `sequence`.
+
+    `by_item` (random patches: an item's samples are interchangeable): the n-th draw of an item in the epoch
+    becomes its sample ``n % count`` with repeat ``n // count``, so the draws of one item are the steps
+    0, 1, 2, ... of the dataset's walk over its origins, each a new patch while the item has one left.
+    Otherwise (grid tiles) the index stays and the repeat counts its earlier draws.
+    """
+    if not by_item:
+        return sequence, repeats(sequence)
+    item = population.sample_items()[sequence]
+    n = repeats(item)
+    counts = np.asarray(population.counts, dtype=np.int64)[item]
+    return population.starts()[item] + n % counts, n // counts
 
 
 class _EpochSampler(Sampler[Key]):
@@ -112,7 +130,11 @@ class _EpochSampler(Sampler[Key]):
     def epoch_indices(self, epoch: int | None = None) -> npt.NDArray[np.int64]:
         """The whole epoch's sample indexes over all ranks, in order (the same on every rank)."""
         epoch = self.epoch if epoch is None else epoch
-        return self._sequence(epoch, self._length(epoch), self._population)
+        return self._keys(self._sequence(epoch, self._length(epoch), self._population), self._population)[0]
+
+    def _keys(self, sequence: npt.NDArray[np.int64], population: Population
+              ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        return draws(sequence, population, by_item=self.dataset.mode == "random")
 
     def _sequence(self, epoch: int, total: int, population: Population) -> npt.NDArray[np.int64]:
         raise NotImplementedError
@@ -170,7 +192,8 @@ class _EpochSampler(Sampler[Key]):
             return r.left
         sequence = self._sequence(epoch, self._length(epoch), self._population)
         left = self._remaining(epoch, sequence, r.history if r is not None else (), self._population)
-        return sequence[left], repeats(sequence)[left]
+        indexes, reps = self._keys(sequence, self._population)
+        return indexes[left], reps[left]
 
     def _shares(self, epoch: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
                                            list[npt.NDArray[np.int64]]]:
@@ -290,7 +313,8 @@ class _EpochSampler(Sampler[Key]):
         else:
             sequence = self._sequence(epoch, length, then)
             rest = self._remaining(epoch, sequence, history, then)
-            indexes, reps = sequence[rest], repeats(sequence)[rest]
+            indexes, reps = self._keys(sequence, then)
+            indexes, reps = indexes[rest], reps[rest]
         now = then.remap(indexes, self._population)
         keep = now >= 0
         return _Resume(epoch, int(keep.sum()), (), (now[keep], reps[keep]))

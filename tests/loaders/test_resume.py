@@ -128,8 +128,9 @@ def _port() -> int:
 
 
 def _run(store: Path, out: Path, name: str, world: int, *, kind: str, state: Path | None = None, stop: int = -1,
-         batch: int = 4) -> list[list[str]]:
-    """Start `world` ranks and wait for them; each rank's log lines."""
+         batch: int = 4, patches: bool = False) -> list[list[str]]:
+    """Start `world` ranks and wait for them; each rank's log lines (with `patches`, each rank also writes
+    `<name>.<rank>.patches` under `out`: key, item, origin and voxel hash of every sample)."""
     port, procs, logs = _port(), [], [out / f"{name}.{r}.log" for r in range(world)]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     try:
@@ -137,7 +138,8 @@ def _run(store: Path, out: Path, name: str, world: int, *, kind: str, state: Pat
             cmd = [sys.executable, "-m", "tests.loaders.ddp_resume", "--store", str(store), "--sampler", kind,
                    "--shard-by", "sample", "--rank", str(r), "--world", str(world), "--port", str(port),
                    "--batch", str(batch), "--log", str(logs[r]), "--save", str(out / f"{name}.state.json"),
-                   "--stop", str(stop), "--state", str(state or "")]
+                   "--stop", str(stop), "--state", str(state or ""),
+                   "--patches", str(out / f"{name}.{r}.patches") if patches else ""]
             procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
         for p in procs:
             output, _ = p.communicate(timeout=120)
