@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torchio as tio
 from monai.transforms import Compose as MonaiCompose
 from monai.transforms import RandAffined, RandFlipd
-import torchio as tio
 from torch.utils.data import DataLoader
 
 from labzarr import PatchDataset

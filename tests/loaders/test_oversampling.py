@@ -82,7 +82,7 @@ def test_two_gloo_ranks_stratified_over_a_one_item_class_never_share_a_key_and_r
     assert Counter(keys[0] | keys[1]) == whole  # the ranks took exactly the epoch
     patches: defaultdict[str, list[tuple[tuple[int, ...], str]]] = defaultdict(list)
     for rows in ranks:
-        for key, item_id, origin, voxels in rows:
+        for _key, item_id, origin, voxels in rows:
             patches[item_id].append((tuple(origin), voxels))
     (lonely,) = [it.item_id for it in ds.items if it.labels["cell_type"] == "oligodendrocyte"]
     assert len(patches[lonely]) > 3  # drawn more often than it has samples
