@@ -120,6 +120,11 @@ class _EpochSampler(Sampler[Key]):
         return None
 
     @cached_property
+    def _index_hash(self) -> str:
+        """The hash of the store's index as this dataset read it (at its construction)."""
+        return index_hash(self.dataset.store_items)
+
+    @cached_property
     def _population(self) -> Population:
         """The dataset's selection as this sampler's epochs depend on it (recorded in a state)."""
         counts = np.bincount(self.dataset.item_positions(), minlength=len(self.dataset.items))
@@ -230,7 +235,7 @@ class _EpochSampler(Sampler[Key]):
                 raise ValueError(f"consumed = {k} on rank {r}; its share of epoch {epoch} has {len(share)} samples")
         state: dict[str, Any] = {"format": STATE_FORMAT, "sampler": type(self).__name__, "seed": self.seed,
                                  "shard_by": self.shard_by, "dataset_len": len(self.dataset),
-                                 "index": index_hash(self.dataset.store_items),
+                                 "index": self._index_hash,
                                  "selection": self._population.encode(), "epoch": epoch}
         resumed = self._resumed(epoch)
         if sum(taken) == sum(len(s) for s in shares):  # the epoch is done: resume at the next one's start
@@ -282,7 +287,7 @@ class _EpochSampler(Sampler[Key]):
                 raise ValueError(f"the state is of a sampler with {key} = {state.get(key)!r}; this one has "
                                  f"{key} = {value!r}")
         then = Population.decode(state["selection"]) if fmt == STATE_FORMAT else None
-        if then is None or state["index"] == index_hash(self.dataset.store_items):  # the same store: same data
+        if then is None or state["index"] == self._index_hash:  # the same store: same data
             if state.get("dataset_len") != len(self.dataset):
                 raise ValueError(f"the state is of a sampler with dataset_len = {state.get('dataset_len')!r}; this "
                                  f"one has dataset_len = {len(self.dataset)}")
