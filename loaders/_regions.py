@@ -7,13 +7,14 @@ item, only when the item is smaller than the patch along that axis) always has
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
 
 import numpy as np
 
-__all__ = ["Region", "around", "centered_origin", "grid_axis", "grid_origins", "random_origin", "region"]
+__all__ = ["Region", "around", "centered_origin", "grid_axis", "grid_origins", "random_origin", "region", "walk_origin"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,28 @@ def around(rng: np.random.Generator, voxel: Sequence[int], shape: Sequence[int],
         jitter = int(rng.integers(-(p // 4), p // 4 + 1))
         origin.append(int(np.clip(int(v) - p // 2 + jitter, 0, n - p)) if n >= p else centered_origin(n, p))
     return tuple(origin)
+
+
+def walk_origin(rng: np.random.Generator, shape: Sequence[int], size: Sequence[int], step: int) -> tuple[int, ...]:
+    """The `step`-th origin of a walk over every origin `random_origin` can give, without repeats.
+
+    `rng` (the same state for every step) fixes a uniform start and a stride coprime to the number of
+    origins, so steps ``0 .. n_origins - 1`` are distinct origins and each one alone is uniform; later
+    steps cycle. Oversampling an item draws each repeat from the next step: a repeat is a new patch
+    while the item has one left.
+    """
+    extents = [n - p + 1 if n >= p else 1 for n, p in zip(shape, size)]
+    total = math.prod(extents)
+    start = int(rng.integers(total))
+    stride = 1
+    if total > 2:
+        while True:  # a stride coprime to total is what makes the walk visit every origin once
+            stride = int(rng.integers(1, total))
+            if math.gcd(stride, total) == 1:
+                break
+    flat = (start + step * stride) % total  # Python ints: no overflow however long the walk
+    pos = np.unravel_index(flat, extents)
+    return tuple(int(q) if n >= p else centered_origin(n, p) for q, n, p in zip(pos, shape, size))
 
 
 def grid_axis(n: int, p: int, overlap: int) -> tuple[int, ...]:

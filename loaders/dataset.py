@@ -7,7 +7,9 @@ global RNG state, worker id or call order. Every role of a sample (`image`,
 handles are per process and are never pickled, so fork, spawn and forkserver
 workers all open their own.
 A sampler can carry the epoch inside the index (`ds[(epoch, i)]`), so workers
-that outlive an epoch (`persistent_workers=True`) still draw that epoch's patches.
+that outlive an epoch (`persistent_workers=True`) still draw that epoch's patches, and a
+repeat of sample `i` within the epoch (`ds[(epoch, i, r)]`, r >= 1: oversampling) draws its
+own origin: an item's draws in an epoch walk its origins without repeats (`walk_origin`). A seeded transform (`labzarr.loaders.augment`) gets a generator keyed the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import warnings
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
@@ -36,10 +39,11 @@ from labzarr.store import (
     store_location,
 )
 
-from ._regions import Region, around, grid_axis, random_origin, region
+from ._regions import Region, around, grid_axis, region, walk_origin
 from ._sample import Sample
 from ._threads import Threads
 from .annotations import patch_annotations
+from .augment import SeededTransform, apply
 from .collate import MixedBatchWarning
 from .normalize import Normalize, Scheme
 from .options import ReadOptions
@@ -51,7 +55,12 @@ __all__ = ["Mode", "PatchDataset", "Sample"]
 log = logging.getLogger(__name__)
 
 Mode = Literal["random", "grid"]
-Transform = Callable[[Sample], Sample]
+Transform = Callable[[Sample], Sample] | SeededTransform
+Key = int | tuple[int, int] | tuple[int, int, int]
+# Streams that keep the draws of a repeat and of a transform apart from the origin's (seed, epoch, i).
+_REPEAT_STREAM = 0x5B1
+_AUGMENT_STREAM = 0x5B2
+_WALK_STREAM = 0x5B3
 
 
 def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
@@ -90,7 +99,9 @@ class PatchDataset(Dataset[Sample]):
     pad_value:
         Fills the part of a patch that lies outside a smaller item (a mask is padded with 0).
     transform:
-        Called on each sample dict before it is returned.
+        Called on each sample dict before it is returned; a `SeededTransform` (``labzarr.loaders.augment``) is
+        called as ``transform(sample, rng)`` with a generator keyed by the sample's key, so random augmentation
+        stays a pure function of ``(seed, epoch, i)``.
     classes:
         The class names in index order, to pin the mapping across stores (default: the sorted values found).
     read:
@@ -267,12 +278,13 @@ class PatchDataset(Dataset[Sample]):
             raise ValueError(f"epoch = {epoch!r}; expected an int >= 0")
         self.epoch = epoch
 
-    def locate(self, key: int | tuple[int, int]) -> tuple[int, Region]:
+    def locate(self, key: Key) -> tuple[int, Region]:
         """The item (its position in `items`) and patch region of sample `key`, without reading anything.
 
-        `key` is an index (in the epoch `set_epoch` chose) or an `(epoch, index)` pair.
+        `key` is an index (in the epoch `set_epoch` chose), an `(epoch, index)` pair, or `(epoch, index, repeat)`:
+        a sampler that draws sample `index` again within the epoch gives each repeat its own origin.
         """
-        epoch, i = self._key(key)
+        epoch, i, repeat = self._key(key)
         if self._tiles is not None:
             k = bisect_right(self._tile_ends, i)
             axes = self._tiles[k]
@@ -285,12 +297,17 @@ class PatchDataset(Dataset[Sample]):
         spatial = self.items[k].shape[1:]
         if self.patch_size is None:
             return k, region(spatial, (0,) * len(spatial), spatial)
-        rng = np.random.default_rng([self.seed, epoch, i])  # keyed, never global: the same in every process
+        # Keyed, never global: the same in every process. The first draw keeps the key (seed, epoch, i).
+        rng = np.random.default_rng([self.seed, epoch, i] if not repeat else
+                                    [self.seed, epoch, i, _REPEAT_STREAM, repeat])
         origin: tuple[int, ...] | None = None
         if self.foreground and rng.random() < self.foreground:  # no draw at all when foreground is 0
             origin = self._centred(self.items[k], rng, self.patch_size)
-        if origin is None:
-            origin = random_origin(rng, spatial, self.patch_size)
+        if origin is None:  # an item's draws this epoch (its samples, then their repeats: what the samplers
+            # yield) are the steps of one walk over its origins, each a new patch while the item has one left
+            walk = np.random.default_rng([self.seed, epoch, k, _WALK_STREAM])
+            step = i % self.patches_per_item + repeat * self.patches_per_item
+            origin = walk_origin(walk, spatial, self.patch_size, step)
         return k, region(spatial, origin, self.patch_size)
 
     def _centred(self, item: IndexItem, rng: np.random.Generator, patch: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -313,7 +330,7 @@ class PatchDataset(Dataset[Sample]):
         voxel = self._reader.read(item.locations, (row, slice(None)))
         return around(rng, [int(v) for v in voxel], item.shape[1:], patch)
 
-    def origin(self, key: int | tuple[int, int]) -> tuple[int, ...]:
+    def origin(self, key: Key) -> tuple[int, ...]:
         """The patch origin of sample `key` (negative only where the item is smaller than the patch)."""
         return self.locate(key)[1].origin
 
@@ -323,16 +340,23 @@ class PatchDataset(Dataset[Sample]):
                     else np.diff([0, *self._tile_ends]).tolist())
         return np.repeat(np.arange(len(self.items), dtype=np.int64), per_item)
 
-    def _key(self, key: object) -> tuple[int, int]:
-        if isinstance(key, tuple) and len(key) == 2:
-            epoch, i = key
-            if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
-                raise IndexError(f"key {key!r}: the epoch must be an int >= 0")
+    def _key(self, key: object) -> tuple[int, int, int]:
+        if isinstance(key, tuple) and len(key) in (2, 3):
+            epoch, i, *rest = key
+            repeat = rest[0] if rest else 0
+            for name, v in (("epoch", epoch), ("repeat", repeat)):
+                if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
+                    raise IndexError(f"key {key!r}: the {name} must be an int >= 0")
         else:
-            epoch, i = self.epoch, key
+            epoch, i, repeat = self.epoch, key, 0
         if isinstance(i, bool) or not isinstance(i, int | np.integer) or not 0 <= int(i) < len(self):
             raise IndexError(f"index {i!r} out of range; valid indexes are 0..{len(self) - 1}")
-        return int(epoch), int(i)
+        return int(epoch), int(i), int(repeat)
+
+    def augment_rng(self, key: Key) -> np.random.Generator:
+        """The generator a seeded transform gets for sample `key`: its own stream of `(seed, epoch, i, repeat)`."""
+        epoch, i, repeat = self._key(key)
+        return np.random.default_rng([self.seed, epoch, i, repeat, _AUGMENT_STREAM])
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -367,10 +391,10 @@ class PatchDataset(Dataset[Sample]):
             dests.append(out)
         self._reader.read_many(reads, out=dests, mapper=self._threads.map)
 
-    def __getitem__(self, key: int | tuple[int, int]) -> Sample:
+    def __getitem__(self, key: Key) -> Sample:
         return self.__getitems__([key])[0]
 
-    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[Sample]:
+    def __getitems__(self, keys: Sequence[Key]) -> list[Sample]:
         """Samples for a batch of keys, read together (the DataLoader calls this with each batch's keys): each
         stored chunk decoded once, in `ReadOptions.threads` threads, into one `(B, C, *patch)` tensor per role
         (in pinned memory when CUDA is available, outside DataLoader workers) whose rows are the samples'
@@ -395,7 +419,7 @@ class PatchDataset(Dataset[Sample]):
             requests += [(self.items[k], reg, role) for k, reg in located]
         self._fill(requests, outs)
         samples = []
-        for b, (k, reg) in enumerate(located):
+        for b, (key, (k, reg)) in enumerate(zip(keys, located)):
             item = self.items[k]
             sample: Sample = {role: tensors[role][b] for role in self.roles}
             sample.update({"item_id": item.item_id, "origin": reg.origin,
@@ -404,7 +428,9 @@ class PatchDataset(Dataset[Sample]):
                 sample["label"] = self.targets[k]
             if self.annotated:
                 sample.update(patch_annotations(item.annotations, reg))
-            samples.append(self.transform(sample) if self.transform is not None else sample)
+            if self.transform is not None:
+                sample = apply(self.transform, sample, partial(self.augment_rng, key))
+            samples.append(sample)
         return samples
 
     def _mixed(self, role: str, names: Sequence[str], layouts: Sequence[tuple[int, np.dtype[Any], Any]]) -> None:

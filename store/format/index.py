@@ -10,6 +10,8 @@ nothing but the store's path.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,6 +140,11 @@ class IndexItem:
         if self.annotations:
             out[ANNOTATIONS] = encode_annotations(self.annotations)
         return out
+
+    def digest(self) -> str:
+        """A sha256 of the item's index entry: changes whenever the entry does (a reconverted, relabelled or
+        moved item), so a checkpoint can tell the items it was taken over from the store's now."""
+        return hashlib.sha256(json.dumps(self.encode(), sort_keys=True).encode()).hexdigest()
 
     @classmethod
     def decode(cls, d: Mapping[str, Any]) -> IndexItem:

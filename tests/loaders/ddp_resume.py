@@ -3,12 +3,14 @@
 Joins a gloo process group on 127.0.0.1, iterates its sampler's share of an epoch through a DataLoader with
 two workers, and logs every key its training loop takes, one JSON line each. With `--stop K`, after step K
 every rank takes the sampler's state together (a collective), rank 0 saves it, and, as a crash would, the
-rank goes on for two more steps (logged after a `checkpoint` line) and kills itself with SIGKILL.
+rank goes on for two more steps (logged after a `checkpoint` line) and kills itself with SIGKILL. With
+`--patches PATH`, each sample's key, item, origin and a hash of its voxels go to PATH too, one JSON line each.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -49,7 +51,7 @@ def sampler_for(ds: PatchDataset, kind: str, shard_by: ShardBy, replicas: int, r
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    for name in ("store", "sampler", "shard-by", "log", "save", "state"):
+    for name in ("store", "sampler", "shard-by", "log", "save", "state", "patches"):
         p.add_argument(f"--{name}", default="")
     for name in ("rank", "world", "port", "batch", "epoch"):
         p.add_argument(f"--{name}", type=int, default=0)
@@ -65,10 +67,12 @@ def main() -> None:
         sampler.set_epoch(a.epoch)
     loader = DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=2, collate_fn=list)
     consumed = 0
-    with open(a.log, "w") as log:
+    with open(a.log, "w") as log, open(a.patches or os.devnull, "w") as patches:
         for step, batch in enumerate(loader):
             for sample in batch:
                 log.write(json.dumps(sample["key"]) + "\n")
+                voxels = hashlib.sha256(sample["image"].numpy().tobytes()).hexdigest()
+                patches.write(json.dumps([sample["key"], sample["item_id"], list(sample["origin"]), voxels]) + "\n")
             consumed += len(batch)
             log.flush()
             if step == a.stop:

@@ -65,7 +65,7 @@ def test_killed_and_resumed_on_any_world_size_sees_the_epoch_exactly_once(
     rest = _resume(ds, kind, shard_by, state, chain[-1])
     seen.update(key for share in rest for key in share)
     assert seen == full
-    assert all(e == 3 for e, _ in seen)
+    assert all(e == 3 for e, *_ in seen)
     if shard_by == "sample":
         assert max(map(len, rest)) - min(map(len, rest)) <= 1
 
@@ -78,7 +78,7 @@ def test_group_shards_give_each_rank_whole_groups(converted_cohort: Path) -> Non
         groups = []
         for r in range(replicas):
             s = ds.shuffle_sampler(num_replicas=replicas, rank=r, shard_by="group")
-            groups.append({ds.items[positions[i]].split_group for _, i in s})
+            groups.append({ds.items[positions[i]].split_group for _, i, *_ in s})
         assert sum(map(len, groups)) == len(set().union(*groups))  # no group on two ranks
         assert set().union(*groups) == {i.split_group for i in ds.items}
         lengths = [len(ds.shuffle_sampler(num_replicas=replicas, rank=r, shard_by="group")) for r in range(replicas)]
@@ -128,8 +128,9 @@ def _port() -> int:
 
 
 def _run(store: Path, out: Path, name: str, world: int, *, kind: str, state: Path | None = None, stop: int = -1,
-         batch: int = 4) -> list[list[str]]:
-    """Start `world` ranks and wait for them; each rank's log lines."""
+         batch: int = 4, patches: bool = False) -> list[list[str]]:
+    """Start `world` ranks and wait for them; each rank's log lines (with `patches`, each rank also writes
+    `<name>.<rank>.patches` under `out`: key, item, origin and voxel hash of every sample)."""
     port, procs, logs = _port(), [], [out / f"{name}.{r}.log" for r in range(world)]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     try:
@@ -137,7 +138,8 @@ def _run(store: Path, out: Path, name: str, world: int, *, kind: str, state: Pat
             cmd = [sys.executable, "-m", "tests.loaders.ddp_resume", "--store", str(store), "--sampler", kind,
                    "--shard-by", "sample", "--rank", str(r), "--world", str(world), "--port", str(port),
                    "--batch", str(batch), "--log", str(logs[r]), "--save", str(out / f"{name}.state.json"),
-                   "--stop", str(stop), "--state", str(state or "")]
+                   "--stop", str(stop), "--state", str(state or ""),
+                   "--patches", str(out / f"{name}.{r}.patches") if patches else ""]
             procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
         for p in procs:
             output, _ = p.communicate(timeout=120)

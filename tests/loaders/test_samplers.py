@@ -14,7 +14,7 @@ from .conftest import CELL_TYPES
 
 def classes_of(ds: PatchDataset, keys) -> Counter:
     items = ds.item_positions()
-    return Counter(ds.classes[ds.targets[items[i]]] for _, i in keys)
+    return Counter(ds.classes[ds.targets[items[i]]] for _, i, *_ in keys)
 
 
 @pytest.mark.parametrize("replacement", [False, True])
@@ -31,12 +31,12 @@ def test_class_counts_are_balanced_to_within_one(labeled_store: Path, replacemen
         counts = classes_of(ds, keys)
         assert set(counts) == set(CELL_TYPES.values())
         assert max(counts.values()) - min(counts.values()) <= 1, counts
-        assert all(e == epoch for e, _ in keys)
+        assert all(e == epoch for e, *_ in keys)
 
 
 def test_without_replacement_every_sample_of_a_class_is_drawn_equally_often(labeled_store: Path) -> None:
     ds = PatchDataset(labeled_store, (4, 4, 4), patches_per_item=2, label="cell_type")
-    keys = [i for _, i in ds.stratified_sampler(num_samples=80)]  # 20 per class: oligodendrocyte has 2 samples
+    keys = [i for _, i, *_ in ds.stratified_sampler(num_samples=80)]  # 20 per class: oligodendrocyte has 2 samples
     items = ds.item_positions()
     for c, name in enumerate(ds.classes):
         pool = [i for i in range(len(ds)) if ds.targets[items[i]] == c]
@@ -69,7 +69,7 @@ def test_ddp_shards_partition_each_epoch_exactly(labeled_store: Path, replicas: 
         for rank in range(replicas):
             s = ds.stratified_sampler(num_replicas=replicas, rank=rank, replacement=replacement)
             s.set_epoch(epoch)
-            shards.append([i for _, i in s])
+            shards.append([i for _, i, *_ in s])
         whole = ds.stratified_sampler(num_replicas=replicas, rank=0, replacement=replacement).epoch_indices(epoch)
         assert len({len(s) for s in shards}) == 1  # equal lengths
         assert len(whole) == replicas * len(shards[0]) >= len(ds)
@@ -88,7 +88,7 @@ def test_ddp_shards_of_a_balanced_epoch_are_a_partition_of_the_dataset(balanced_
         for rank in range(replicas):
             s = StratifiedSampler(ds, num_replicas=replicas, rank=rank)
             s.set_epoch(epoch)
-            shard = [i for _, i in s]
+            shard = [i for _, i, *_ in s]
             assert len(shard) == 60 // replicas
             union += shard
         assert sorted(union) == list(range(60))
