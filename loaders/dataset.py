@@ -9,7 +9,8 @@ workers all open their own.
 A sampler can carry the epoch inside the index (`ds[(epoch, i)]`), so workers
 that outlive an epoch (`persistent_workers=True`) still draw that epoch's patches, and a
 repeat of sample `i` within the epoch (`ds[(epoch, i, r)]`, r >= 1: oversampling) draws its
-own origin: an item's draws in an epoch walk its origins without repeats (`walk_origin`). A seeded transform (`labzarr.loaders.augment`) gets a generator keyed the same way.
+own origin: an item's draws in an epoch walk its origins without repeats (`walk_origin`). A seeded
+transform (`labzarr.loaders.augment`) gets a generator keyed the same way.
 """
 
 from __future__ import annotations
