@@ -37,9 +37,9 @@ from pydicom import config
 from pydicom.datadict import dictionary_VR, private_dictionary_VR
 from pydicom.dataelem import RawDataElement, convert_raw_data_element
 from pydicom.dataset import Dataset
-from pydicom.valuerep import AMBIGUOUS_VR, EXPLICIT_VR_LENGTH_32, VR
+from pydicom.valuerep import AMBIGUOUS_VR, VR
 
-from ._dicom_walk import Unwalkable, is_sequence, tag_key
+from ._dicom_walk import Unwalkable, is_sequence, item_element, tag_key
 
 __all__ = ["DatasetGroup", "FunctionalGroups", "Group", "RawGroup", "functional_groups"]
 
@@ -48,7 +48,6 @@ SHARED = 0x52009229  # Shared Functional Groups Sequence
 _SPECIFIC_CHARACTER_SET = 0x00080005
 _ITEM, _ITEM_DELIMITER, _SEQUENCE_DELIMITER = 0xFFFEE000, 0xFFFEE00D, 0xFFFEE0DD
 _UNDEFINED = 0xFFFFFFFF
-_VRS = {str(vr).encode(): (str(vr), vr in EXPLICIT_VR_LENGTH_32) for vr in VR}  # VR bytes: (VR, 4-byte length)
 
 
 class Group(Protocol):
@@ -232,23 +231,7 @@ def _index(reading: _Reading, pos: int, stop: int | None) -> tuple[_Index, int]:
             return out, pos
         if pos + 8 > end:
             raise Unwalkable("item past the bytes read")
-        vr: str | None
-        if implicit:
-            group, elem, length = head(buf, pos)
-            vr, value_at = None, pos + 8
-        else:
-            group, elem, raw_vr, length = head(buf, pos)
-            if group == 0xFFFE:
-                length, vr, value_at = long_length(buf, pos + 4)[0], None, pos + 8
-            else:
-                known = _VRS.get(raw_vr)
-                if known is None:
-                    raise Unwalkable(f"VR {raw_vr!r} inside a sequence item")
-                vr, value_at = known[0], pos + 8
-                if known[1]:
-                    if pos + 12 > end:
-                        raise Unwalkable("element header cut")
-                    length, value_at = long_length(buf, pos + 8)[0], pos + 12
+        group, elem, vr, length, value_at = item_element(buf, pos, end, implicit, head, long_length)
         tag = group << 16 | elem
         if tag == _ITEM_DELIMITER and stop is None:
             return out, pos + 8

@@ -35,8 +35,9 @@ import bisect
 import functools
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pydicom.uid
@@ -460,6 +461,27 @@ def sequence_end(buf: bytes, at: int, *, implicit: bool, little: bool, end: int)
         pos = pos + 8 + length if length != _UNDEFINED else _item_end(buf, pos + 8, implicit, little, end)
 
 
+
+def item_element(buf: bytes, pos: int, end: int, implicit: bool, head: Callable[[bytes, int], tuple[Any, ...]],
+                 long_length: Callable[[bytes, int], tuple[Any, ...]]) -> tuple[int, int, str | None, int, int]:
+    """The header of the element at `pos` inside a sequence item: its group, element, VR (None where the
+    encoding is implicit, and for items and delimiters, which carry none), value length and where its value
+    starts. `head` and `long_length` unpack the encoding's element header and 32-bit length."""
+    if implicit:
+        group, elem, length = head(buf, pos)
+        return group, elem, None, length, pos + 8
+    group, elem, raw_vr, length = head(buf, pos)
+    if group == 0xFFFE:
+        return group, elem, None, long_length(buf, pos + 4)[0], pos + 8
+    known = _VRS.get(raw_vr)
+    if known is None:
+        raise Unwalkable(f"VR {raw_vr!r} inside a sequence item")
+    if not known[1]:
+        return group, elem, known[0], length, pos + 8
+    if pos + 12 > end:
+        raise Unwalkable("element header cut")
+    return group, elem, known[0], long_length(buf, pos + 8)[0], pos + 12
+
 def _item_end(buf: bytes, pos: int, implicit: bool, little: bool, end: int) -> int:
     """Where an undefined-length item whose elements start at `pos` ends: past its Item Delimitation Item."""
     endian = "<" if little else ">"
@@ -468,23 +490,7 @@ def _item_end(buf: bytes, pos: int, implicit: bool, little: bool, end: int) -> i
     while True:
         if pos + 8 > end:
             raise Unwalkable("item past the bytes read")
-        vr: str | None
-        if implicit:
-            group, elem, length = head(buf, pos)
-            vr, value_at = None, pos + 8
-        else:
-            group, elem, raw_vr, length = head(buf, pos)
-            if group == 0xFFFE:  # item and delimiters carry no VR
-                length, vr, value_at = long_length(buf, pos + 4)[0], None, pos + 8
-            else:
-                known = _VRS.get(raw_vr)
-                if known is None:
-                    raise Unwalkable(f"VR {raw_vr!r} inside a sequence")
-                vr, value_at = known[0], pos + 8
-                if known[1]:
-                    if pos + 12 > end:
-                        raise Unwalkable("element header cut")
-                    length, value_at = long_length(buf, pos + 8)[0], pos + 12
+        group, elem, vr, length, value_at = item_element(buf, pos, end, implicit, head, long_length)
         tag = group << 16 | elem
         if tag == _ITEM_DELIMITER:
             return pos + 8
