@@ -106,20 +106,19 @@ def _check_plane(seg: Any, grid: SliceGrid, tolerance: float) -> None:
                                                  f", the series' slices {rows}x{columns}; expected equal")
     measures = _shared(seg, None, "PixelMeasuresSequence")
     if measures is not None and measures.get("PixelSpacing"):
-        spacing = tuple(float(v) for v in measures.PixelSpacing)
-        off = max(abs(a - b) for a, b in zip(spacing, grid.spacing))
-        if off > tolerance:
-            raise Rejected(Reason.GEOMETRY_MISMATCH, f"SEG pixel spacing {_fmt(spacing)} mm, the series' "
-                                                     f"{_fmt(grid.spacing)} mm; differs by {off:.4g} mm, tolerance "
-                                                     f"{tolerance:g} mm")
+        _agree("pixel spacing", measures.PixelSpacing, grid.spacing, tolerance, " mm")
     plane = _shared(seg, None, "PlaneOrientationSequence")
     if plane is not None and plane.get("ImageOrientationPatient"):
-        cosines = tuple(float(v) for v in plane.ImageOrientationPatient)
-        off = max(abs(a - b) for a, b in zip(cosines, grid.orientation))
-        if off > ORIENTATION_TOLERANCE:
-            raise Rejected(Reason.GEOMETRY_MISMATCH, f"SEG planes oriented {_fmt(cosines)}, the series' "
-                                                     f"{_fmt(grid.orientation)}; differs by {off:.4g}, tolerance "
-                                                     f"{ORIENTATION_TOLERANCE:g}")
+        _agree("planes oriented", plane.ImageOrientationPatient, grid.orientation, ORIENTATION_TOLERANCE, "")
+
+
+def _agree(what: str, seg_values: Any, series: Sequence[float], tolerance: float, unit: str) -> None:
+    """Reject unless the SEG's `what` equals the series' within `tolerance`, naming both and the difference."""
+    measured = tuple(float(v) for v in seg_values)
+    off = max(abs(a - b) for a, b in zip(measured, series))
+    if off > tolerance:
+        raise Rejected(Reason.GEOMETRY_MISMATCH, f"SEG {what} {_fmt(measured)}{unit}, the series' {_fmt(series)}"
+                                                 f"{unit}; differs by {off:.4g}{unit}, tolerance {tolerance:g}{unit}")
 
 
 def _segment_number(f: int, group: Dataset, seg: Any) -> int:

@@ -9,7 +9,6 @@ dicomdirtests CT5N series.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -22,7 +21,6 @@ import openpyxl
 import pydicom
 import pytest
 import zarr
-from distributed import Client, LocalCluster
 
 from labzarr.convert import UsageError, execute, load_spec, read_manifest
 from labzarr.convert.annotations import AnnotationCells, Geometry, Refusal, place
@@ -97,7 +95,7 @@ class Converted:
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Converted]:
+def converted(tmp_path_factory: pytest.TempPathFactory, dask_client: object) -> Iterator[Converted]:
     root = tmp_path_factory.mktemp("annotated")
     raw = root / "raw"
     (raw / "case1").mkdir(parents=True)
@@ -121,9 +119,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Converted]:
         f'[delivery]\nname = "nodules"\nraw = "{raw}"\nstore = "{root / "nodules.zarr"}"\n\n'
         '[labels]\nworkbook = "nodules.xlsx"\nid_column = "Case"\n'
         'annotations = { center = ["coordX", "coordY", "coordZ"], diameter = "diameter_mm", space = "LPS" }\n')
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-        result = execute(load_spec(spec_path, root=root), client)
+    result = execute(load_spec(spec_path, root=root), dask_client)
     rows = {r["item_id"]: r for r in read_manifest(result.manifest) if r["item_id"]}
     yield Converted(store=result.spec.delivery.store.local_path(), manifest=rows,
                     summary=json.loads(result.summary_path.read_text()))
@@ -272,7 +268,8 @@ def test_a_bad_annotations_table_is_one_clear_error(tmp_path: Path, line: str, m
         load_spec(spec, root=tmp_path)
 
 
-def test_a_rerun_is_byte_stable_and_a_corrected_workbook_moves_the_annotations(tmp_path: Path) -> None:
+def test_a_rerun_is_byte_stable_and_a_corrected_workbook_moves_the_annotations(tmp_path: Path,
+                                                                             dask_client: object) -> None:
     raw = tmp_path / "raw"
     raw.mkdir()
     nib.save(nib.Nifti1Image(np.zeros((8, 8, 8), np.int16), np.eye(4)), raw / "case1.nii")
@@ -289,27 +286,25 @@ def test_a_rerun_is_byte_stable_and_a_corrected_workbook_moves_the_annotations(t
     spec_path.write_text(
         f'[delivery]\nname = "p"\nraw = "{raw}"\nstore = "{tmp_path / "p.zarr"}"\n\n[labels]\nworkbook = '
         '"points.xlsx"\nid_column = "Case"\nannotations = { center = ["i", "j", "k"], space = "voxel" }\n')
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-        first = execute(load_spec(spec_path, root=tmp_path), client)
-        committed = first.manifest.read_bytes(), first.summary_path.read_bytes()
-        again = execute(load_spec(spec_path, root=tmp_path), client)
-        assert (again.converted, again.manifest.read_bytes(), again.summary_path.read_bytes()) == (0, *committed)
-        (item,) = open_store(first.spec.delivery.store).items
-        assert [a.center for a in item.annotations] == [(1.0, 2.0, 3.0)]
-        assert [r["reason"] for r in json.loads(committed[1])["annotations"]["rejected"]] == ["annotation_outside"]
-        workbook(["case1", 4, 4, 4])  # the outside one corrected (and moved), the first one gone
-        execute(load_spec(spec_path, root=tmp_path), client)
-        (item,) = open_store(first.spec.delivery.store).items
-        arr = zarr.open_array(zarr.storage.LocalStore(first.spec.delivery.store.local_path()), path=item.array,
-                              mode="r", zarr_format=3)
-        assert [a.center for a in item.annotations] == [(4.0, 4.0, 4.0)]
-        assert arr.attrs["annotations"] == [{"center": [4.0, 4.0, 4.0], "size": [0.0, 0.0, 0.0], "source": "Sheet!B2"}]
-        workbook(["case1"])  # none left: the attr goes too
-        last = execute(load_spec(spec_path, root=tmp_path), client)
-        arr = zarr.open_array(zarr.storage.LocalStore(first.spec.delivery.store.local_path()), path=item.array,
-                              mode="r", zarr_format=3)
-        assert "annotations" not in arr.attrs.asdict()
-        assert open_store(first.spec.delivery.store).items[0].annotations == ()
-        assert json.loads(last.summary_path.read_text())["annotations"] == {
-            "placed": 0, "items": 0, "space": "voxel", "rejected": [], "of_rejected_items": {}}
+    first = execute(load_spec(spec_path, root=tmp_path), dask_client)
+    committed = first.manifest.read_bytes(), first.summary_path.read_bytes()
+    again = execute(load_spec(spec_path, root=tmp_path), dask_client)
+    assert (again.converted, again.manifest.read_bytes(), again.summary_path.read_bytes()) == (0, *committed)
+    (item,) = open_store(first.spec.delivery.store).items
+    assert [a.center for a in item.annotations] == [(1.0, 2.0, 3.0)]
+    assert [r["reason"] for r in json.loads(committed[1])["annotations"]["rejected"]] == ["annotation_outside"]
+    workbook(["case1", 4, 4, 4])  # the outside one corrected (and moved), the first one gone
+    execute(load_spec(spec_path, root=tmp_path), dask_client)
+    (item,) = open_store(first.spec.delivery.store).items
+    arr = zarr.open_array(zarr.storage.LocalStore(first.spec.delivery.store.local_path()), path=item.array,
+                          mode="r", zarr_format=3)
+    assert [a.center for a in item.annotations] == [(4.0, 4.0, 4.0)]
+    assert arr.attrs["annotations"] == [{"center": [4.0, 4.0, 4.0], "size": [0.0, 0.0, 0.0], "source": "Sheet!B2"}]
+    workbook(["case1"])  # none left: the attr goes too
+    last = execute(load_spec(spec_path, root=tmp_path), dask_client)
+    arr = zarr.open_array(zarr.storage.LocalStore(first.spec.delivery.store.local_path()), path=item.array,
+                          mode="r", zarr_format=3)
+    assert "annotations" not in arr.attrs.asdict()
+    assert open_store(first.spec.delivery.store).items[0].annotations == ()
+    assert json.loads(last.summary_path.read_text())["annotations"] == {
+        "placed": 0, "items": 0, "space": "voxel", "rejected": [], "of_rejected_items": {}}

@@ -6,7 +6,6 @@ The store is converted from NIfTI volumes whose voxels mark each annotation's ce
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import nibabel as nib
@@ -14,7 +13,6 @@ import numpy as np
 import openpyxl
 import pytest
 import torch
-from distributed import Client, LocalCluster
 from torch.utils.data import DataLoader
 
 from labzarr.convert import execute, load_spec
@@ -38,7 +36,7 @@ def marker(item: str, n: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def store(tmp_path_factory: pytest.TempPathFactory, dask_client: object) -> Path:
     root = tmp_path_factory.mktemp("lesions")
     raw = root / "raw"
     raw.mkdir()
@@ -59,9 +57,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f'[delivery]\nname = "lesions"\nraw = "{raw}"\nstore = "{root / "lesions.zarr"}"\n\n'
         '[labels]\nworkbook = "lesions.xlsx"\nid_column = "Case"\n'
         'annotations = { center = ["i", "j", "k"], size = ["w", "h", "d"], space = "voxel" }\n')
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-        result = execute(load_spec(spec, root=root), client)
+    result = execute(load_spec(spec, root=root), dask_client)
     assert [r.status for r in result.rows if r.item_id] == ["ok"] * 3
     return result.spec.delivery.store.local_path()
 
