@@ -853,12 +853,17 @@ def layout_rows(inputs: Inputs) -> list[Result]:
     return rows
 
 
-def run(workdir: Path) -> list[Result]:
-    if not log.handlers:  # progress on stderr; the table is the output
+def _progress_to_stderr() -> None:
+    """This module's progress lines on stderr (the table is the output); other loggers stay as they are."""
+    if not log.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("bench: %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
+
+
+def run(workdir: Path) -> list[Result]:
+    _progress_to_stderr()
     inputs = Inputs(workdir)
     inputs.ensure()
     for layout in LAYOUTS:  # converted before anything is timed
@@ -872,3 +877,18 @@ def run(workdir: Path) -> list[Result]:
     rows += threads_rows(workdir)
     log.info("threads_rows: %.0f s", time.perf_counter() - t)
     return rows
+
+
+if __name__ == "__main__":  # one group alone, e.g. `python bench/loaders.py --threads`
+    import argparse
+
+    from common import print_table
+
+    parser = argparse.ArgumentParser(description="bench/loaders.py's batched-reads group alone")
+    parser.add_argument("--threads", action="store_true", required=True,
+                        help="run the batched-reads group (num_workers 0, 2, 4 with and without threads)")
+    parser.add_argument("--workdir", type=Path, default=Path("data/bench"), help="cached generated inputs")
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    _progress_to_stderr()
+    print_table(NAME, threads_rows(args.workdir.resolve()))

@@ -199,17 +199,25 @@ class _Batch:
         chunk.parts.append(part)
 
     def run(self, mapper: Mapper) -> None:
-        """Fetch every chunk, then decode and place each through `mapper`; raises ChecksumError for damage."""
-        shards: dict[tuple[int, str], list[_Chunk]] = {}
+        """Fetch every chunk (a file, or a shard's chunks in one go), then decode and place each, both through
+        `mapper`: reads release the GIL as decodes do, so a thread pool overlaps them too. Raises ChecksumError
+        for damage."""
+        fetches: dict[tuple[int, str | tuple[int, ...]], list[_Chunk]] = {}
         for chunk in self._chunks.values():
-            if chunk.key is None:
-                chunk.direct.fetch_file(chunk)
-            else:
-                shards.setdefault((id(chunk.direct), chunk.key), []).append(chunk)
-        for (_, key), chunks in shards.items():
-            chunks[0].direct.fetch_shard(key, chunks)
+            fetches.setdefault((id(chunk.direct), chunk.coords if chunk.key is None else chunk.key), []).append(chunk)
+        for _ in mapper(_fetch, list(fetches.values())):
+            pass  # consumed for the errors, as below
         for _ in mapper(_place, [c for c in self._chunks.values() if c.data is not None]):
             pass  # consumed for the errors: a decode that raised re-raises here, in the caller's thread
+
+
+def _fetch(chunks: list[_Chunk]) -> None:
+    """The stored bytes of one chunk file, or of the chunks of one shard (each in a separate fetch task)."""
+    first = chunks[0]
+    if first.key is None:
+        first.direct.fetch_file(first)
+    else:
+        first.direct.fetch_shard(first.key, chunks)
 
 
 def _place(chunk: _Chunk) -> None:

@@ -14,6 +14,7 @@ import errno
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -259,46 +260,79 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 @dataclass(slots=True)
 class FolderTransport:
-    """A store folder, read with `os.pread` on file descriptors kept open per process."""
+    """A store folder, read with `os.pread` on file descriptors kept open per process.
+
+    At most `max_open` descriptors stay open, the oldest closed first; one that a read in another thread still
+    uses is closed when that read ends (`_busy`), never under it: a closed descriptor's number can be reused by
+    the next open, and a read on it would then return another file's bytes."""
 
     root: Path
     max_open: int = 256
     _fds: dict[str, int] = field(default_factory=dict, repr=False)
+    _busy: dict[int, int] = field(default_factory=dict, repr=False)  # fd -> reads in flight on it
+    _retired: set[int] = field(default_factory=set, repr=False)  # dropped from `_fds` while busy: closed when idle
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pid: int = field(default_factory=os.getpid, repr=False)
 
     @property
     def where(self) -> str:
         return str(self.root)
 
-    def _fd(self, key: str) -> int:
-        if self._pid != os.getpid():  # a forked child: the parent's descriptors are shared offsets, not ours
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(key)
-        if fd is None:
-            fd = os.open(self.root / key, os.O_RDONLY | os.O_CLOEXEC)
-            if len(self._fds) >= self.max_open:
-                os.close(self._fds.pop(next(iter(self._fds))))
-            self._fds[key] = fd
-        return fd
+    @contextmanager
+    def _fd(self, key: str) -> Iterator[int]:
+        self._own()
+        with self._lock:
+            fd = self._fds.get(key)
+            if fd is None:
+                fd = os.open(self.root / key, os.O_RDONLY | os.O_CLOEXEC)
+                if len(self._fds) >= self.max_open:
+                    self._drop(self._fds.pop(next(iter(self._fds))))
+                self._fds[key] = fd
+            self._busy[fd] = self._busy.get(fd, 0) + 1
+        try:
+            yield fd
+        finally:
+            with self._lock:
+                self._busy[fd] -= 1
+                if not self._busy[fd]:
+                    del self._busy[fd]
+                    if fd in self._retired:
+                        self._retired.discard(fd)
+                        os.close(fd)
+
+    def _own(self) -> None:
+        """In a forked child, forget the parent's descriptors (shared offsets, not ours) and its lock (which a
+        thread of the parent may have held at the fork, and nothing here would ever release)."""
+        if self._pid != os.getpid():
+            self._fds, self._busy, self._retired, self._pid = {}, {}, set(), os.getpid()
+            self._lock = threading.Lock()
+
+    def _drop(self, fd: int) -> None:
+        """Close `fd`, now or, while a read uses it, when that read ends (the lock is held)."""
+        if fd in self._busy:
+            self._retired.add(fd)
+        else:
+            os.close(fd)
 
     def read(self, key: str) -> bytes:
         return (self.root / key).read_bytes()
 
     def read_ranges(self, key: str, ranges: Sequence[Range]) -> list[bytes]:
-        fd = self._fd(key)
         out = []
-        for start, length in ranges:
-            if start < 0:
-                size = os.fstat(fd).st_size
-                start, length = max(0, size + start), min(size, -start)
-            data = os.pread(fd, length, start)
-            if len(data) != length:
-                raise EOFError(f"{self.root / key}: {len(data)} B at offset {start:,}, expected {length:,} B")
-            out.append(data)
+        with self._fd(key) as fd:
+            for start, length in ranges:
+                if start < 0:
+                    size = os.fstat(fd).st_size
+                    start, length = max(0, size + start), min(size, -start)
+                data = os.pread(fd, length, start)
+                if len(data) != length:
+                    raise EOFError(f"{self.root / key}: {len(data)} B at offset {start:,}, expected {length:,} B")
+                out.append(data)
         return out
 
     def size(self, key: str) -> int:
-        return os.fstat(self._fd(key)).st_size
+        with self._fd(key) as fd:
+            return os.fstat(fd).st_size
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         base = self.root / prefix if prefix else self.root
@@ -307,11 +341,12 @@ class FolderTransport:
         return {p.relative_to(self.root).as_posix(): p.stat().st_size for p in base.rglob("*") if p.is_file()}
 
     def close(self) -> None:
-        """Close this process's descriptors."""
-        if self._pid == os.getpid():
+        """Close this process's descriptors (one still being read from when its read ends)."""
+        self._own()
+        with self._lock:
             for fd in self._fds.values():
-                os.close(fd)
-        self._fds = {}
+                self._drop(fd)
+            self._fds = {}
 
     def __del__(self) -> None:
         # Descriptors are plain ints, which nothing else closes: a transport dropped without close() (a reader
@@ -323,3 +358,4 @@ class FolderTransport:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.root, self.max_open, self._fds, self._pid = state["root"], state["max_open"], {}, os.getpid()
+        self._busy, self._retired, self._lock = {}, set(), threading.Lock()

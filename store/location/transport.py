@@ -7,7 +7,10 @@ pickled. Keys are the store's posix paths relative to its root (`zarr.json`,
 `volumes/case1/c/0/0/0/0`). Reads are byte ranges: a suffix (`start < 0`) for a
 shard index, then `(start, length)` ranges for the chunks a region touches.
 A missing key raises `FileNotFoundError`, a range past an object's end
-`EOFError`; nothing here ever returns fill bytes.
+`EOFError`; nothing here ever returns fill bytes. Within its process a transport
+is safe to read from several threads at once (a batch's chunks are fetched in
+the reader's thread pool): what it opens lazily is opened under a lock, and a
+file is never closed while a read on it is in flight.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ appears whole. Listings are never cached: other processes write the same store.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -312,20 +313,29 @@ class FsspecTransport:
     options: Mapping[str, Any] = field(default_factory=dict)
     _fs: Any = field(default=None, repr=False)
     _pid: int = field(default_factory=os.getpid, repr=False)
+    # The first of several reading threads makes the filesystem; the others wait for it rather than make their own.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def where(self) -> str:
         return self.url
 
     def _filesystem(self) -> Any:
-        if self._fs is None or self._pid != os.getpid():
+        if self._pid != os.getpid():  # a forked child: a lock no parent thread holds
+            self._fs, self._pid, self._lock = None, os.getpid(), threading.Lock()
+        if self._fs is not None:
+            return self._fs
+        with self._lock:
+            return self._made()
+
+    def _made(self) -> Any:
+        if self._fs is None:
             import fsspec  # only URL stores need it
 
             # Not the instance cache: an instance made before a fork holds the parent's event loop and sessions.
             self._fs = fsspec.filesystem(self.url.partition("://")[0],
                                          **{"skip_instance_cache": True, "use_listings_cache": False,
                                             **self.options})
-            self._pid = os.getpid()
         return self._fs
 
     def _path(self, key: str) -> str:
@@ -380,3 +390,4 @@ class FsspecTransport:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url, self.options, self._fs, self._pid = state["url"], state["options"], None, os.getpid()
+        self._lock = threading.Lock()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,14 +47,23 @@ class ZipTransport:
     _fd: int | None = field(default=None, repr=False)
     _members: dict[str, tuple[int, int, bool]] | None = field(default=None, repr=False)  # offset, size, stored
     _pid: int = field(default_factory=os.getpid, repr=False)
+    # Threads of one process share the descriptor; the first to read opens it, the others wait for it.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def where(self) -> str:
         return str(self.path)
 
     def _open(self) -> tuple[int, dict[str, tuple[int, int, bool]]]:
-        if self._pid != os.getpid():
-            self._fd, self._members, self._pid = None, None, os.getpid()
+        if self._pid != os.getpid():  # a forked child: a new descriptor, and a lock no parent thread holds
+            self._fd, self._members, self._pid, self._lock = None, None, os.getpid(), threading.Lock()
+        fd, members = self._fd, self._members
+        if fd is not None and members is not None:
+            return fd, members
+        with self._lock:
+            return self._opened()
+
+    def _opened(self) -> tuple[int, dict[str, tuple[int, int, bool]]]:
         if self._fd is None or self._members is None:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             members = {}
@@ -117,6 +127,7 @@ class ZipTransport:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path, self._fd, self._members, self._pid = state["path"], None, None, os.getpid()
+        self._lock = threading.Lock()
 
 
 def _refuse(where: object) -> NoReturn:

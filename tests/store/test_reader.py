@@ -562,3 +562,56 @@ def test_missing_array_is_named(tmp_path: Path) -> None:
     write(tmp_path / "s.zarr", kind("locations"))
     with pytest.raises(FileNotFoundError, match="no array 'nothing'"):
         StoreReader(tmp_path / "s.zarr", backend="labzarr").read("nothing")
+
+
+def open_descriptors() -> int:
+    return len(list(Path("/proc/self/fd").iterdir()))
+
+
+def test_threads_read_one_folder_transport_while_it_closes_files(tmp_path: Path) -> None:
+    """A batch's shards are fetched in the reader's threads through one transport: with more files than it keeps
+    open, a descriptor another thread is reading from is closed only after that read (were it closed under the
+    read, its number could be reused by the next open and the read return another file's bytes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from labzarr.store.location import FolderTransport
+
+    blobs = {f"f{n}": np.random.default_rng(n).bytes(64 << 10) for n in range(24)}
+    for name, blob in blobs.items():
+        (tmp_path / name).write_bytes(blob)
+    before = open_descriptors()
+    transport = FolderTransport(tmp_path, max_open=2)
+    order = [name for _ in range(40) for name in blobs]
+    np.random.default_rng(0).shuffle(order)
+
+    def read(name: str) -> bool:
+        whole = transport.read_ranges(name, [(0, 64 << 10)])[0]
+        tail = transport.read_ranges(name, [(-100, 0), (5, 7)])
+        return whole == blobs[name] and tail == [blobs[name][-100:], blobs[name][5:12]]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(read, order))
+    assert open_descriptors() <= before + 2  # the LRU's bound holds, none leaked on the way
+    transport.close()
+    assert open_descriptors() == before
+
+
+def test_threads_read_a_batch_from_zip_and_folder_alike(tmp_path: Path) -> None:
+    """`read_many` through a thread pool (fetches and decodes both in threads) equals the plain map, for a folder
+    store and its zip, the zip's one descriptor opened once however many threads ask for it first."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root, requests = stores_for_fork(tmp_path)
+    want = [a.tobytes() for a in StoreReader(root).read_many(requests)]
+    with zipfile.ZipFile(tmp_path / "s.zip", "w", zipfile.ZIP_STORED) as zf:
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                zf.write(path, path.relative_to(root).as_posix())
+    before = open_descriptors()
+    with ThreadPoolExecutor(4) as pool:
+        for store in (root, tmp_path / "s.zip"):
+            reader = StoreReader(store)
+            got = reader.read_many(requests, mapper=pool.map)
+            assert [a.tobytes() for a in got] == want
+            reader.close()
+    assert open_descriptors() == before
