@@ -287,6 +287,7 @@ class _Direct:
             return
         box = out[tuple(None if one else slice(None) for one in region.picked)]  # a view: int axes kept as 1
         axes = [self._axis_hits(a, lo, hi) for a, (lo, hi) in enumerate(zip(region.start, region.stop))]
+        keys: dict[tuple[int, ...], str] = {}  # a region's chunks lie in few shards: each key spelled once
         for hits in itertools.product(*axes):
             coords, target = tuple(h[0] for h in hits), tuple(h[4] for h in hits)
             part = (box, target, tuple(h[3] for h in hits))
@@ -297,7 +298,9 @@ class _Direct:
                     batch.add(self, coords, None, None, (0, 0), part)
                 continue
             shard = tuple(h[1] for h in hits)
-            key = self._prefix + lay.key(shard)
+            key = keys.get(shard)
+            if key is None:
+                key = keys[shard] = self._prefix + lay.key(shard)
             index = self._index(key, shard)
             offset, nbytes = (ABSENT, 0) if index is None else index[sum(h[2] for h in hits)]
             if offset == ABSENT:
