@@ -69,6 +69,19 @@ def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
+def _batch_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An empty tensor to read a batch into: in a DataLoader worker, in shared memory from the start (as torch's
+    `default_collate` allocates its stacks), so that sending it to the main process moves no bytes (a tensor in
+    private memory is copied into a new shared segment on the way); pinned when CUDA is available outside workers."""
+    if get_worker_info() is not None:
+        elem = torch.empty(0, dtype=dtype)
+        # What default_collate does (torch has no public call that allocates straight into shared memory).
+        storage = elem._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
+            int(np.prod(shape)), device=elem.device)
+        return elem.new(storage).view(shape)
+    return torch.empty(shape, dtype=dtype, pin_memory=torch.cuda.is_available())
+
+
 class PatchDataset(Dataset[Sample]):
     """Patches of every ok item of a store: random (`patches_per_item` per item per epoch) or a grid of tiles.
 
@@ -401,7 +414,6 @@ class PatchDataset(Dataset[Sample]):
         (in pinned memory when CUDA is available, outside DataLoader workers) whose rows are the samples'
         tensors; items of different channel counts or dtypes get a tensor each."""
         located = [self.locate(key) for key in keys]
-        pin = get_worker_info() is None and torch.cuda.is_available()
         requests: list[tuple[IndexItem, Region, str]] = []
         outs: list[npt.NDArray[Any]] = []
         tensors: dict[str, list[torch.Tensor]] = {}
@@ -409,7 +421,7 @@ class PatchDataset(Dataset[Sample]):
             layouts = [(*self._layout(self.items[k], role), reg.size) for k, reg in located]
             channels, dtype, size = layouts[0]
             if all(lay == layouts[0] for lay in layouts):
-                batch = torch.empty((len(located), channels, *size), dtype=_torch_dtype(dtype), pin_memory=pin)
+                batch = _batch_buffer((len(located), channels, *size), _torch_dtype(dtype))
                 tensors[role] = [batch[b] for b in range(len(located))]
                 outs += list(batch.numpy())
             else:

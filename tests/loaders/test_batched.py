@@ -77,6 +77,27 @@ def test_a_batch_is_one_tensor_whose_rows_collate_uncopied(volumes: Path) -> Non
     assert floats._base is None and torch.equal(floats, batch["image"].float())
 
 
+class SharedAtCollate(Collate):
+    """Collate, also telling whether the batch it hands on was in shared memory already in the worker."""
+
+    def __call__(self, batch):  # type: ignore[no-untyped-def]
+        out = super().__call__(batch)
+        return {**out, "shared_in_worker": out["image"].is_shared()}
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_reads_its_batch_into_shared_memory(volumes: Path) -> None:
+    """In a DataLoader worker the batch is read into shared memory and handed on uncopied, so the trip to the
+    main process moves no bytes; in the main process it is ordinary (or pinned) memory."""
+    ds = PatchDataset(volumes, (4, 4, 2), kind="volume", patches_per_item=2, seed=1, read=ReadOptions(threads=2))
+    keys = list(range(12))
+    loader = DataLoader(ds, batch_size=4, sampler=keys, num_workers=2, collate_fn=SharedAtCollate())
+    batches = list(loader)
+    assert [b["shared_in_worker"] for b in batches] == [True] * 3
+    assert_same_bytes(batches, one_by_one(ds, keys))
+    assert SharedAtCollate()(ds.__getitems__(keys[:4]))["shared_in_worker"] is False
+
+
 def test_batch_size_and_batch_sampler_read_in_the_main_process(volumes: Path) -> None:
     ds = PatchDataset(volumes, (4, 4, 2), kind="volume", patches_per_item=4, seed=2)
     keys = list(range(len(ds)))[::3]
