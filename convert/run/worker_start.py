@@ -40,6 +40,7 @@ PRELOAD: tuple[str, ...] = (
     "labzarr.convert.run.part_task",
     "labzarr.convert.run.sample_task",
     "labzarr.convert.write.arrays",
+    "labzarr.convert.run._server_exit",  # the server's own quick exit: imported there and nowhere else
 )
 
 # dask's nanny starts each worker with MALLOC_TRIM_THRESHOLD_=65536, and setting any glibc malloc threshold freezes
