@@ -312,7 +312,7 @@ def _positive(name: str, value: float | int, hint: str) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    if args.scheduler is None and not args.dry_run:
+    if args.scheduler is None and not args.dry_run and args.spec.is_file():  # a mistyped path starts nothing
         _start_workers_early()
     from .console import progress_display, summary_table
     from .run.driver import convert_delivery
