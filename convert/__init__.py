@@ -5,7 +5,8 @@
 - `write/`: writing the store through the store layer: arrays, stacks, the lock, bookkeeping, outcomes.
 - `qc/`: reviewing a converted store: the report page, verify, inspect, diff.
 
-The run's names are imported on first use (PEP 562): planning or reading a spec loads no dask or zarr.
+Every name is imported on first use (PEP 562): planning or reading a spec loads no dask or zarr, and the CLI loads
+nothing of the readers before it has parsed its arguments.
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .discover import Candidate, FileEntry, discover, walk
-from .errors import UsageError
-from .ids import normalize_id
-from .manifest import Row, read_manifest
-from .plan.build import Plan, VolumeTask
-from .progress import Progress, ProgressEvent
-from .spec import Spec, load_spec
-
 if TYPE_CHECKING:
     from .check import CheckReport, check_delivery
+    from .discover import Candidate, FileEntry, discover, walk
+    from .errors import UsageError
+    from .ids import normalize_id
+    from .manifest import Row, read_manifest
+    from .plan.build import Plan, VolumeTask
+    from .progress import Progress, ProgressEvent
     from .run.driver import RunResult, convert_delivery, execute
+    from .spec import Spec, load_spec
 
 __all__ = [
     "Candidate",
@@ -47,9 +47,14 @@ __all__ = [
     "walk",
 ]
 
-# The run's names load dask and zarr, and check's the store's bookkeeping: imported on first use (PEP 562), so
-# that reading a spec or planning does not.
-_LAZY = {"RunResult": "run.driver", "convert_delivery": "run.driver", "execute": "run.driver",
+# Every name is imported on first use (PEP 562): the spec's pull in the readers (pydicom, nibabel, openpyxl), the
+# run's dask and zarr, check's the store's bookkeeping; `labzarr convert` parses its arguments and starts its
+# workers' imports (`run/worker_start.py`) before it pays for any of them.
+_LAZY = {"Candidate": "discover", "FileEntry": "discover", "discover": "discover", "walk": "discover",
+         "UsageError": "errors", "normalize_id": "ids", "Row": "manifest", "read_manifest": "manifest",
+         "Plan": "plan.build", "VolumeTask": "plan.build", "Progress": "progress", "ProgressEvent": "progress",
+         "Spec": "spec", "load_spec": "spec",
+         "RunResult": "run.driver", "convert_delivery": "run.driver", "execute": "run.driver",
          "CheckReport": "check", "check_delivery": "check"}
 
 

@@ -293,6 +293,14 @@ def _quiet_dask() -> None:
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
+def _start_workers_early() -> None:
+    """Start the embedded cluster's worker server now (`run/worker_start.py`): it imports what a worker needs while
+    this process imports the driver, rather than after it."""
+    from .run.worker_start import pre_spawn_environ, start_worker_server, worker_environ
+
+    start_worker_server(worker_environ(pre_spawn_environ()))
+
+
 def _shown(path: Path | Location) -> str:
     """`path` relative to the working directory when it lies below it: what the user typed, not /abs/olute."""
     return as_location(path).shown(Path.cwd())
@@ -304,6 +312,8 @@ def _positive(name: str, value: float | int, hint: str) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    if args.scheduler is None and not args.dry_run and args.spec.is_file():  # a mistyped path starts nothing
+        _start_workers_early()
     from .console import progress_display, summary_table
     from .run.driver import convert_delivery
 

@@ -585,9 +585,8 @@ def _classic_kind(ds: Dataset) -> dict[str, object]:
 def csa_items(ds: Dataset) -> dict[str, list[Any]]:
     """The items of every tag of a Siemens file's CSA image header, by name (nibabel's reader); {} when it has
     none or it cannot be read, since these values are optional extras (a mosaic's own CSA check is `_mosaic`'s)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # importing nibabel.nicom warns that its DICOM readers are experimental
-        from nibabel.nicom import csareader
+    # Importing nibabel.nicom warns that its DICOM readers are experimental: in a run, that goes to the run log.
+    from nibabel.nicom import csareader
 
     try:
         csa = csareader.get_csa_header(ds, "image")

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from defusedxml.ElementTree import iterparse
-from openpyxl.utils.cell import coordinate_to_tuple, range_boundaries
 
 __all__ = ["Merge", "SheetScan", "scan_sheet"]
 
@@ -43,6 +42,8 @@ def _local(tag: str) -> str:
 
 def scan_sheet(path: Path, part: str) -> SheetScan:
     """Merged ranges and uncached formula cells of worksheet `part` (a zip member name) in `path`."""
+    from openpyxl.utils.cell import coordinate_to_tuple, range_boundaries  # as in excel.py: where a workbook is read
+
     merges: list[Merge] = []
     uncached: set[tuple[int, int]] = set()
     row = col = 0

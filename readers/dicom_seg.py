@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import highdicom as hd
 import numpy as np
 import numpy.typing as npt
 from pydicom.dataset import Dataset
@@ -40,6 +39,8 @@ SegMasks = tuple[tuple[MaskClass, ...], npt.NDArray[np.bool_]]  # segments by nu
 
 def read_seg(path: Path, stack: SeriesStack, *, threshold: float, tolerance: float) -> SegMasks:
     """The SEG at `path` on `stack`'s grid: its segments (ascending number) and one canonical mask per segment."""
+    import highdicom as hd  # here, not at the top: a run or a worker that meets no SEG never pays for importing it
+
     grid = SliceGrid.of(stack)
     try:
         with warnings.catch_warnings():
@@ -78,6 +79,8 @@ def read_seg(path: Path, stack: SeriesStack, *, threshold: float, tolerance: flo
 
 
 def _segments(seg: Any) -> tuple[MaskClass, ...]:
+    import highdicom as hd
+
     out = []
     for item in seg.SegmentSequence:
         lab = item.get("RecommendedDisplayCIELabValue")

@@ -19,20 +19,18 @@ import warnings
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from xml.etree.ElementTree import ParseError
 
-import openpyxl
 from defusedxml import DefusedXmlException
-from openpyxl.cell.read_only import EMPTY_CELL
-from openpyxl.utils.cell import column_index_from_string, get_column_letter
-from openpyxl.utils.exceptions import InvalidFileException
-from openpyxl.workbook.workbook import Workbook
-from openpyxl.worksheet._read_only import ReadOnlyWorksheet
 
 from ._cell_text import cell_text
 from ._sheet_scan import Merge, SheetScan, scan_sheet
 from ._xlsx_container import WorkbookError, WorkbookLimits, check_container
+
+if TYPE_CHECKING:
+    from openpyxl.workbook.workbook import Workbook
+    from openpyxl.worksheet._read_only import ReadOnlyWorksheet
 
 __all__ = ["ColumnRef", "LabelCell", "LabelRow", "LabelSheet", "WorkbookError", "WorkbookLimits", "read_label_sheet",
            "sheet_names"]
@@ -40,6 +38,20 @@ __all__ = ["ColumnRef", "LabelCell", "LabelRow", "LabelSheet", "WorkbookError", 
 _LETTERS = re.compile(r"[A-Z]{1,3}")
 _MAX_COLUMN = 16384  # XFD, Excel's last column
 _SHOWN_ROWS = 6  # rows quoted in a "header not found" message
+
+
+# openpyxl is imported where a workbook is read, not with this module: `labzarr.readers` is imported by every run
+# and worker, most deliveries have no workbook, and importing openpyxl costs each process a tenth of a second.
+def _column_index(letters: str) -> int:
+    from openpyxl.utils.cell import column_index_from_string
+
+    return column_index_from_string(letters)
+
+
+def _column_letter(index: int) -> str:
+    from openpyxl.utils.cell import get_column_letter
+
+    return get_column_letter(index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +68,7 @@ class ColumnRef:
     @classmethod
     def parse(cls, text: str) -> ColumnRef:
         """A letter when `text` is one (``"F"``, ``"AB"``), else header text."""
-        if _LETTERS.fullmatch(text) and column_index_from_string(text) <= _MAX_COLUMN:
+        if _LETTERS.fullmatch(text) and _column_index(text) <= _MAX_COLUMN:
             return cls(letter=text)
         return cls(header=text)
 
@@ -127,6 +139,9 @@ def sheet_names(path: Path, limits: WorkbookLimits = WorkbookLimits()) -> tuple[
 
 
 def _open(path: Path) -> Workbook:
+    import openpyxl
+    from openpyxl.utils.exceptions import InvalidFileException
+
     try:
         return openpyxl.load_workbook(path, read_only=True, data_only=True)
     except (InvalidFileException, KeyError, ValueError, TypeError, AttributeError, OSError) as exc:
@@ -157,8 +172,8 @@ def _read(path: Path, sheet: int | str, id_column: ColumnRef, columns: Mapping[s
     headers = {c: t for c, t in header.header_cells()}
     return LabelSheet(
         sheet=ws.title, sheet_index=index, sheets=tuple(wb.sheetnames), header_row=header.r,
-        id_column=get_column_letter(cols["id_column"]),
-        columns=tuple((n, get_column_letter(cols[f"columns.{n}"]), headers.get(cols[f"columns.{n}"], ""))
+        id_column=_column_letter(cols["id_column"]),
+        columns=tuple((n, _column_letter(cols[f"columns.{n}"]), headers.get(cols[f"columns.{n}"], ""))
                       for n in columns),
         rows=sheet_rows, warnings=(*notes, *read_notes),
     )
@@ -186,6 +201,8 @@ def _pick(wb: Workbook, sheet: int | str, path: Path) -> tuple[ReadOnlyWorksheet
                             else "use one of the names above or a 1-based index")
     index = names.index(name) + 1
     ws = wb[name]
+    from openpyxl.worksheet._read_only import ReadOnlyWorksheet
+
     if not isinstance(ws, ReadOnlyWorksheet):
         raise WorkbookError("sheet", f"sheet {index} {name!r} is a chart sheet, not a table: {found}",
                             "pick the sheet that holds the ID and label columns")
@@ -207,7 +224,9 @@ class _Row:
         self._merges, self._anchors = merges, anchors
 
     def _own(self, col: int) -> LabelCell:
-        ref = f"{self._title}!{get_column_letter(col)}{self.r}"
+        from openpyxl.cell.read_only import EMPTY_CELL
+
+        ref = f"{self._title}!{_column_letter(col)}{self.r}"
         cell = self._cells[col - 1] if col <= len(self._cells) else EMPTY_CELL
         value = getattr(cell, "value", None)
         if value is None:
@@ -225,7 +244,7 @@ class _Row:
         if m is None or (m.min_row, m.min_col) == (self.r, col):
             return self._own(col)
         anchor = self._anchors.get(m, LabelCell("", ""))
-        return LabelCell(anchor.value, f"{self._title}!{get_column_letter(col)}{self.r}", anchor.missing)
+        return LabelCell(anchor.value, f"{self._title}!{_column_letter(col)}{self.r}", anchor.missing)
 
     def header_cells(self) -> list[tuple[int, str]]:
         """(column, text) of non-empty cells, a merged range counted once at its first column."""
@@ -285,7 +304,7 @@ def _find_header(rows: Iterator[_Row], refs: Mapping[str, ColumnRef], header_row
             cols = _resolve(row, refs, where, strict=False, seen=seen)
             if cols:
                 return row, cols
-        elif _looks_like_header(row, column_index_from_string(refs["id_column"].letter)):
+        elif _looks_like_header(row, _column_index(refs["id_column"].letter)):
             return row, _resolve(row, refs, where, strict=True, seen=seen)
     found = "; ".join(seen) or "no non-empty rows"
     if header_row != "auto":
@@ -318,7 +337,7 @@ def _nearest(header: str, rows: Sequence[_Row]) -> str:
     close = difflib.get_close_matches(_norm(header), list(cells), n=3)
     if not close:
         return "and no cell there resembles it"
-    return "nearest: " + ", ".join(f"{t!r} (row {r}, column {get_column_letter(c)})"
+    return "nearest: " + ", ".join(f"{t!r} (row {r}, column {_column_letter(c)})"
                                    for r, c, t in (cells[k] for k in close))
 
 
@@ -339,19 +358,19 @@ def _resolve(row: _Row, refs: Mapping[str, ColumnRef], where: str, *, strict: bo
     cols: dict[str, int] = {}
     for key, ref in sorted(refs.items(), key=lambda kv: bool(kv[1].letter)):
         if ref.letter:
-            cols[key] = column_index_from_string(ref.letter)
+            cols[key] = _column_index(ref.letter)
             clash = [c for c, t in cells if _norm(t) == _norm(ref.letter) and c != cols[key]]
             if clash:
                 raise WorkbookError(key, f"{ref.letter!r} is read as column letter {ref.letter}, but header row "
                                     f"{row.r} of {where} has a header {ref.letter!r} in column "
-                                    f"{get_column_letter(clash[0])}",
-                                    f"write the letter {get_column_letter(clash[0])!r} or "
+                                    f"{_column_letter(clash[0])}",
+                                    f"write the letter {_column_letter(clash[0])!r} or "
                                     f'{{ header = "{ref.letter}" }} to mean that header')
             continue
         hits = [c for c, t in cells if _norm(t) == _norm(ref.header)]
         if len(hits) > 1:
             raise WorkbookError(key, f"header {ref.header!r} appears in columns "
-                                f"{', '.join(get_column_letter(c) for c in hits)} of row {row.r} in {where}",
+                                f"{', '.join(_column_letter(c) for c in hits)} of row {row.r} in {where}",
                                 "name the column by its letter instead")
         if not hits:
             if strict:
@@ -385,12 +404,12 @@ def _data_rows(rows: Iterator[_Row], cols: Mapping[str, int], names: Sequence[st
             filled[n] += bool(v.value.strip())
         out.append(LabelRow(id_cell, values))
     if not out:
-        raise WorkbookError("id_column", f"no IDs in column {get_column_letter(cols['id_column'])} below header row "
+        raise WorkbookError("id_column", f"no IDs in column {_column_letter(cols['id_column'])} below header row "
                             f"{header} of sheet {title!r} (rows {header + 1}..{last})",
                             "check [labels] sheet, id_column and header_row")
     for n, count in filled.items():
         if count == 0 and n not in may_be_blank:
-            col = get_column_letter(cols[f"columns.{n}"])
+            col = _column_letter(cols[f"columns.{n}"])
             raise WorkbookError(f"columns.{n}", f"column {col} holds no value in any of the {len(out)} ID rows "
                                 f"below header row {header} of sheet {title!r}", "point the label at the right column")
     return tuple(out), notes

@@ -28,7 +28,6 @@ import numpy.typing as npt
 import pydicom
 from pydicom.dataset import Dataset
 from pydicom.errors import InvalidDicomError
-from skimage.draw import polygon
 
 from ._dicom_layout import SeriesStack
 from .masks import MaskClass, SliceGrid
@@ -103,6 +102,8 @@ def read_rtstruct(path: Path, stack: SeriesStack, *, rules: RoiRules, tolerance:
 def _draw(into: npt.NDArray[np.bool_], contours: Sequence[Dataset], grid: SliceGrid, tolerance: float,
           name: str) -> None:
     """Fill one ROI's closed contours into its (i, j, k) mask, even-odd across the contours of each slice."""
+    from skimage.draw import polygon  # here: only an RTSTRUCT needs scikit-image
+
     n = grid.shape[2]
     step = float(np.linalg.norm(grid.lps[:3, 2])) or 1.0
     for c in contours:

@@ -78,6 +78,8 @@ from .part_task import stage_parts
 from .settings import TaskSettings, threads_per_task, usable_cores
 from .split_step import split_rows
 from .supervise import Jobs, hang_report_after, run_tasks
+from .warnings_log import RunWarnings, run_warnings
+from .worker_start import METHOD, WORKER_MALLOC, start_worker_server, worker_environ
 
 __all__ = ["Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery", "default_workers",
            "execute", "local_cluster", "local_cluster_config"]
@@ -159,20 +161,23 @@ def convert_delivery(
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
     client = _client(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries)
-    with _running(parsed.delivery.store, client) as (started_client, lock):
-        return _execute(parsed, started_client, lock, progress=progress, started=started, labels=labels,
+    with _running(parsed.delivery.store, client) as (started_client, lock, warned):
+        return _execute(parsed, started_client, lock, warned, progress=progress, started=started, labels=labels,
                         repair=repair or {})
 
 
 @contextmanager
-def _running(store: Location, client: AbstractContextManager[Client]) -> Iterator[tuple[Client, LockInfo]]:
+def _running(store: Location,
+             client: AbstractContextManager[Client]) -> Iterator[tuple[Client, LockInfo, RunWarnings]]:
     """What a run holds while it converts, the same for `convert_delivery` and `execute` so that both write the
     same store bytes: the store's folder, its write errors as usage errors, its lock, then `client` entered (the
     lock first: a second run on this store fails at once, before starting a cluster), zarr's compact metadata
-    documents and the frozen heap (after the cluster started, so that its objects are frozen too)."""
+    documents and the frozen heap (after the cluster started, so that its objects are frozen too), and the record of
+    the run's third-party warnings (`warnings_log.py`)."""
     _create_folder(store)
     with _store_errors(store), store_lock(store) as lock, client as entered, compact_metadata(), _heap_frozen():
-        yield entered, lock
+        with run_warnings(entered, lock.run_id) as warned:  # to the run log, not the console (warnings_log.py)
+            yield entered, lock, warned
 
 
 @contextmanager
@@ -223,15 +228,6 @@ def _client(workers: int, scheduler: str | None, *, crash_retries: int) -> Itera
         yield client
 
 
-# dask's nanny starts each worker with MALLOC_TRIM_THRESHOLD_=65536, and setting any glibc malloc threshold freezes
-# the mmap threshold at 128 KiB: every slab and block buffer is then a fresh mmap, zeroed page by page, and
-# unmapped again, which costs a volume mostly system time. At 64 MiB those buffers are
-# reused from the heap; a worker's peak memory is bounded by the slab budget either way. The variables are read
-# at process start, so they go in the nanny's pre-spawn environment; a variable already in the driver's own
-# environment takes precedence there (that is how a user overrides them).
-WORKER_MALLOC: dict[str, int] = {"MALLOC_MMAP_THRESHOLD_": 64 << 20, "MALLOC_TRIM_THRESHOLD_": 64 << 20}
-
-
 def local_cluster_config(crash_retries: int) -> dict[str, object]:
     """The dask config the embedded LocalCluster is started under (also what bench/convert.py uses)."""
     return {
@@ -240,6 +236,7 @@ def local_cluster_config(crash_retries: int) -> dict[str, object]:
         "distributed.scheduler.allowed-failures": crash_retries,
         "distributed.scheduler.worker-saturation": 1.0,
         **{f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()},
+        "distributed.worker.multiprocessing-method": METHOD,  # workers forked with their imports done (worker_start)
     }
 
 
@@ -248,6 +245,7 @@ def local_cluster(workers: int, *, crash_retries: int) -> Iterator[LocalCluster]
     """The cluster `labzarr convert` starts for itself: `workers` single-threaded worker processes, started
     under `local_cluster_config`, stopped on exit (the test suite shares one between conversions)."""
     with dask.config.set(local_cluster_config(crash_retries)), _sigint_blocked():
+        start_worker_server(worker_environ(dask.config.get("distributed.nanny.pre-spawn-environ")))
         cluster = _local_cluster(workers)
     with cluster:
         yield cluster
@@ -302,8 +300,9 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     `labels` is the spec's workbook as `load_labels` read it; it is read here when not given. `repair`: as
     for `convert_delivery`.
     """
-    with _running(spec.delivery.store, nullcontext(client)) as (client, lock):
-        return _execute(spec, client, lock, progress=progress, started=started, labels=labels, repair=repair or {})
+    with _running(spec.delivery.store, nullcontext(client)) as (client, lock, warned):
+        return _execute(spec, client, lock, warned, progress=progress, started=started, labels=labels,
+                        repair=repair or {})
 
 
 @contextmanager
@@ -331,8 +330,8 @@ def _create_folder(store: Location) -> None:
                          "data/stores/<delivery>.zarr") from exc
 
 
-def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress | None, started: float | None,
-             labels: LabelSheet | None, repair: Mapping[str, Damage]) -> RunResult:
+def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *, progress: Progress | None,
+             started: float | None, labels: LabelSheet | None, repair: Mapping[str, Damage]) -> RunResult:
     t_start = time.perf_counter()
     t0 = started if started is not None else t_start  # spec parsing and cluster start-up count as `start_s`
     if spec.labels is not None and labels is None:
@@ -425,6 +424,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         # Of the converted, those decoded again only because the store's copy was damaged, and why.
         "repaired": [{"item_id": r.item_id, "source": r.source, "array": r.array, "why": r.why}
                      for r in the_plan.repaired],
+        "warnings": warned.collected(),  # third-party warnings of the driver and the workers, each once
     }
     run_log_path(store).write_atomic(summary_json(run_log))
     atomic_write(manifest_path, manifest)

@@ -5,7 +5,9 @@ The test starts every process itself on 127.0.0.1 free ports and stops each one.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,9 +23,11 @@ import zarr
 from distributed import Client
 
 from labzarr.convert import convert_delivery
+from labzarr.convert.demo import write_spec
 from labzarr.convert.progress import ProgressEvent
 
 from ..conftest import make_delivery
+from ..dicom_data import write_delivery
 
 DASK = Path(sys.executable).parent / "dask"
 
@@ -143,3 +147,43 @@ def test_killing_a_worker_mid_run_gives_the_same_result(cluster: Cluster, tmp_pa
     assert all(r.status != "rejected" or r.reason != "decoder_crash" for r in got.rows)
     with Client(cluster.address) as client:
         assert len(client.scheduler_info()["workers"]) == 1
+
+
+def _untimed(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if not k.endswith("_s") and k != "warnings"}
+    return [_untimed(v) for v in value] if isinstance(value, list) else value
+
+
+def test_forked_workers_write_what_spawned_workers_write(cluster: Cluster, tmp_path: Path) -> None:
+    """`labzarr convert`'s own workers (forked from its worker server, run/worker_start.py) and an existing
+    cluster's (`dask worker`: fresh interpreters) give the same bytes: manifest, summary and every store file."""
+    raw = tmp_path / "raw"
+    write_delivery(raw)
+    spec = write_spec(tmp_path / "manifests" / "dicom" / "delivery.toml", raw=raw, store=tmp_path / "dicom.zarr",
+                      name="dicom", labels=False)
+    outputs: dict[str, dict[str, object]] = {}
+    for how, option in (("forked", ["--workers", "2"]), ("spawned", ["--scheduler", cluster.address])):
+        done = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(spec), "--quiet", *option],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0 and not done.stdout + done.stderr, done.stderr[-3000:]
+        store = tmp_path / "dicom.zarr"
+        # Stack and shard records live under the run's random id: named by it, they are compared without it.
+        runs = {p.name.encode() for p in store.joinpath(".labzarr", "records").iterdir()}
+        files: dict[str, object] = {}
+        for p in store.rglob("*"):
+            if p.is_file():
+                name, data = str(p.relative_to(store)).encode(), p.read_bytes()
+                for run in runs:
+                    name, data = name.replace(run, b"RUN"), data.replace(run, b"RUN")
+                files[name.decode()] = data
+        # The run log times the run and lists the warnings its workers met (the cluster's were started ignoring them).
+        files[".labzarr/last-run.json"] = _untimed(json.loads(store.joinpath(".labzarr", "last-run.json").read_text()))
+        files |= {name: (spec.parent / name).read_bytes() for name in ("manifest.csv", "summary.json")}
+        outputs[how] = files
+        shutil.rmtree(store)
+        for name in ("manifest.csv", "summary.json"):
+            (spec.parent / name).unlink()
+    assert ",ok," in str(outputs["forked"]["manifest.csv"])
+    assert outputs["forked"].keys() == outputs["spawned"].keys()
+    assert [k for k in outputs["forked"] if outputs["forked"][k] != outputs["spawned"][k]] == []

@@ -2,13 +2,15 @@
 
 nibabel warns that its DICOM readers are experimental when nibabel.nicom is imported, pydicom warns about
 values that break their VR, and each spawned worker is a fresh interpreter that would print such a warning
-once to the console it inherits. The deliveries: the tests' messy DICOM delivery (pydicom's and nibabel's real
+once to the console it inherits: a run records them in its run log (`.labzarr/last-run.json`) instead. The
+deliveries: the tests' messy DICOM delivery (pydicom's and nibabel's real
 files, Siemens CSA headers and corrupt files among them) always, and the real exports of dcm_qa_enh (Siemens
 XA and Philips enhanced multi-frame) where its mirror is beside the project.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +46,10 @@ def test_quiet_prints_nothing_on_a_dicom_delivery(tmp_path: Path, source: str) -
     # Converted for real: the manifest holds ok DICOM rows.
     manifest = (spec.parent / "manifest.csv").read_text()
     assert ",ok," in manifest and ",dicom," in manifest
+    # nibabel's warning went to the run log instead, once however many workers met it.
+    logged = json.loads((tmp_path / "dicom.zarr" / ".labzarr" / "last-run.json").read_text())["warnings"]
+    assert [w for w in logged if "The DICOM readers are highly experimental" in w] == [
+        next(w for w in logged if w.startswith("UserWarning: The DICOM readers are highly experimental"))], logged
     # Without --quiet, the summary shows, and still no third-party warning.
     (tmp_path / "dicom.zarr").rename(tmp_path / "first.zarr")
     loud = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

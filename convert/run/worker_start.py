@@ -1,0 +1,104 @@
+"""How the embedded cluster's worker processes start: forked from a server that imported a task's modules once.
+
+dask's nanny starts each worker as a fresh interpreter (multiprocessing's spawn) by default, and every worker
+then imports distributed, numpy, pydicom, nibabel, zarr and labzarr's task modules before its first task: on a
+small delivery that and the workers' slow exit are most of the run (docs/benchmarks.md, "Fixed cost"). Here the
+workers are forked by multiprocessing's forkserver instead: one process, started by exec (not a fork of the
+driver, whose event-loop and pool threads a fork would copy in whatever state they were in), imports `PRELOAD`
+once and forks a worker on request, its modules already imported. A worker is still its own process, so a reader that
+segfaults or hangs costs its item only, as with spawned workers.
+
+Variables a process reads when it starts (the malloc thresholds, the BLAS thread counts, the hash seed) must be in
+the server's environment: its children never start an interpreter of their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from multiprocessing import forkserver, resource_tracker
+from pathlib import Path
+
+__all__ = ["METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "start_worker_server", "worker_environ"]
+
+METHOD = "forkserver"  # distributed.worker.multiprocessing-method of the embedded cluster
+
+# What a worker runs: dask's worker, the probe, the tasks of `run_tasks` and the label writer, and through them the
+# readers (pydicom, nibabel, PIL) and the store (zarr, numcodecs). Modules that start threads when imported must
+# not be here (a fork keeps only the forking thread); highdicom and scikit-image, which few deliveries need, are
+# imported by the task that needs them.
+PRELOAD: tuple[str, ...] = (
+    "distributed",
+    "numpy",
+    "labzarr.convert.probe",
+    "labzarr.convert.run.volume_task",
+    "labzarr.convert.run.shard_task",
+    "labzarr.convert.run.part_task",
+    "labzarr.convert.run.sample_task",
+    "labzarr.convert.write.arrays",
+    "labzarr.convert.run._server_exit",  # the server's own quick exit: imported there and nowhere else
+)
+
+# dask's nanny starts each worker with MALLOC_TRIM_THRESHOLD_=65536, and setting any glibc malloc threshold freezes
+# the mmap threshold at 128 KiB: every slab and block buffer is then a fresh mmap, zeroed page by page, and
+# unmapped again, which costs a volume mostly system time. At 64 MiB those buffers are
+# reused from the heap; a worker's peak memory is bounded by the slab budget either way. The variables are read
+# at process start, so they go in the nanny's pre-spawn environment (and the worker server's); a variable already
+# in the driver's own environment takes precedence there (that is how a user overrides them).
+WORKER_MALLOC: dict[str, int] = {"MALLOC_MMAP_THRESHOLD_": 64 << 20, "MALLOC_TRIM_THRESHOLD_": 64 << 20}
+
+# dask's nanny gives every worker this seed unless one is set (so that hashing agrees between workers).
+_HASH_SEED = "6640"
+
+
+def worker_environ(pre_spawn: Mapping[str, object]) -> dict[str, str]:
+    """The environment a worker starts with, as dask's nanny computes it: `pre_spawn` (the config's
+    `distributed.nanny.pre-spawn-environ`) where this process's environment does not set the variable already."""
+    env = {k: os.environ.get(k, str(v)) for k, v in pre_spawn.items()}
+    if env.get("PYTHONHASHSEED") in (None, "0"):
+        env["PYTHONHASHSEED"] = _HASH_SEED
+    return env
+
+
+def pre_spawn_environ() -> dict[str, object]:
+    """`distributed.nanny.pre-spawn-environ` as the embedded cluster will see it, without importing distributed
+    (whose import is much of what the server saves the CLI): distributed's default from its own
+    `distributed.yaml`, then the user's dask configuration, then `WORKER_MALLOC` (as `local_cluster_config`)."""
+    import dask.config
+
+    spec = importlib.util.find_spec("distributed")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("distributed is not installed")
+    (defaults,) = dask.config.collect_yaml([str(Path(spec.origin).with_name("distributed.yaml"))])
+    default: dict[str, object] = defaults["distributed"]["nanny"]["pre-spawn-environ"]
+    user: dict[str, object] = dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {}
+    return {**default, **user, **WORKER_MALLOC}
+
+
+def start_worker_server(environ: Mapping[str, str]) -> None:
+    """Start the forkserver (once per process; a later call finds it running) with `environ` in its environment
+    and `PRELOAD` imported; it returns at once, the server importing while this process goes on.
+
+    Started from the main thread, the server and every worker forked from it have SIGINT blocked: Ctrl-C on a
+    terminal signals the whole process group, and only the driver should answer it (it stops the workers as it
+    closes the cluster), not each worker with a traceback of its own.
+    """
+    multiprocessing.get_context(METHOD).set_forkserver_preload(list(PRELOAD))
+    # The server inherits this process's environment; dask's nanny sets the same variables here a moment later
+    # (os.environ.update(pre_spawn_env)), so setting them first changes nothing else.
+    os.environ.update(environ)
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    # The resource tracker's start unblocks SIGINT in the thread that starts it, whatever its mask was: started
+    # first, it leaves the mask below alone.
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)

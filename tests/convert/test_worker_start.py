@@ -1,0 +1,69 @@
+"""The embedded cluster's workers fork from a server that imported a task's modules (convert/run/worker_start.py),
+with the environment a spawned worker would start with."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import dask
+
+from labzarr.convert.run.driver import local_cluster_config
+from labzarr.convert.run.worker_start import PRELOAD, WORKER_MALLOC, pre_spawn_environ, worker_environ
+
+
+def _worker_state() -> tuple[list[str], dict[str, str | None], int]:
+    names = ("OMP_NUM_THREADS", "PYTHONHASHSEED", *WORKER_MALLOC)
+    return [m for m in PRELOAD if m in sys.modules], {n: os.environ.get(n) for n in names}, os.getppid()
+
+
+def test_workers_start_with_their_modules_imported(dask_client) -> None:
+    # The suite's cluster is the one `labzarr convert` starts (`local_cluster`). Its workers may have run tasks
+    # already, but the server's own exit module is imported by the server and by nothing a task runs.
+    assert PRELOAD[-1] == "labzarr.convert.run._server_exit"
+    states = dask_client.run(_worker_state)
+    assert len(states) == 2
+    for modules, env, parent in states.values():
+        assert modules == list(PRELOAD)
+        # As a spawned worker's (where an earlier nanny in this process left dask's own values in os.environ,
+        # those take precedence, as for spawned workers).
+        with dask.config.set(local_cluster_config(crash_retries=1)):
+            assert env == {k: v for k, v in worker_environ(dask.config.get("distributed.nanny.pre-spawn-environ"))
+                           .items() if k in env}
+        assert env["OMP_NUM_THREADS"] == "1" and env["PYTHONHASHSEED"] == "6640"
+        assert parent != os.getpid()  # forked by the server, not by this process
+
+
+def test_the_cli_starts_the_server_with_the_clusters_environment() -> None:
+    """What the CLI computes before importing distributed's config equals what the cluster's nanny will use."""
+    with dask.config.set(local_cluster_config(crash_retries=1)):
+        late = dask.config.get("distributed.nanny.pre-spawn-environ")
+        assert worker_environ(pre_spawn_environ()) == worker_environ(late)
+        assert {"OMP_NUM_THREADS", "MALLOC_MMAP_THRESHOLD_"} <= set(late)
+
+
+_LOADED = """
+import sys
+import {module}
+print(" ".join(sorted({{m.split(".")[0] for m in sys.modules}})))
+"""
+
+
+def _loaded(module: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", _LOADED.format(module=module)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+def test_the_cli_parses_its_arguments_before_importing_what_a_run_needs() -> None:
+    # `labzarr convert` starts its worker server before importing the driver, so the server's imports and the
+    # driver's overlap; nothing a run needs is imported just to parse the command line.
+    assert _loaded("labzarr.convert.cli") & {"numpy", "dask", "distributed", "zarr", "pydicom", "nibabel", "openpyxl",
+                                             "torch", "highdicom", "skimage", "PIL"} == set()
+
+
+def test_a_run_imports_no_training_side_and_no_mask_readers() -> None:
+    # highdicom and scikit-image are imported by the SEG and RTSTRUCT readers when a delivery has such a file.
+    assert _loaded("labzarr.convert.run.driver") & {"torch", "highdicom", "skimage"} == set()
