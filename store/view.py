@@ -17,9 +17,10 @@ from typing import Any
 import numpy.typing as npt
 
 from .aggregate import DatasetStats, dataset_stats
-from .format.index import INDEX_KEY, STATISTICS, STATS, FormatError, IndexItem, StoreIndex, class_names, decode_stats
+from .format.index import INDEX_KEY, STATISTICS, FormatError, IndexItem, StoreIndex, class_names
 from .format.nodes import node_key, parse_node
 from .format.stats import ItemStats
+from .format.stats_table import read_records
 from .location import Location, Transport, as_location, open_transport, store_location
 from .read import ArrayReader, StoreReader
 
@@ -32,22 +33,23 @@ def read_index(path: Path | str, storage_options: Mapping[str, Any] | None = Non
     where = store_location(path)
     if isinstance(where, Path) and not where.exists():
         raise FileNotFoundError(f"{where}: no such store; run `labzarr convert` first")
-    meta = _root_meta(open_transport(where, storage_options), where)
-    return StoreIndex.decode(meta.get("attributes", {}).get(INDEX_KEY), where=str(where))
+    transport = open_transport(where, storage_options)
+    meta = _root_meta(transport, where)
+    return StoreIndex.decode(meta.get("attributes", {}).get(INDEX_KEY), where=str(where), transport=transport)
 
 
 def read_statistics(path: Path | str, storage_options: Mapping[str, Any] | None = None) -> dict[str, ItemStats]:
-    """Every ok item's full statistics record by `IndexItem.key`, from the store's `statistics` group (one small
-    read); empty for a store converted without statistics. Raises like `read_index`; `FormatError` on a damaged
-    record."""
+    """Every ok item's full statistics record by `IndexItem.key`, from the store's `statistics` table; empty for a
+    store converted without statistics. Raises like `read_index`; `FormatError` on a damaged record."""
     where = store_location(path)
+    transport = open_transport(where, storage_options)
     try:
-        meta = _root_meta(open_transport(where, storage_options), where, STATISTICS)
+        _root_meta(transport, where, STATISTICS)
     except FileNotFoundError:
         return {}
     try:
-        return {str(k): decode_stats(v) for k, v in meta.get("attributes", {}).get(STATS, {}).items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return read_records(transport)
+    except (FileNotFoundError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise FormatError(f"{where}/{STATISTICS}: damaged statistics ({type(exc).__name__}: {exc}); convert the "
                           "delivery again") from exc
 

@@ -1,0 +1,184 @@
+"""Tables in a store: named one-dimensional numpy columns, each a zarr array of one chunk, in one group.
+
+Invariant: a table is written whole into a fresh group and never changed; the document that names it (the root's
+index attr, the `statistics` group) is rewritten last, atomically, so a reader sees the old table or the new one,
+never a mix. Every column is read back through the store's one read path (`store.read`: crc32c checked, the
+record of stored files checked), so a table in a folder, a zip or at a URL reads alike. The group's attribute
+`TABLE` lists the columns and the row count; each column array carries `TABLE` too, so `verify` knows it for
+derived data (checked chunk by chunk, no item attributes).
+
+Text columns are dictionary-encoded (`Strings`: a code per row, -1 for None, and the distinct values as UTF-8
+bytes with their end offsets); lists per row are `Ragged` (the end offset of each row's values, and the values).
+Only the distinct values a caller asks for are decoded, so a column of a million IDs costs its bytes, not a
+million Python strings, until it is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ..location import Location, Transport
+
+__all__ = ["TABLE", "Ragged", "Strings", "encode_ragged", "encode_strings", "read_table", "remove_tables",
+           "write_table"]
+
+TABLE = "labzarr_table"  # the attribute of a table's group (its columns and rows) and of each of its columns
+_CODECS = ("zstd", 3)  # compressor and level of every column: decoding speed matters more than size
+
+Array = npt.NDArray[Any]
+
+
+def write_table(folder: Location, columns: Mapping[str, Array], *, rows: int,
+                attrs: Mapping[str, Any] | None = None) -> None:
+    """Write `columns` (each 1-D) as the table at `folder` (assumed fresh), with `attrs` in its group's `TABLE`."""
+    from ..chunks.codecs import zarr_codecs
+    from . import nodes
+    from .written import STORED, StoredFiles
+
+    if not (folder.parent / nodes.ZARR_JSON).exists():  # the group of tables: a node of its own, as zarr v3 wants
+        nodes.create_group(folder.parent, {})
+    nodes.create_group(folder, {TABLE: {**(attrs or {}), "rows": rows, "columns": sorted(columns)}})
+    compressors = zarr_codecs(_CODECS[0], level=_CODECS[1], checksum=True)
+    for name, data in sorted(columns.items()):
+        values = np.ascontiguousarray(data)
+        if values.ndim != 1:
+            raise ValueError(f"table column {name!r} has {values.ndim} dimensions; columns are 1-D")
+        at = folder / name
+        array = nodes.create_array(at, shape=values.shape, dtype=values.dtype, chunks=(max(len(values), 1),),
+                                   shards=None, codecs=compressors, dimension_names=None, attributes={TABLE: name},
+                                   config={"write_empty_chunks": True})
+        if len(values):
+            array[:] = values
+        nodes.update_attributes(at, array, {STORED: StoredFiles.of_array(array, at.sizes()).encode()})
+
+
+def read_table(transport: Transport, path: str) -> tuple[dict[str, Any], dict[str, Array]]:
+    """(the group's `TABLE` attrs, every column) of the table at `path`; raises FileNotFoundError, ValueError
+    (not a table, a damaged column: `store.read.ChecksumError` is one)."""
+    from ..read import ArrayReader
+    from .nodes import read_node
+
+    attrs = read_node(transport, path).get("attributes", {}).get(TABLE)
+    if not isinstance(attrs, dict) or not isinstance(attrs.get("columns"), list):
+        raise ValueError(f"{path}: not a table (no {TABLE!r} attribute listing its columns)")
+    columns = {str(n): ArrayReader.open(transport, f"{path}/{n}").read() for n in attrs["columns"]}
+    if any(c.ndim != 1 for c in columns.values()):
+        raise ValueError(f"{path}: a column that is not 1-D")
+    return attrs, columns
+
+
+def remove_tables(folder: Location, *, keep: str) -> None:
+    """Remove every table under `folder` but `keep` (a child's name): earlier tables, once no document names
+    them."""
+    if not folder.is_dir():
+        return
+    for child in list(folder.iterdir()):
+        if child.name != keep and child.is_dir():
+            child.remove_tree()
+
+
+def encode_strings(prefix: str, values: Iterable[str | None]) -> dict[str, Array]:
+    """The columns of a text column (`Strings`), named `prefix` + ``.codes``, ``.chars``, ``.ends``."""
+    distinct: dict[str, int] = {}
+    codes = np.fromiter((-1 if v is None else distinct.setdefault(v, len(distinct)) for v in values),
+                        dtype=np.int64)
+    blobs = [v.encode() for v in distinct]
+    ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
+    return {f"{prefix}.codes": codes.astype(np.int32 if len(distinct) < 2**31 else np.int64),
+            f"{prefix}.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8),
+            f"{prefix}.ends": ends}
+
+
+def encode_ragged(prefix: str, rows: Iterable[Sequence[Any]], dtype: type[np.generic]) -> dict[str, Array]:
+    """The columns of a list per row (`Ragged`), named `prefix` + ``.ends``, ``.values``."""
+    lengths: list[int] = []
+    flat: list[Any] = []
+    for row in rows:
+        lengths.append(len(row))
+        flat.extend(row)
+    return {f"{prefix}.ends": np.cumsum(np.asarray(lengths, dtype=np.int64), dtype=np.int64),
+            f"{prefix}.values": np.asarray(flat, dtype=dtype)}
+
+
+class Strings:
+    """A dictionary-encoded text column: `codes[row]` is the row's value's number (-1: None) among `distinct`."""
+
+    __slots__ = ("codes", "_chars", "_ends", "_distinct")
+
+    def __init__(self, columns: Mapping[str, Array], prefix: str) -> None:
+        self.codes: npt.NDArray[np.integer[Any]] = columns[f"{prefix}.codes"]
+        self._chars: bytes = columns[f"{prefix}.chars"].tobytes()
+        self._ends: Array = columns[f"{prefix}.ends"]
+        self._distinct: list[str] | None = None
+        if len(self.codes) and int(self.codes.max(initial=-1)) >= len(self._ends):
+            raise ValueError(f"text column {prefix!r}: a code beyond its {len(self._ends)} values")
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def value(self, code: int) -> str | None:
+        """The text of value number `code` (None for -1)."""
+        if code < 0:
+            return None
+        if self._distinct is not None:
+            return self._distinct[code]
+        start = int(self._ends[code - 1]) if code else 0
+        return self._chars[start:int(self._ends[code])].decode()
+
+    def __getitem__(self, row: int) -> str | None:
+        return self.value(int(self.codes[row]))
+
+    @property
+    def distinct(self) -> list[str]:
+        """Every distinct value, by code (decoded once, on first use)."""
+        if self._distinct is None:
+            starts = [0, *self._ends[:-1].tolist()]
+            self._distinct = [self._chars[s:e].decode() for s, e in zip(starts, self._ends.tolist())]
+        return self._distinct
+
+    def code_of(self, value: str) -> int:
+        """The code of `value` (-2 when the column never holds it: no row matches)."""
+        try:
+            return self.distinct.index(value)
+        except ValueError:
+            return -2
+
+    def strings(self, rows: npt.NDArray[np.int64] | None = None) -> list[str | None]:
+        """The value of each of `rows` (default every row)."""
+        codes = self.codes if rows is None else self.codes[rows]
+        if len(self._ends) * 4 < len(codes) or self._distinct is not None:
+            table: list[str | None] = [*self.distinct, None]  # code -1 picks the None at the end
+            return [table[c] for c in codes.tolist()]
+        return [self.value(c) for c in codes.tolist()]
+
+
+class Ragged:
+    """A list of values per row: row `i`'s are ``values[ends[i - 1]:ends[i]]``."""
+
+    __slots__ = ("ends", "values")
+
+    def __init__(self, columns: Mapping[str, Array], prefix: str) -> None:
+        self.ends: npt.NDArray[np.int64] = columns[f"{prefix}.ends"]
+        self.values: Array = columns[f"{prefix}.values"]
+        if len(self.ends) and (int(self.ends[-1]) != len(self.values) or bool(np.any(np.diff(self.ends) < 0))):
+            raise ValueError(f"list column {prefix!r}: its offsets do not fit its {len(self.values)} values")
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def bounds(self, row: int) -> tuple[int, int]:
+        """[start, stop) of row `row`'s values."""
+        return (int(self.ends[row - 1]) if row else 0), int(self.ends[row])
+
+    def __getitem__(self, row: int) -> Array:
+        start, stop = self.bounds(row)
+        return self.values[start:stop]
+
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """How many values each row has."""
+        return np.diff(self.ends, prepend=np.int64(0))
