@@ -7,7 +7,8 @@ record of stored files checked), so a table in a folder, a zip or at a URL reads
 `TABLE` lists the columns and the row count; each column array carries `TABLE` too, so `verify` knows it for
 derived data (checked chunk by chunk, no item attributes).
 
-Text columns are dictionary-encoded (`Strings`: a code per row, -1 for None, and the distinct values as UTF-8
+Integer columns are stored in the smallest signed type that holds their values (readers take any). Text columns
+are dictionary-encoded (`Strings`: a code per row, -1 for None, and the distinct values as UTF-8
 bytes with their end offsets); lists per row are `Ragged` (the end offset of each row's values, and the values).
 Only the distinct values a caller asks for are decoded, so a column of a million IDs costs its bytes, not a
 million Python strings, until it is used.
@@ -45,7 +46,7 @@ def write_table(folder: Location, columns: Mapping[str, Array], *, rows: int,
     nodes.create_group(folder, {TABLE: {**(attrs or {}), "rows": rows, "columns": sorted(columns)}})
     compressors = zarr_codecs(_CODECS[0], level=_CODECS[1], checksum=True)
     for name, data in sorted(columns.items()):
-        values = np.ascontiguousarray(data)
+        values = _narrow(np.ascontiguousarray(data))
         if values.ndim != 1:
             raise ValueError(f"table column {name!r} has {values.ndim} dimensions; columns are 1-D")
         at = folder / name
@@ -55,6 +56,19 @@ def write_table(folder: Location, columns: Mapping[str, Array], *, rows: int,
         if len(values):
             array[:] = values
         nodes.update_attributes(at, array, {STORED: StoredFiles.of_array(array, at.sizes()).encode()})
+
+
+def _narrow(values: Array) -> Array:
+    """A signed integer column in the smallest signed type that holds its values: a reader holds every column of
+    an index in memory, and most (codes, offsets, slots, shapes) need a fraction of 64 bits."""
+    if values.dtype.kind != "i" or not values.size:
+        return values
+    lo, hi = int(values.min()), int(values.max())
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max:
+            return values.astype(dtype)
+    return values
 
 
 def read_table(transport: Transport, path: str) -> tuple[dict[str, Any], dict[str, Array]]:
@@ -89,7 +103,7 @@ def encode_strings(prefix: str, values: Iterable[str | None]) -> dict[str, Array
                         dtype=np.int64)
     blobs = [v.encode() for v in distinct]
     ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
-    return {f"{prefix}.codes": codes.astype(np.int32 if len(distinct) < 2**31 else np.int64),
+    return {f"{prefix}.codes": codes,
             f"{prefix}.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8),
             f"{prefix}.ends": ends}
 
@@ -181,4 +195,4 @@ class Ragged:
 
     def lengths(self) -> npt.NDArray[np.int64]:
         """How many values each row has."""
-        return np.diff(self.ends, prepend=np.int64(0))
+        return np.diff(self.ends.astype(np.int64), prepend=np.int64(0))
