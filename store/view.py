@@ -3,7 +3,7 @@
 Works on a store folder, a zipped store (a zip of the folder's contents) and a
 store at an fsspec URL (`s3://bucket/x.zarr`; credentials and endpoint from the
 standard environment or `storage_options`). Opening reads only the root's
-`zarr.json`; voxels are read on demand through the store's one read path
+`zarr.json` and the index's columns (`format/items.py`); voxels are read on demand through the store's one read path
 (`reader.py`).
 """
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -203,10 +202,9 @@ class StoreIndex:
         from .items import index_columns
         from .table import write_table
 
-        name = f"{INDEX}/{uuid.uuid4().hex[:16]}"
         attrs, columns = index_columns(self.items)
-        write_table(store / name, columns, rows=len(self.items), attrs=attrs)
-        return {**self.attrs(), "items": len(self.items), "table": name}
+        name = write_table(store / INDEX, columns, rows=len(self.items), attrs=attrs)
+        return {**self.attrs(), "items": len(self.items), "table": f"{INDEX}/{name}"}
 
     @classmethod
     def decode(cls, value: object, *, where: str, transport: Transport) -> StoreIndex:

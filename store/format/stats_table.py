@@ -10,7 +10,6 @@ histograms, `hist.ends` ends each row's bins in `hist.ordinals` (int16) and `his
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -148,9 +147,8 @@ def write_records(store: Location, records: Mapping[str, ItemStats] | Iterable[t
     for key, stats in pairs:
         keys.append(key)
         columns.add(stats)
-    name = uuid.uuid4().hex[:16]
     folder = store / STATISTICS
-    write_table(folder / name, encode_strings("key", keys) | columns.columns(), rows=len(keys))
+    name = write_table(folder, encode_strings("key", keys) | columns.columns(), rows=len(keys))
     nodes.create_group(folder, {STATS: {"table": name, "items": len(keys)}}, atomic=True)
     remove_tables(folder, keep=name)
 

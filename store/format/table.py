@@ -1,11 +1,13 @@
-"""Tables in a store: named one-dimensional numpy columns, each a zarr array of one chunk, in one group.
+"""Tables in a store: named one-dimensional numpy columns, packed in one zarr array of bytes.
 
-Invariant: a table is written whole into a fresh group and never changed; the document that names it (the root's
-index attr, the `statistics` group) is rewritten last, atomically, so a reader sees the old table or the new one,
-never a mix. Every column is read back through the store's one read path (`store.read`: crc32c checked, the
-record of stored files checked), so a table in a folder, a zip or at a URL reads alike. The group's attribute
-`TABLE` lists the columns and the row count; each column array carries `TABLE` too, so `verify` knows it for
-derived data (checked chunk by chunk, no item attributes).
+Invariant: a table is written whole into a group named by a digest of its content and never changed; the
+document that names it (the root's index attr, the `statistics` group) is rewritten after it, atomically, so a
+reader sees the old table or the new one, never a mix. A table is one uint8 array (zstd, crc32c; a chunk file per 64 MiB) holding every column's bytes,
+its attribute `TABLE` the row count and each column's dtype, offset and length: one object to fetch from a URL
+store, three files on disk whatever the column count. It is read back through the store's one read path
+(`store.read`: crc32c checked, the record of stored files checked), so a table in a folder, a zip or at a URL
+reads alike, and the columns are views of the decoded bytes; `verify` knows the array by `TABLE` for derived data
+(checked chunk by chunk, no item attributes).
 
 Integer columns are stored in the smallest signed type that holds their values (readers take any). Text columns
 are dictionary-encoded (`Strings`: a code per row, -1 for None, and the distinct values as UTF-8
@@ -16,6 +18,8 @@ million Python strings, until it is used.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,34 +32,71 @@ if TYPE_CHECKING:
 __all__ = ["TABLE", "Ragged", "Strings", "encode_ragged", "encode_strings", "read_table", "remove_tables",
            "write_table"]
 
-TABLE = "labzarr_table"  # the attribute of a table's group (its columns and rows) and of each of its columns
-_CODECS = ("zstd", 3)  # compressor and level of every column: decoding speed matters more than size
+TABLE = "labzarr_table"  # the attribute of a table's array: its rows and its directory of columns
+_CODECS = ("zstd", 3)  # compressor and level: decoding speed matters more than size
+_CHUNK = 1 << 26  # bytes per chunk file
+_ALIGN = 8  # every column starts at a multiple of this, so each is an aligned view of the decoded bytes
 
 Array = npt.NDArray[Any]
 
 
-def write_table(folder: Location, columns: Mapping[str, Array], *, rows: int,
-                attrs: Mapping[str, Any] | None = None) -> None:
-    """Write `columns` (each 1-D) as the table at `folder` (assumed fresh), with `attrs` in its group's `TABLE`."""
+def write_table(parent: Location, columns: Mapping[str, Array], *, rows: int,
+                attrs: Mapping[str, Any] | None = None) -> str:
+    """Write `columns` (each 1-D), with `attrs` in its `TABLE` attribute, as a table in the group `parent`;
+    returns its name there. The name is a digest of the content: the same table is written once (a rerun that
+    changes nothing writes nothing), and stores written apart from the same rows hold the same names."""
     from ..chunks.codecs import zarr_codecs
     from . import nodes
     from .written import STORED, StoredFiles
 
-    if not (folder.parent / nodes.ZARR_JSON).exists():  # the group of tables: a node of its own, as zarr v3 wants
-        nodes.create_group(folder.parent, {})
-    nodes.create_group(folder, {TABLE: {**(attrs or {}), "rows": rows, "columns": sorted(columns)}})
-    compressors = zarr_codecs(_CODECS[0], level=_CODECS[1], checksum=True)
+    packed, directory = _pack(columns)
+    table = {**(attrs or {}), "rows": rows, "columns": directory}
+    digest = hashlib.sha256(json.dumps(table, sort_keys=True).encode())
+    digest.update(packed.tobytes())
+    name = digest.hexdigest()[:16]
+    folder = parent / name
+    if _whole(folder):
+        return name
+    if not (parent / nodes.ZARR_JSON).exists():  # the group of tables: a node of its own, as zarr v3 wants
+        nodes.create_group(parent, {})
+    folder.remove_tree()  # what a run killed while writing this table left
+    array = nodes.create_array(folder, shape=packed.shape, dtype=packed.dtype,
+                               chunks=(max(1, min(len(packed), _CHUNK)),), shards=None,
+                               codecs=zarr_codecs(_CODECS[0], level=_CODECS[1], checksum=True),
+                               dimension_names=None, attributes={TABLE: table}, config={"write_empty_chunks": True})
+    if len(packed):
+        array[:] = packed
+    # The record of stored files last: a table's node that has it is whole (`_whole`).
+    nodes.update_attributes(folder, array, {STORED: StoredFiles.of_array(array, folder.sizes()).encode()})
+    return name
+
+
+def _pack(columns: Mapping[str, Array]) -> tuple[npt.NDArray[np.uint8], dict[str, list[Any]]]:
+    """Every column's bytes in one buffer, each at an offset aligned for any dtype, and the directory of them:
+    name -> [dtype, offset in bytes, length]."""
+    parts: list[bytes] = []
+    directory: dict[str, list[Any]] = {}
+    at = 0
     for name, data in sorted(columns.items()):
         values = _narrow(np.ascontiguousarray(data))
         if values.ndim != 1:
             raise ValueError(f"table column {name!r} has {values.ndim} dimensions; columns are 1-D")
-        at = folder / name
-        array = nodes.create_array(at, shape=values.shape, dtype=values.dtype, chunks=(max(len(values), 1),),
-                                   shards=None, codecs=compressors, dimension_names=None, attributes={TABLE: name},
-                                   config={"write_empty_chunks": True})
-        if len(values):
-            array[:] = values
-        nodes.update_attributes(at, array, {STORED: StoredFiles.of_array(array, at.sizes()).encode()})
+        directory[name] = [values.dtype.str, at, len(values)]
+        raw = values.tobytes()
+        pad = -len(raw) % _ALIGN
+        parts += [raw, bytes(pad)]
+        at += len(raw) + pad
+    return np.frombuffer(b"".join(parts), dtype=np.uint8), directory
+
+
+def _whole(folder: Location) -> bool:
+    from .nodes import NodeError, read_node_at
+    from .written import STORED
+
+    try:
+        return STORED in read_node_at(folder).get("attributes", {})
+    except (OSError, NodeError):
+        return False
 
 
 def _narrow(values: Array) -> Array:
@@ -72,18 +113,27 @@ def _narrow(values: Array) -> Array:
 
 
 def read_table(transport: Transport, path: str) -> tuple[dict[str, Any], dict[str, Array]]:
-    """(the group's `TABLE` attrs, every column) of the table at `path`; raises FileNotFoundError, ValueError
-    (not a table, a damaged column: `store.read.ChecksumError` is one)."""
-    from ..read import ArrayReader
-    from .nodes import read_node
+    """(the table's `TABLE` attrs, every column) of the table at `path`; raises FileNotFoundError, ValueError
+    (not a table, a damaged one: `store.read.ChecksumError` is one)."""
+    from ..read import ArrayReader, ChecksumError
 
-    attrs = read_node(transport, path).get("attributes", {}).get(TABLE)
-    if not isinstance(attrs, dict) or not isinstance(attrs.get("columns"), list):
+    reader = ArrayReader.open(transport, path)
+    attrs = reader.attrs.get(TABLE)
+    if not isinstance(attrs, Mapping) or not isinstance(attrs.get("columns"), Mapping):
         raise ValueError(f"{path}: not a table (no {TABLE!r} attribute listing its columns)")
-    columns = {str(n): ArrayReader.open(transport, f"{path}/{n}").read() for n in attrs["columns"]}
-    if any(c.ndim != 1 for c in columns.values()):
-        raise ValueError(f"{path}: a column that is not 1-D")
-    return attrs, columns
+    try:
+        packed = reader.read()
+    except ChecksumError as exc:  # the table is derived data: the message says what, the caller what to do
+        raise ValueError(f"{path}: {exc.detail}") from exc
+    if packed.dtype != np.uint8 or packed.ndim != 1:
+        raise ValueError(f"{path}: a table is one array of bytes, not {packed.dtype} of {packed.ndim} dimensions")
+    columns: dict[str, Array] = {}
+    for name, (dtype, offset, length) in attrs["columns"].items():
+        kind = np.dtype(dtype)
+        if offset % _ALIGN or offset + length * kind.itemsize > len(packed):
+            raise ValueError(f"{path}: column {name!r} lies outside the table's {len(packed):,} bytes")
+        columns[str(name)] = packed[offset:offset + length * kind.itemsize].view(kind)
+    return dict(attrs), columns
 
 
 def remove_tables(folder: Location, *, keep: str) -> None:
@@ -126,7 +176,7 @@ class Strings:
 
     def __init__(self, columns: Mapping[str, Array], prefix: str) -> None:
         self.codes: npt.NDArray[np.integer[Any]] = columns[f"{prefix}.codes"]
-        self._chars: bytes = columns[f"{prefix}.chars"].tobytes()
+        self._chars: npt.NDArray[np.uint8] = columns[f"{prefix}.chars"]  # a view of the table: not copied
         self._ends: Array = columns[f"{prefix}.ends"]
         self._distinct: list[str] | None = None
         if len(self.codes) and int(self.codes.max(initial=-1)) >= len(self._ends):
@@ -142,7 +192,7 @@ class Strings:
         if self._distinct is not None:
             return self._distinct[code]
         start = int(self._ends[code - 1]) if code else 0
-        return self._chars[start:int(self._ends[code])].decode()
+        return self._chars[start:int(self._ends[code])].tobytes().decode()
 
     def __getitem__(self, row: int) -> str | None:
         return self.value(int(self.codes[row]))
@@ -151,8 +201,9 @@ class Strings:
     def distinct(self) -> list[str]:
         """Every distinct value, by code (decoded once, on first use)."""
         if self._distinct is None:
+            chars = self._chars.tobytes()
             starts = [0, *self._ends[:-1].tolist()]
-            self._distinct = [self._chars[s:e].decode() for s, e in zip(starts, self._ends.tolist())]
+            self._distinct = [chars[s:e].decode() for s, e in zip(starts, self._ends.tolist())]
         return self._distinct
 
     def code_of(self, value: str) -> int:
