@@ -76,22 +76,26 @@ def _frozen(a: npt.ArrayLike, dtype: type[np.generic]) -> npt.NDArray[Any]:
 _EMPTY_ORDS = _frozen(np.zeros(0, np.int16), np.int16)
 _EMPTY_COUNTS = _frozen(np.zeros(0, np.int64), np.int64)
 _LOWEST = -(BINS // 2)  # the lowest ordinal (-0x8000): ordinals fit int16 exactly
+_INT32 = 1 << 31  # counts below this are held as int32
 
 
 class Histogram:
     """Voxels per bin, sparse: the non-empty bins' `ordinals` (int16, ascending, distinct) and their `counts`
-    (int64, positive), two read-only numpy arrays. Immutable: equal histograms compare equal and hash alike.
+    (positive; int32 where every count fits, else int64), two read-only numpy arrays. Immutable: equal histograms
+    compare equal and hash alike.
 
     Why arrays, not Python ints: a driver holds one per item and channel until the run's statistics are written;
-    as tuples of ints an 8-bit image's histogram took tens of KB, as arrays 10 B a bin."""
+    as tuples it held a Python int object per bin, as arrays 2 bytes of ordinal and 4 (or 8) of count."""
 
     __slots__ = ("ordinals", "counts")
     ordinals: npt.NDArray[np.int16]
-    counts: Ints
+    counts: npt.NDArray[np.int32] | Ints
 
     def __init__(self, ordinals: npt.ArrayLike = _EMPTY_ORDS, counts: npt.ArrayLike = _EMPTY_COUNTS) -> None:
         """A histogram of already canonical arrays (what `of` and the store's decoders give); `of` for any pairs."""
         o, n = _frozen(ordinals, np.int16), _frozen(counts, np.int64)
+        if n.size and int(n.max()) < _INT32:  # one dtype for the same counts, so equal histograms hash alike
+            n = _frozen(n, np.int32)
         if o.shape != n.shape or o.ndim != 1:
             raise ValueError(f"histogram ordinals {o.shape} and counts {n.shape} differ in shape")
         object.__setattr__(self, "ordinals", o)
@@ -139,12 +143,12 @@ class Histogram:
 
     def arrays(self) -> tuple[Ints, Ints]:
         """(ordinals, counts) of the non-empty bins, ascending, as int64."""
-        return self.ordinals.astype(np.int64), self.counts
+        return self.ordinals.astype(np.int64), self.counts.astype(np.int64)
 
     @property
     def total(self) -> int:
         """Voxels counted."""
-        return int(self.counts.sum())
+        return int(self.counts.sum(dtype=np.int64))
 
     @property
     def runs(self) -> tuple[tuple[int, ...], ...]:

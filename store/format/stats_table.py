@@ -2,7 +2,7 @@
 too) of the store's `statistics` group.
 
 Invariant: `StatsColumns` writes and `StatsTable` reads the same layout, and a record read back equals the one
-written, to the bit (floats are stored as float64, counts as int64). One row per channel of an item: first its
+written, to the bit (floats are stored as float64, integers in a type that holds them). One row per channel of an item: first its
 channels (`kind` 0), then per mask class, ascending, that class's channels (`kind` 1, `cls` the class); `rows`
 ends each item's rows, `has` tells an item without statistics (None) from one with none measured. With
 histograms, `hist.ends` ends each row's bins in `hist.ordinals` (int16) and `hist.counts`.

@@ -180,7 +180,8 @@ def test_statistics_round_trip_with_their_histograms(tmp_path: Path) -> None:
 def test_a_histogram_is_numpy_backed_immutable_and_merges_by_adding_counts() -> None:
     a = Histogram.of([5, -3, 5, 0], [1, 2, 3, 0])
     assert a.ordinals.tolist() == [-3, 5] and a.counts.tolist() == [2, 4] and a.total == 6
-    assert a.ordinals.dtype == np.int16 and a.counts.dtype == np.int64
+    assert a.ordinals.dtype == np.int16 and a.counts.dtype == np.int32  # int64 only for counts beyond int32
+    assert Histogram.of([1], [2**40]).counts.dtype == np.int64 and Histogram.of([1], [2**40]).total == 2**40
     with pytest.raises(ValueError):
         a.counts[0] = 9
     with pytest.raises(AttributeError):
