@@ -32,6 +32,7 @@ __all__ = ["TEXT", "IndexItems", "index_columns"]
 
 TEXT = ("item_id", "array", "kind", "source", "dtype", "locations", "split", "group", "orientation")
 _CLASS_FIELDS = ("value", "voxels", "start", "stop")
+_BATCH = 4096  # items built at a time when iterating: each column converted once per batch
 
 Array = npt.NDArray[Any]
 Rows = npt.NDArray[np.int64]
@@ -101,6 +102,32 @@ class _Columns:
                                                        for f in self.class_fields):
             raise ValueError("index columns of different lengths")
 
+    def items(self, rows: Rows) -> list[IndexItem]:
+        """The items of `rows`, each column converted for all of them at once (`item`, in bulk)."""
+        text = {name: col.strings(rows) for name, col in self.text.items()}
+        labels = [(k, col.strings(rows)) for k, col in self.labels.items()]
+        roles = [(k, col.strings(rows)) for k, col in self.roles.items()]
+        slots, folds = self.slot[rows].tolist(), self.fold[rows].tolist()
+        shapes, spacings = self.shape.take(rows), self.spacing.take(rows)
+        values, voxels, starts, stops = (self.classes.take(rows, f) for f in self.class_fields)
+        stats = self.stats.many(rows)
+        out = []
+        for n in range(len(rows)):
+            t = {name: values[n] for name, values in text.items()}
+            metadata, annotations = t["metadata"], t["annotations"]
+            out.append(IndexItem(
+                item_id=t["item_id"] or "", array=t["array"] or "", slot=None if slots[n] < 0 else slots[n],
+                kind=t["kind"] or "", source=t["source"] or "", shape=tuple(shapes[n]), dtype=t["dtype"] or "",
+                spacing=tuple(spacings[n]), labels={k: v for k, values in labels if (v := values[n]) is not None},
+                roles={k: v for k, values in roles if (v := values[n]) is not None},
+                classes={v: ClassInfo(voxels=k, start=a, stop=b)
+                         for v, k, a, b in zip(values[n], voxels[n], starts[n], stops[n])},
+                locations=t["locations"], split=t["split"] or "", fold=None if folds[n] < 0 else folds[n],
+                group=t["group"] or "", metadata=json.loads(metadata) if metadata else {},
+                orientation=t["orientation"] or "", stats=stats[n],
+                annotations=decode_annotations(json.loads(annotations)) if annotations else ()))
+        return out
+
     def item(self, r: int) -> IndexItem:
         t = self.text
         slot, fold = int(self.slot[r]), int(self.fold[r])
@@ -157,8 +184,8 @@ class IndexItems(Sequence[IndexItem]):
         return self._c.item(int(self._rows[i]))
 
     def __iter__(self) -> Iterator[IndexItem]:
-        item = self._c.item
-        return (item(r) for r in self._rows.tolist())
+        for lo in range(0, len(self._rows), _BATCH):
+            yield from self._c.items(self._rows[lo:lo + _BATCH])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str):

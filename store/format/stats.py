@@ -77,6 +77,7 @@ _EMPTY_ORDS = _frozen(np.zeros(0, np.int16), np.int16)
 _EMPTY_COUNTS = _frozen(np.zeros(0, np.int64), np.int64)
 _LOWEST = -(BINS // 2)  # the lowest ordinal (-0x8000): ordinals fit int16 exactly
 _INT32 = 1 << 31  # counts below this are held as int32
+_MERGE_BATCH = 4096  # histograms added at a time by `Histogram.merge`
 
 
 class Histogram:
@@ -183,7 +184,14 @@ class Histogram:
             return cls()
         if len(full) == 1:
             return full[0]
-        return cls.of(np.concatenate([p.ordinals for p in full]), np.concatenate([p.counts for p in full]))
+        # Into one dense array of every bin, a batch of parts at a time: no concatenation of all of them.
+        dense = np.zeros(BINS, dtype=np.int64)
+        for lo in range(0, len(full), _MERGE_BATCH):
+            batch = full[lo:lo + _MERGE_BATCH]
+            np.add.at(dense, np.concatenate([p.ordinals for p in batch]).astype(np.intp) - _LOWEST,
+                      np.concatenate([p.counts for p in batch]).astype(np.int64))
+        keep = np.flatnonzero(dense)
+        return cls(keep + _LOWEST, dense[keep])
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,8 @@ __all__ = ["StatsColumns", "StatsTable", "read_records", "write_records"]
 _FLOATS = ("mean", "m2", "min", "max")
 _INTS = ("count", "nan", "inf", "cls")
 _BYTES = ("kind", "integral")
+_EMPTY = Histogram()
+_BATCH = 8192  # items converted to records at a time
 
 
 class StatsColumns:
@@ -86,14 +88,13 @@ class StatsColumns:
 class StatsTable:
     """The items' statistics `StatsColumns` wrote, read back one item at a time (`table[i]`)."""
 
-    __slots__ = ("has", "rows", "_v", "_lists", "_hist")
+    __slots__ = ("has", "rows", "_v", "_hist")
 
     def __init__(self, columns: Mapping[str, npt.NDArray[Any]], prefix: str) -> None:
         p = prefix
         self.has: npt.NDArray[np.uint8] = columns[f"{p}.has"]
         self.rows: npt.NDArray[np.int64] = columns[f"{p}.rows"]
         self._v = {name: columns[f"{p}.{name}"] for name in (*_FLOATS, *_INTS, *_BYTES)}
-        self._lists: dict[str, list[Any]] | None = None
         ends = columns.get(f"{p}.hist.ends")
         self._hist = None if ends is None else (ends, columns[f"{p}.hist.ordinals"], columns[f"{p}.hist.counts"])
         n = len(self._v["count"])
@@ -105,31 +106,51 @@ class StatsTable:
         return len(self.has)
 
     def __getitem__(self, item: int) -> ItemStats | None:
-        if not self.has[item]:
-            return None
-        if self._lists is None:  # Python numbers, converted once: a float64 scalar per field would be slower
-            self._lists = {name: c.tolist() for name, c in self._v.items()}
-        v = self._lists
-        start, stop = (int(self.rows[item - 1]) if item else 0), int(self.rows[item])
-        channels: list[ChannelStats] = []
-        classes: dict[int, list[ChannelStats]] = {}
-        for r in range(start, stop):
-            c = ChannelStats(count=v["count"][r], mean=v["mean"][r], m2=v["m2"][r], min=v["min"][r],
-                             max=v["max"][r], histogram=self._histogram(r), nan=v["nan"][r], inf=v["inf"][r],
-                             integral=bool(v["integral"][r]))
-            if v["kind"][r]:
-                classes.setdefault(v["cls"][r], []).append(c)
-            else:
-                channels.append(c)
-        return ItemStats(channels=tuple(channels), classes={k: tuple(cs) for k, cs in classes.items()})
+        return self.many(np.asarray([item]))[0]
+
+    def many(self, items: npt.NDArray[np.integer[Any]]) -> list[ItemStats | None]:
+        """The statistics of `items` (positions), with one conversion to Python numbers for all of them."""
+        ends = self.rows.astype(np.int64)
+        stops = ends[items]
+        starts = np.where(items > 0, ends[np.maximum(items - 1, 0)], 0)
+        lengths = stops - starts
+        # Every channel row of the items, in order, gathered once (`take`), then read as Python numbers.
+        at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        v = {name: c[at].tolist() for name, c in self._v.items()}
+        hist = self._histograms(at)
+        has = self.has[items].tolist()
+        out: list[ItemStats | None] = []
+        r = 0
+        for present, length in zip(has, lengths.tolist()):
+            if not present:
+                out.append(None)
+                r += length
+                continue
+            channels: list[ChannelStats] = []
+            classes: dict[int, list[ChannelStats]] = {}
+            for k in range(r, r + length):
+                c = ChannelStats(count=v["count"][k], mean=v["mean"][k], m2=v["m2"][k], min=v["min"][k],
+                                 max=v["max"][k], histogram=hist[k], nan=v["nan"][k], inf=v["inf"][k],
+                                 integral=bool(v["integral"][k]))
+                if v["kind"][k]:
+                    classes.setdefault(v["cls"][k], []).append(c)
+                else:
+                    channels.append(c)
+            r += length
+            out.append(ItemStats(channels=tuple(channels), classes={k: tuple(cs) for k, cs in classes.items()}))
+        return out
+
+    def _histograms(self, rows: npt.NDArray[np.int64]) -> list[Histogram]:
+        if self._hist is None:
+            return [_EMPTY] * len(rows)
+        return [self._histogram(r) for r in rows.tolist()]
 
     def _histogram(self, row: int) -> Histogram:
-        if self._hist is None:
-            return Histogram()
+        assert self._hist is not None
         ends, ords, counts = self._hist
         start, stop = (int(ends[row - 1]) if row else 0), int(ends[row])
         if start == stop:
-            return Histogram()
+            return _EMPTY
         o, n = ords[start:stop], counts[start:stop]
         o.flags.writeable = n.flags.writeable = False  # views of the read-only table: a histogram is immutable
         return Histogram(o, n)
@@ -167,4 +188,8 @@ def read_records(transport: Transport) -> dict[str, ItemStats]:
     keys, stats = Strings(columns, "key"), StatsTable(columns, "stats")
     if len(keys) != len(stats):
         raise ValueError(f"{len(keys)} keys for {len(stats)} records")
-    return {k: s for k, s in zip(keys.strings(), (stats[i] for i in range(len(stats)))) if k is not None and s is not None}
+    out: dict[str, ItemStats] = {}
+    for lo in range(0, len(stats), _BATCH):  # in batches: Python numbers for a batch at a time
+        at = np.arange(lo, min(lo + _BATCH, len(stats)))
+        out |= {k: s for k, s in zip(keys.strings(at), stats.many(at)) if k is not None and s is not None}
+    return out

@@ -244,6 +244,18 @@ class Ragged:
         start, stop = self.bounds(row)
         return self.values[start:stop]
 
+    def take(self, rows: npt.NDArray[np.integer[Any]], values: Array | None = None) -> list[list[Any]]:
+        """The values of each of `rows` (or of `values`, a column of the same layout), as Python lists, gathered
+        in one pass."""
+        ends = self.ends.astype(np.int64)
+        stops = ends[rows]
+        starts = np.where(rows > 0, ends[np.maximum(rows - 1, 0)], 0)
+        lengths = stops - starts
+        at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        flat = (self.values if values is None else values)[at].tolist()
+        bounds = np.cumsum(lengths).tolist()
+        return [flat[a:b] for a, b in zip([0, *bounds[:-1]], bounds)]
+
     def lengths(self) -> npt.NDArray[np.int64]:
         """How many values each row has."""
         return np.diff(self.ends.astype(np.int64), prepend=np.int64(0))
