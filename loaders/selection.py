@@ -100,7 +100,8 @@ class Selection:
         if self.holdout is None:
             raise ValueError(f"{where}: fold = {self.fold} needs holdout=True (the fold's validation items) or "
                              "holdout=False (its training items: every other fold)")
-        return (of >= 0) & ((of == self.fold) == self.holdout)
+        out: npt.NDArray[np.bool_] = (of >= 0) & ((of == self.fold) == self.holdout)
+        return out
 
     def _where(self, items: IndexItems, where: str) -> npt.NDArray[np.bool_]:
         if callable(self.where):

@@ -42,9 +42,9 @@ from ..manifest import ClassCount, RoleSource, Row
 from ..spec import Spec
 from .stacks import ShardTask
 
-__all__ = ["RECORD_VERSION", "RETRIED", "SHARD_RECORDS", "Damage", "KeptShard", "Outcome", "Recorded", "Repair", "ShardRecord",
-           "StackRecord", "from_record", "merge_damage", "parse_shard_record", "settings_fingerprint", "shard_record",
-           "to_record"]
+__all__ = ["RECORD_VERSION", "RETRIED", "SHARD_RECORDS", "Damage", "KeptShard", "Outcome", "Recorded", "Repair",
+           "ShardRecord", "StackRecord", "from_record", "merge_damage", "parse_shard_record", "settings_fingerprint",
+           "shard_record", "to_record"]
 
 RETRIED: frozenset[Reason] = frozenset({Reason.DECODER_CRASH, Reason.TIMEOUT})
 RECORD_VERSION = 1  # of `.labzarr/outcomes.json` and of the shard records

@@ -30,9 +30,9 @@ from labzarr.store import (
     as_location,
 )
 from labzarr.store.content import block_digests, chunk_digest, chunk_grid, combine_digests
+from labzarr.store.format.items import IndexItems
 from labzarr.store.format.layout import storage_keys
 from labzarr.store.format.nodes import array_nodes, read_node
-from labzarr.store.format.items import IndexItems
 from labzarr.store.format.table import TABLE
 from labzarr.store.format.written import STORED, StoredFiles
 

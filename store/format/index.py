@@ -2,7 +2,8 @@
 
 Invariant: the converter writes these records and every reader (the Dataset,
 `inspect`, `verify`, the QC page) reads them back through `decode`, so the
-JSON layout of a store is spelled in this module only. `FORMAT_VERSION` names
+JSON layout of a store is spelled in this module only (the index's and the
+statistics' columns in `items.py` and `stats_table.py`). `FORMAT_VERSION` names
 that layout; a store of another version is refused with a message rather than
 misread. The index lists the `ok` items in manifest order; a Dataset needs
 nothing but the store's path.
@@ -22,9 +23,9 @@ from .stats import ChannelStats, Histogram, ItemStats
 if TYPE_CHECKING:
     from ..location import Location, Transport
 
-__all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX", "INDEX_KEY", "STATE", "STATISTICS", "STATS", "ClassInfo",
-           "FormatError", "IndexItem", "StoreIndex", "VolumeAttrs", "class_names", "decode_stats", "encode_stats",
-           "stack_slots"]
+__all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX", "INDEX_KEY", "STATE", "STATISTICS", "STATS",
+           "ClassInfo", "FormatError", "IndexItem", "StoreIndex", "VolumeAttrs", "class_names", "decode_stats",
+           "encode_stats", "stack_slots"]
 
 # 2: every volume an OME-Zarr image group, its array at level `0` (store/ngff.py). 3: every array records which
 # storage files it wrote (`written.STORED`), so a lost file is an error, not fill values. A store of version 2

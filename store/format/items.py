@@ -96,8 +96,10 @@ class _Columns:
         self.class_fields = [columns[f"classes.{f}"] for f in _CLASS_FIELDS]
         self.stats = StatsTable(columns, "stats")
         self.rows = len(self.slot)
-        lengths = [len(c) for c in (*self.text.values(), *self.labels.values(), *self.roles.values(), self.fold,
-                                    self.shape, self.spacing, self.classes, self.stats)]
+        sized: list[Strings | Ragged | StatsTable | Rows] = [*self.text.values(), *self.labels.values(),
+                                                             *self.roles.values(), self.fold, self.shape,
+                                                             self.spacing, self.classes, self.stats]
+        lengths = [len(c) for c in sized]
         if any(n != self.rows for n in lengths) or any(len(f) != len(self.classes.values)
                                                        for f in self.class_fields):
             raise ValueError("index columns of different lengths")
@@ -264,7 +266,8 @@ class IndexItems(Sequence[IndexItem]):
         """Whether each item has annotations."""
         codes, values = self.text("annotations")
         empty = values.index("") if "" in values else -2
-        return codes != empty
+        out: npt.NDArray[np.bool_] = codes != empty
+        return out
 
 
 class StackSlots(Mapping[str, Mapping[int, str]]):

@@ -139,8 +139,8 @@ class Histogram:
         uniq, inverse = np.unique(o, return_inverse=True)
         summed = np.zeros(len(uniq), dtype=np.int64)
         np.add.at(summed, inverse, n)
-        keep = summed > 0
-        return cls(uniq[keep], summed[keep])
+        positive = summed > 0
+        return cls(uniq[positive], summed[positive])
 
     def arrays(self) -> tuple[Ints, Ints]:
         """(ordinals, counts) of the non-empty bins, ascending, as int64."""

@@ -2,10 +2,10 @@
 too) of the store's `statistics` group.
 
 Invariant: `StatsColumns` writes and `StatsTable` reads the same layout, and a record read back equals the one
-written, to the bit (floats are stored as float64, integers in a type that holds them). One row per channel of an item: first its
-channels (`kind` 0), then per mask class, ascending, that class's channels (`kind` 1, `cls` the class); `rows`
-ends each item's rows, `has` tells an item without statistics (None) from one with none measured. With
-histograms, `hist.ends` ends each row's bins in `hist.ordinals` (int16) and `hist.counts`.
+written, to the bit (floats are stored as float64, integers in a type that holds them). One row per channel of
+an item: first its channels (`kind` 0), then per mask class, ascending, that class's channels (`kind` 1, `cls`
+the class); `rows` ends each item's rows, `has` tells an item without statistics (None) from one with none
+measured. With histograms, `hist.ends` ends each row's bins in `hist.ordinals` (int16) and `hist.counts`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class StatsColumns:
         self._rows: list[int] = []
         self._values: dict[str, list[Any]] = {k: [] for k in (*_FLOATS, *_INTS, *_BYTES)}
         self._ords: list[npt.NDArray[np.int16]] = []
-        self._counts: list[npt.NDArray[np.int64]] = []
+        self._counts: list[npt.NDArray[np.int32] | npt.NDArray[np.int64]] = []
         self._bins: list[int] = []
 
     def add(self, stats: ItemStats | None) -> None:

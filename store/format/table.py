@@ -2,12 +2,12 @@
 
 Invariant: a table is written whole into a group named by a digest of its content and never changed; the
 document that names it (the root's index attr, the `statistics` group) is rewritten after it, atomically, so a
-reader sees the old table or the new one, never a mix. A table is one uint8 array (zstd, crc32c; a chunk file per 64 MiB) holding every column's bytes,
-its attribute `TABLE` the row count and each column's dtype, offset and length: one object to fetch from a URL
-store, three files on disk whatever the column count. It is read back through the store's one read path
-(`store.read`: crc32c checked, the record of stored files checked), so a table in a folder, a zip or at a URL
-reads alike, and the columns are views of the decoded bytes; `verify` knows the array by `TABLE` for derived data
-(checked chunk by chunk, no item attributes).
+reader sees the old table or the new one, never a mix. A table is one uint8 array (zstd, crc32c; a chunk file
+per 64 MiB) holding every column's bytes, its attribute `TABLE` the row count and each column's dtype, offset
+and length: one object to fetch from a URL store, a few files on disk whatever the column count. It is read
+back through the store's one read path (`store.read`: crc32c checked, the record of stored files checked), so a
+table in a folder, a zip or at a URL reads alike, and the columns are views of the decoded bytes; `verify` knows
+the array by `TABLE` for derived data (checked chunk by chunk, no item attributes).
 
 Integer columns are stored in the smallest signed type that holds their values (readers take any). Text columns
 are dictionary-encoded (`Strings`: a code per row, -1 for None, and the distinct values as UTF-8
@@ -141,7 +141,8 @@ def remove_tables(folder: Location, *, keep: str) -> None:
     them."""
     if not folder.is_dir():
         return
-    for child in list(folder.iterdir()):
+    children: list[Location] = [*folder.iterdir()]
+    for child in children:
         if child.name != keep and child.is_dir():
             child.remove_tree()
 
@@ -258,4 +259,7 @@ class Ragged:
 
     def lengths(self) -> npt.NDArray[np.int64]:
         """How many values each row has."""
-        return np.diff(self.ends.astype(np.int64), prepend=np.int64(0))
+        ends = self.ends.astype(np.int64)
+        out: npt.NDArray[np.int64] = ends.copy()
+        out[1:] -= ends[:-1]
+        return out
