@@ -131,6 +131,8 @@ def run(workdir: Path) -> list[Result]:
                  Result("format 4 tables: PatchDataset(store) grew (MB)", new["mb"], "MB", higher_is_better=False,
                         group=group, note="target: 1M items in <= 2 s and <= 300 MB")]
         if merged is not None:
-            rows += [Result("format 4 tables: ds.stats(), every item (s)", merged["s"], "s", higher_is_better=False,
-                            group=group, note=f"+{merged['mb']:.0f} MB, peak +{merged['peak_mb']:.0f} MB")]
+            # its own unit: a merge of every record is no construction, a ratio to the baseline would mislead
+            rows += [Result("format 4 tables: ds.stats(), every item (s)", merged["s"], "s merge",
+                            higher_is_better=False, group=group,
+                            note=f"+{merged['mb']:.0f} MB, peak +{merged['peak_mb']:.0f} MB")]
     return rows
