@@ -209,3 +209,20 @@ def test_a_damaged_table_is_an_error_not_other_items(tmp_path: Path) -> None:
         chunk.write_bytes(bytes(data))
         with pytest.raises(FormatError, match="damaged .*convert the delivery again"):
             read(store)
+
+
+def test_a_dataset_over_the_table_equals_one_over_the_items(tmp_path: Path) -> None:
+    """PatchDataset chooses from the columns; what it holds equals what the items, one by one, say."""
+    from labzarr import PatchDataset
+
+    items = _items()
+    _, store = _store(tmp_path, items)
+    ds = PatchDataset(store, None, label="cell_type", where={"cell_type": ["A", "B"]})
+    want = [i for i in items if i.labels.get("cell_type", "") in ("A", "B")]
+    assert list(ds.items) == want and list(ds.store_items) == list(items)
+    assert ds.classes == ("A", "B") and ds.targets == tuple(("A", "B").index(i.labels["cell_type"]) for i in want)
+    assert ds.annotated == any(i.annotations for i in items)
+    with pytest.raises(ValueError, match=r"label .side. is missing for 3 item\(s\) \(case7, img3, img0\)"):
+        PatchDataset(store, None, label="side")
+    with pytest.raises(ValueError, match="has no role 'mask'"):
+        PatchDataset(store, None, roles=("image", "mask"))
