@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from .aggregate import DatasetStats, dataset_stats
 from .format.index import INDEX_KEY, STATISTICS, FormatError, IndexItem, StoreIndex, class_names
+from .format.items import IndexItems
 from .format.nodes import node_key, parse_node
 from .format.stats import ItemStats
 from .format.stats_table import read_records
@@ -106,19 +108,24 @@ class StoreView:
 
     def item(self, item_id: str) -> IndexItem:
         """The item with this ID; KeyError names a few known IDs."""
-        for i in self.items:
-            if i.item_id == item_id:
-                return i
+        items = IndexItems.of(self.items)
+        codes, ids = items.text("item_id")  # found in the column: no item is built but the one returned
+        if item_id in ids:
+            at = np.flatnonzero(codes == ids.index(item_id))
+            if at.size:
+                return items[int(at[0])]
         raise KeyError(f"{self.path}: no ok item {item_id!r}; items are e.g. "
                        f"{', '.join(i.item_id for i in self.items[:5])}")
 
     def labels(self, name: str) -> list[str]:
         """The label `name` of every item, in index order ('' where missing)."""
-        return [i.labels.get(name, "") for i in self.items]
+        codes, values = IndexItems.of(self.items).label(name)
+        return [(values[c] if c >= 0 else "") for c in codes.tolist()]
 
     def label_names(self) -> tuple[str, ...]:
         """Every label name some item carries, sorted."""
-        return tuple(sorted({k for i in self.items for k in i.labels}))
+        items = IndexItems.of(self.items)
+        return tuple(sorted(k for k in items.label_names if bool(np.any(items.label(k)[0] >= 0))))
 
     def classes(self, name: str) -> tuple[str, ...]:
         """The distinct values of label `name` in the order PatchDataset numbers them."""
