@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import print_table  # noqa: E402
 
-SECTIONS: tuple[str, ...] = ("excel", "convert", "report", "jpeg", "dicom", "reliability", "loaders", "objstore")
+SECTIONS: tuple[str, ...] = ("excel", "convert", "report", "jpeg", "dicom", "reliability", "loaders", "objstore",
+                             "index_scale")
 
 
 def main() -> int:

@@ -39,6 +39,7 @@ from labzarr.store import (
     stack_slots,
     store_location,
 )
+from labzarr.store.format.items import IndexItems
 
 from ._regions import Region, around, grid_axis, region, walk_origin
 from ._sample import Sample
@@ -161,8 +162,9 @@ class PatchDataset(Dataset[Sample]):
         # Before the index is read: a call that chooses its items twice is refused whatever the store holds.
         self.selection = selection_of(selection, select, where=f"PatchDataset({self.store})")
         index = read_index(self.store, read.storage_options)
-        self.attrs, self.store_items = index.attrs(), index.items
-        self.items = self.selection.apply(self.store_items, where=f"PatchDataset({self.store})")
+        # The index's columns: its items are built one at a time, when a sample asks for one.
+        self.attrs, self.store_items = index.attrs(), IndexItems.of(index.items)
+        self.items: IndexItems = self.selection.apply(self.store_items, where=f"PatchDataset({self.store})")
         self.patch_size = None if patch_size is None else tuple(int(p) for p in patch_size)
         self.patches_per_item, self.seed, self.mode, self.pad_value = patches_per_item, seed, mode, pad_value
         self.transform, self.read_options, self.label = transform, read, label
@@ -170,7 +172,7 @@ class PatchDataset(Dataset[Sample]):
             raise ValueError(f"roles = {roles!r}; expected a sequence of role names, e.g. ('image', 'mask')")
         self.roles, self.foreground = tuple(roles), float(foreground)
         # A store with workbook annotations: samples carry `points` and `boxes`, foreground= centres on them.
-        self.annotated = any(item.annotations for item in self.store_items)
+        self.annotated = bool(self.store_items.annotated().any())
         self.class_weights = None if class_weights is None else {int(k): float(v) for k, v in class_weights.items()}
         self.epoch = 0
         self._check_args()
@@ -207,20 +209,24 @@ class PatchDataset(Dataset[Sample]):
             return
         if not self.patch_size or any(p < 1 for p in self.patch_size):
             raise ValueError(f"{where}: patch_size = {self.patch_size}; expected positive extents, e.g. (64, 64, 64)")
-        for item in self.items:
-            if len(item.shape) - 1 != len(self.patch_size):
-                raise ValueError(f"{where}: item {item.item_id!r} has {len(item.shape) - 1} spatial axes "
-                                 f"(shape {item.shape}), patch_size {self.patch_size} has {len(self.patch_size)}"
-                                 f"{self._rank_hint()}")
-        for item in self.items:
-            if np.array(self.pad_value).astype(item.dtype) != self.pad_value:
-                raise ValueError(f"{where}: pad_value = {self.pad_value!r} does not fit dtype {item.dtype} of "
-                                 f"item {item.item_id!r}")
+        other = np.flatnonzero(self.items.spatial_axes() != len(self.patch_size))
+        if other.size:
+            item = self.items[int(other[0])]
+            raise ValueError(f"{where}: item {item.item_id!r} has {len(item.shape) - 1} spatial axes "
+                             f"(shape {item.shape}), patch_size {self.patch_size} has {len(self.patch_size)}"
+                             f"{self._rank_hint()}")
+        codes, dtypes = self.items.text("dtype")
+        unfit = [c for c in np.unique(codes).tolist()
+                 if np.array(self.pad_value).astype(dtypes[c]) != self.pad_value]  # once per dtype
+        if unfit:
+            item = self.items[int(np.flatnonzero(np.isin(codes, unfit))[0])]
+            raise ValueError(f"{where}: pad_value = {self.pad_value!r} does not fit dtype {item.dtype} of "
+                             f"item {item.item_id!r}")
 
     def _rank_hint(self) -> str:
         """What to pass when items' ranks differ from the patch's: the kind of the patch's rank, or a patch_size."""
         assert self.patch_size is not None
-        ranks = Counter(item.spatial_axes for item in self.items)
+        ranks = Counter(self.items.spatial_axes().tolist())
         rank = len(self.patch_size)
         kind = {3: "volume", 2: "image"}.get(rank)
         if kind is not None and ranks[rank]:
@@ -233,7 +239,14 @@ class PatchDataset(Dataset[Sample]):
     def _check_roles(self) -> None:
         if not 0.0 <= self.foreground <= 1.0:
             raise ValueError(f"foreground = {self.foreground}; expected a probability in [0, 1], e.g. 0.33")
-        for item in self.items:
+        # The first item that lacks a role or (with foreground=) locations, found in the columns, then named
+        # by the same per-item checks.
+        lacking = np.zeros(len(self.items), dtype=bool)
+        for role in self.roles:
+            lacking |= ~self.items.role(role)
+        if self.foreground and not self.annotated:
+            lacking |= ~self.items.has_locations()
+        for item in self.items.take(np.flatnonzero(lacking)[:1]):
             for role in self.roles:
                 try:
                     item.role_array(role)
@@ -255,24 +268,31 @@ class PatchDataset(Dataset[Sample]):
 
     def encode(self, label: str, classes: Sequence[str] | None = None) -> tuple[tuple[str, ...], tuple[int, ...]]:
         """The class names for `label` and every item's class index; items without that label are refused."""
-        values = [item.labels.get(label, "") for item in self.items]
-        missing = [item.item_id for item, v in zip(self.items, values) if v == ""]
-        if missing:
+        codes, distinct = self.items.label(label)
+        names_of = [*distinct, ""]  # code -1 (no such label) picks the last
+        empty = np.asarray([v == "" for v in names_of], dtype=bool)[codes]
+        if empty.any():
+            missing = self.items.take(np.flatnonzero(empty)).values("item_id")
             known = sorted({k for item in self.items for k in item.labels})
             raise ValueError(f"PatchDataset({self.store}): label {label!r} is missing for {len(missing)} item(s) "
                              f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); labels in the "
                              f"store: {', '.join(known) or 'none'}")
         # From the whole store, not the selection: a split lacking a class still numbers the others alike.
-        names = tuple(classes) if classes is not None else class_names(
-            v for item in self.store_items if (v := item.labels.get(label, "")))
+        if classes is not None:
+            names = tuple(classes)
+        else:
+            everywhere, values = self.store_items.label(label)
+            names = class_names(v for c in np.unique(everywhere).tolist() if c >= 0 and (v := values[c]))
         index = {name: k for k, name in enumerate(names)}
         if len(index) != len(names):
             raise ValueError(f"PatchDataset({self.store}): classes = {list(names)} has duplicates")
-        unknown = sorted(set(values) - set(index))
+        present = [names_of[c] for c in np.unique(codes).tolist()]
+        unknown = sorted(set(present) - set(index))
         if unknown:
             raise ValueError(f"PatchDataset({self.store}): label {label!r} has values {unknown} that are not in "
                              f"classes = {list(names)}")
-        return names, tuple(index[v] for v in values)
+        lut = np.asarray([index.get(v, -1) for v in names_of], dtype=np.int64)
+        return names, tuple(lut[codes].tolist())
 
     def _grid(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
         assert self.patch_size is not None

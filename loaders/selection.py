@@ -6,7 +6,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Literal, TypedDict
 
+import numpy as np
+import numpy.typing as npt
+
 from labzarr.store import IndexItem
+from labzarr.store.format.items import IndexItems
 
 __all__ = ["Selection", "SelectionKeywords", "selection_of"]
 
@@ -43,47 +47,51 @@ class Selection:
         if self.items is not None and not isinstance(self.items, str):
             object.__setattr__(self, "items", tuple(self.items))
 
-    def apply(self, items: Sequence[IndexItem], *, where: str) -> tuple[IndexItem, ...]:
+    def apply(self, items: Sequence[IndexItem], *, where: str) -> IndexItems:
         """The selected items, in index order; ValueError (prefixed `where`) for a selection that does not fit
-        the store or selects nothing."""
-        keep = list(items)
+        the store or selects nothing. Chosen from the index's columns (`IndexItems`): a callable `where` is the
+        only choice that builds each item."""
+        items = IndexItems.of(items)
+        keep = np.ones(len(items), dtype=bool)
         if self.kind is not None:
             if self.kind not in _KINDS:
                 raise ValueError(f"{where}: kind = {self.kind!r}; expected 'volume' or 'image'")
-            keep = [i for i in keep if i.spatial_axes == _KINDS[self.kind]]
+            keep &= items.spatial_axes() == _KINDS[self.kind]
         if self.split is not None:
-            have = sorted({i.split for i in items if i.split})
+            codes, values = items.text("split")
+            have = sorted({v for c in np.unique(codes).tolist() if c >= 0 and (v := values[c])})
             if not have:
                 raise ValueError(f"{where}: split = {self.split!r}, but the store has no splits; add [splits] to "
                                  "the delivery spec and convert again")
             if self.split not in have:
                 raise ValueError(f"{where}: split = {self.split!r}; the store's splits are {', '.join(have)}")
-            keep = [i for i in keep if i.split == self.split]
-        keep = self._fold(keep, items, where)
+            keep &= codes == values.index(self.split)
+        keep &= self._fold(items, where)
         if self.items is not None:
             if isinstance(self.items, str):
                 raise ValueError(f"{where}: items = {self.items!r}; expected a sequence of item IDs")
-            known = {i.item_id for i in items}
+            ids = items.values("item_id")
+            known = set(ids)
             unknown = [i for i in self.items if i not in known]
             if unknown:
                 raise ValueError(f"{where}: items names {len(unknown)} ID(s) not among the store's ok items: "
                                  f"{', '.join(map(repr, unknown[:5]))}{', ...' if len(unknown) > 5 else ''}")
             wanted = set(self.items)
-            keep = [i for i in keep if i.item_id in wanted]
+            keep &= np.fromiter((i in wanted for i in ids), dtype=bool, count=len(ids))
         if self.where is not None:
-            labels = frozenset(k for i in items for k in i.labels)
-            keep = [i for i in keep if self._where(i, labels, where)]
-        if not keep:
+            keep &= self._where(items, where)
+        if not keep.any():
             raise ValueError(f"{where}: the selection ({self.describe().lstrip(', ')}) keeps none of the store's "
                              f"{len(items)} items")
-        return tuple(keep)
+        return items.take(np.flatnonzero(keep))
 
-    def _fold(self, keep: list[IndexItem], items: Sequence[IndexItem], where: str) -> list[IndexItem]:
+    def _fold(self, items: IndexItems, where: str) -> npt.NDArray[np.bool_]:
         if self.fold is None:
             if self.holdout is not None:
                 raise ValueError(f"{where}: holdout = {self.holdout!r} needs fold=")
-            return keep
-        folds = sorted({i.fold for i in items if i.fold is not None})
+            return np.ones(len(items), dtype=bool)
+        of = items.folds()
+        folds = sorted(set(np.unique(of[of >= 0]).tolist()))
         if not folds:
             raise ValueError(f"{where}: fold = {self.fold!r}, but the store has no folds; set [splits] folds in the "
                              "delivery spec and convert again")
@@ -92,25 +100,37 @@ class Selection:
         if self.holdout is None:
             raise ValueError(f"{where}: fold = {self.fold} needs holdout=True (the fold's validation items) or "
                              "holdout=False (its training items: every other fold)")
-        return [i for i in keep if i.fold is not None and (i.fold == self.fold) == self.holdout]
+        out: npt.NDArray[np.bool_] = (of >= 0) & ((of == self.fold) == self.holdout)
+        return out
 
-    def _where(self, item: IndexItem, labels: frozenset[str], where: str) -> bool:
+    def _where(self, items: IndexItems, where: str) -> npt.NDArray[np.bool_]:
         if callable(self.where):
-            return bool(self.where(item))
+            chosen = self.where
+            return np.fromiter((bool(chosen(i)) for i in items), dtype=bool, count=len(items))
         assert self.where is not None
+        labels = frozenset(items.label_names)
+        keep = np.ones(len(items), dtype=bool)
         for key, allowed in self.where.items():
-            if key in labels:
-                value: object = item.labels.get(key, "")
-            elif key in _FIELDS:
-                value = getattr(item, key)
+            if isinstance(allowed, str) or not isinstance(allowed, Collection):
+                allowed = (allowed,)
+            if key in labels or key in _FIELDS:
+                # Each distinct value is tested once, as `IndexItem` gives it ("" or None where there is none).
+                if key in labels:
+                    codes, values = items.label(key)
+                    absent: object = ""
+                elif key == "fold":
+                    codes, values, absent = items.folds(), [], None
+                    values = [*range(int(codes.max(initial=-1)) + 1)]
+                else:
+                    codes, values = items.text(key)
+                    absent = ""
+                ok = [(v if v is not None else absent) in allowed for v in values]
+                lut = np.asarray([*ok, absent in allowed], dtype=bool)  # code -1 (none) picks the last
+                keep &= lut[codes]
             else:
                 raise ValueError(f"{where}: where= names {key!r}, which is neither a label of the store "
                                  f"({', '.join(sorted(labels)) or 'none'}) nor one of {', '.join(_FIELDS)}")
-            if isinstance(allowed, str) or not isinstance(allowed, Collection):
-                allowed = (allowed,)
-            if value not in allowed:
-                return False
-        return True
+        return keep
 
     def describe(self) -> str:
         """The selection as `repr` shows it (`""` when it selects everything)."""

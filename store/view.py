@@ -3,7 +3,7 @@
 Works on a store folder, a zipped store (a zip of the folder's contents) and a
 store at an fsspec URL (`s3://bucket/x.zarr`; credentials and endpoint from the
 standard environment or `storage_options`). Opening reads only the root's
-`zarr.json`; voxels are read on demand through the store's one read path
+`zarr.json` and the index's columns (`format/items.py`); voxels are read on demand through the store's one read path
 (`reader.py`).
 """
 
@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from .aggregate import DatasetStats, dataset_stats
-from .format.index import INDEX_KEY, STATISTICS, STATS, FormatError, IndexItem, StoreIndex, class_names, decode_stats
+from .format.index import INDEX_KEY, STATISTICS, FormatError, IndexItem, StoreIndex, class_names
+from .format.items import IndexItems
 from .format.nodes import node_key, parse_node
 from .format.stats import ItemStats
+from .format.stats_table import read_records
 from .location import Location, Transport, as_location, open_transport, store_location
 from .read import ArrayReader, StoreReader
 
@@ -32,22 +35,23 @@ def read_index(path: Path | str, storage_options: Mapping[str, Any] | None = Non
     where = store_location(path)
     if isinstance(where, Path) and not where.exists():
         raise FileNotFoundError(f"{where}: no such store; run `labzarr convert` first")
-    meta = _root_meta(open_transport(where, storage_options), where)
-    return StoreIndex.decode(meta.get("attributes", {}).get(INDEX_KEY), where=str(where))
+    transport = open_transport(where, storage_options)
+    meta = _root_meta(transport, where)
+    return StoreIndex.decode(meta.get("attributes", {}).get(INDEX_KEY), where=str(where), transport=transport)
 
 
 def read_statistics(path: Path | str, storage_options: Mapping[str, Any] | None = None) -> dict[str, ItemStats]:
-    """Every ok item's full statistics record by `IndexItem.key`, from the store's `statistics` group (one small
-    read); empty for a store converted without statistics. Raises like `read_index`; `FormatError` on a damaged
-    record."""
+    """Every ok item's full statistics record by `IndexItem.key`, from the store's `statistics` table; empty for a
+    store converted without statistics. Raises like `read_index`; `FormatError` on a damaged record."""
     where = store_location(path)
+    transport = open_transport(where, storage_options)
     try:
-        meta = _root_meta(open_transport(where, storage_options), where, STATISTICS)
+        _root_meta(transport, where, STATISTICS)
     except FileNotFoundError:
         return {}
     try:
-        return {str(k): decode_stats(v) for k, v in meta.get("attributes", {}).get(STATS, {}).items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return read_records(transport)
+    except (FileNotFoundError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise FormatError(f"{where}/{STATISTICS}: damaged statistics ({type(exc).__name__}: {exc}); convert the "
                           "delivery again") from exc
 
@@ -104,19 +108,24 @@ class StoreView:
 
     def item(self, item_id: str) -> IndexItem:
         """The item with this ID; KeyError names a few known IDs."""
-        for i in self.items:
-            if i.item_id == item_id:
-                return i
+        items = IndexItems.of(self.items)
+        codes, ids = items.text("item_id")  # found in the column: no item is built but the one returned
+        if item_id in ids:
+            at = np.flatnonzero(codes == ids.index(item_id))
+            if at.size:
+                return items[int(at[0])]
         raise KeyError(f"{self.path}: no ok item {item_id!r}; items are e.g. "
                        f"{', '.join(i.item_id for i in self.items[:5])}")
 
     def labels(self, name: str) -> list[str]:
         """The label `name` of every item, in index order ('' where missing)."""
-        return [i.labels.get(name, "") for i in self.items]
+        codes, values = IndexItems.of(self.items).label(name)
+        return [(values[c] if c >= 0 else "") for c in codes.tolist()]
 
     def label_names(self) -> tuple[str, ...]:
         """Every label name some item carries, sorted."""
-        return tuple(sorted({k for i in self.items for k in i.labels}))
+        items = IndexItems.of(self.items)
+        return tuple(sorted(k for k in items.label_names if bool(np.any(items.label(k)[0] >= 0))))
 
     def classes(self, name: str) -> tuple[str, ...]:
         """The distinct values of label `name` in the order PatchDataset numbers them."""

@@ -10,7 +10,8 @@ live in `.labzarr/outcomes.json`. Rejections that may be transient
 (`decoder_crash`, `timeout`) are never recorded, so a rerun tries them again.
 
 A stack of 2D images is reused shard by shard: each shard task records what
-it wrote (slots, sources, rows, each slot's chunk digest) in a file under
+it wrote (slots, sources, rows, each slot's chunk digest) in a gzipped JSON file (`SHARD_RECORDS`: its rows
+hold every image's statistics, histograms too, which compress several-fold) under
 `.labzarr/records/<id>/`, where `<id>` is named by the stack's `records` attr,
 set with `complete` when the stack is installed. A shard whose slots hold the
 same sources under the same settings is carried into the next stack as it is.
@@ -26,8 +27,10 @@ reusing it, reporting each item as a `Repair`.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import json
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,12 +42,13 @@ from ..manifest import ClassCount, RoleSource, Row
 from ..spec import Spec
 from .stacks import ShardTask
 
-__all__ = ["RECORD_VERSION", "RETRIED", "Damage", "KeptShard", "Outcome", "Recorded", "Repair", "ShardRecord",
-           "StackRecord", "from_record", "merge_damage", "parse_shard_record", "settings_fingerprint", "shard_record",
-           "to_record"]
+__all__ = ["RECORD_VERSION", "RETRIED", "SHARD_RECORDS", "Damage", "KeptShard", "Outcome", "Recorded", "Repair",
+           "ShardRecord", "StackRecord", "from_record", "merge_damage", "parse_shard_record", "settings_fingerprint",
+           "shard_record", "to_record"]
 
 RETRIED: frozenset[Reason] = frozenset({Reason.DECODER_CRASH, Reason.TIMEOUT})
 RECORD_VERSION = 1  # of `.labzarr/outcomes.json` and of the shard records
+SHARD_RECORDS = "*.json.gz"  # the shard records of a stack (gzipped: a small image's record is mostly histogram)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,12 +217,16 @@ def shard_record(task: ShardTask, rows: Sequence[Row], digests: Sequence[bytes],
         "items": [[i.slot, i.item_id, i.source, i.sha256] for i in task.items],
         "rows": [to_record(r) for r in rows], "digests": [d.hex() for d in digests],
     }
-    return f"{task.first:010d}-{task.stop:010d}.json", (json.dumps(doc, sort_keys=True) + "\n").encode()
+    data = (json.dumps(doc, sort_keys=True) + "\n").encode()
+    return f"{task.first:010d}-{task.stop:010d}.json.gz", gzip.compress(data, compresslevel=6, mtime=0)
 
 
 def parse_shard_record(name: str, blob: bytes) -> ShardRecord:
     """The record `shard_record` wrote as `name`; raises ValueError/KeyError/TypeError on anything else."""
-    doc = json.loads(blob)
+    try:
+        doc = json.loads(gzip.decompress(blob))
+    except (OSError, EOFError, zlib.error) as exc:  # a torn or foreign file: its shard is decoded again
+        raise ValueError(f"{name}: not a gzipped record ({type(exc).__name__}: {exc})") from exc
     if doc.get("version") != RECORD_VERSION:
         raise ValueError(f"{name}: record version {doc.get('version')!r}")
     return ShardRecord(name=name, first=int(doc["first"]), stop=int(doc["stop"]), fingerprint=str(doc["settings"]),

@@ -30,8 +30,10 @@ from labzarr.store import (
     as_location,
 )
 from labzarr.store.content import block_digests, chunk_digest, chunk_grid, combine_digests
+from labzarr.store.format.items import IndexItems
 from labzarr.store.format.layout import storage_keys
 from labzarr.store.format.nodes import array_nodes, read_node
+from labzarr.store.format.table import TABLE
 from labzarr.store.format.written import STORED, StoredFiles
 
 from ..reach import check_reachable
@@ -121,7 +123,7 @@ def verify_store(store: Location | Path | str, *, threads: int | None = None) ->
         root = read_node(transport, "")
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"{store}: no zarr store here") from exc
-    index = StoreIndex.decode(root.get("attributes", {}).get(INDEX_KEY), where=str(store))
+    index = StoreIndex.decode(root.get("attributes", {}).get(INDEX_KEY), where=str(store), transport=transport)
     sizes = transport.sizes()
     nodes = array_nodes(transport, sizes, skip=STATE)
     slots = index.stack_slots()
@@ -129,8 +131,9 @@ def verify_store(store: Location | Path | str, *, threads: int | None = None) ->
         checked = list(pool.map(lambda node: _check_array(store, sizes, slots, *node), nodes))
     problems = [p for c in checked for p in c.problems]
     present = {name for name, _ in nodes}
+    gone = set(IndexItems.of(index.items).text("array")[1]) - present
     problems += [Problem(item.array, item.item_id, "in the index but the array is missing", "array missing")
-                 for item in index.items if item.array not in present]
+                 for item in (index.items if gone else ()) if item.array in gone]
     return VerifyReport(store=store, arrays=len(nodes), chunks=sum(c.chunks for c in checked),
                         stored_bytes=sum(c.stored_bytes for c in checked), problems=tuple(problems),
                         leftovers=_leftovers(sizes))
@@ -158,8 +161,9 @@ def _check_with(reader: StoreReader, sizes: Mapping[str, int], name: str, meta: 
     except Exception as exc:  # noqa: BLE001 - any failure to open is damage to report, not to raise
         return _Checked(0, 0, (problem(f"metadata unreadable: {type(exc).__name__}: {exc}", "metadata unreadable"),))
     found: list[Problem] = []
-    # A sample's class locations are derived data, rewritten with their sample: checked chunk by chunk only.
-    sealed = not name.endswith("/locations")
+    # A sample's class locations and the columns of the index and statistics tables are derived data, rewritten
+    # whole: checked chunk by chunk only.
+    sealed = not name.endswith("/locations") and TABLE not in attrs
     if not sealed:
         pass
     elif "complete" not in attrs:

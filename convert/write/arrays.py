@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -32,11 +32,12 @@ import numpy as np
 import zarr
 from zarr.abc.codec import BytesBytesCodec
 
-from labzarr.store import COMPLETE, INDEX_KEY, STATISTICS, STATS, ClassInfo, IndexItem, ItemStats, Location, StoreIndex
+from labzarr.store import COMPLETE, INDEX, INDEX_KEY, ClassInfo, IndexItem, ItemStats, Location, StoreIndex
 from labzarr.store.chunks.codecs import zarr_codecs
 from labzarr.store.content import missing_chunk_files
 from labzarr.store.format import nodes
-from labzarr.store.format.index import encode_stats
+from labzarr.store.format.stats_table import write_records
+from labzarr.store.format.table import remove_tables
 from labzarr.store.format.written import STORED, StoredFiles
 
 from ..manifest import Row
@@ -304,24 +305,25 @@ def item_statistics(items: Sequence[IndexItem], rows: Sequence[Row]) -> dict[str
     return {i.key: r.stats for i, r in zip(items, ok, strict=True) if r.stats is not None}
 
 
-def write_statistics(store: Location, records: Mapping[str, ItemStats]) -> None:
-    """Record `records` (`item_statistics`: histograms too) in the root group `STATISTICS`: what
-    `labzarr inspect --stats`, the report and `PatchDataset.stats` merge, in any selection."""
-    nodes.create_group(store / STATISTICS, {STATS: {k: encode_stats(v) for k, v in sorted(records.items())}},
-                       atomic=True)
+def write_statistics(store: Location, records: Mapping[str, ItemStats] | Iterable[tuple[str, ItemStats]]) -> None:
+    """Record `records` (`item_statistics`: histograms too; or (key, record) pairs, in the order given) as the
+    table of the root group `STATISTICS`: what `labzarr inspect --stats`, the report and `PatchDataset.stats`
+    merge, in any selection."""
+    write_records(store, records)
 
 
 def write_index(store: Location, index: StoreIndex) -> None:
-    """Record `index` as the store's own index (root attr `INDEX_KEY`): written once the run's rows are final.
-
-    The root's other attributes are kept; its node is rewritten by `nodes.create_group` (in one write, without
-    zarr's deep copy of attributes that hold every item)."""
+    """Record `index` as the store's own index: written once the run's rows are final, as a new table under
+    `INDEX`, then named by the root attr `INDEX_KEY` (the root's other attributes kept), then the earlier tables
+    removed. `index.items` may be any sequence (an `IndexItems` too)."""
+    value = index.write(store)
     try:
         root = nodes.read_node_at(store)
     except FileNotFoundError:
         root = {}
     attrs = root.get("attributes", {})
-    nodes.create_group(store, {**attrs, INDEX_KEY: index.encode()}, atomic=True)
+    nodes.create_group(store, {**attrs, INDEX_KEY: value}, atomic=True)
+    remove_tables(store / INDEX, keep=value["table"].rsplit("/", 1)[1])
 
 
 def remove_stale(store: Location, keep: set[str]) -> None:

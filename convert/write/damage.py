@@ -20,8 +20,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from labzarr.store import COMPLETE, INDEX_KEY, Location, StoreIndex
 from labzarr.store.content import stored_files
+from labzarr.store.format.items import IndexItems
 from labzarr.store.format.ngff import LEVEL0
 from labzarr.store.format.nodes import ZARR_JSON, read_node_at
 from labzarr.store.format.written import STORED, StoredFiles
@@ -182,11 +185,15 @@ def _is_level(path: str, meta: Mapping[str, Any]) -> bool:
 def _index_sources(store: Location) -> dict[str, str]:
     """The arrays the store's own index names, each with its item's source ("" for a stack, which holds many)."""
     try:
-        index = StoreIndex.decode(read_node_at(store).get("attributes", {}).get(INDEX_KEY), where=str(store))
+        index = StoreIndex.decode(read_node_at(store).get("attributes", {}).get(INDEX_KEY), where=str(store),
+                                  transport=store.transport())
     except (OSError, ValueError, AttributeError):
         return {}  # no index yet (a first run), or one a run did not finish: it is written again at the end
-    out: dict[str, str] = {}
-    for item in index.items:
-        if _is_top(item.array) and not item.roles:
-            out[item.array] = item.source if item.slot is None else ""
-    return out
+    # From the columns: a store of a million images builds no item to list its few stacks.
+    items = IndexItems.of(index.items)
+    own = ~items.has_roles()
+    codes, arrays = items.text("array")
+    out = {arrays[c]: "" for c in np.unique(codes[own & (items.slots() >= 0)]).tolist()}
+    volumes = items.take(np.flatnonzero(own & (items.slots() < 0)))
+    out |= dict(zip(volumes.values("array"), volumes.values("source")))
+    return {array: source for array, source in out.items() if _is_top(array)}

@@ -19,6 +19,7 @@ from ..manifest import Row
 from ..plan.records import (
     RECORD_VERSION,
     RETRIED,
+    SHARD_RECORDS,
     Outcome,
     Recorded,
     ShardRecord,
@@ -78,7 +79,7 @@ def _stack_record(store: Location, array: str, meta: Mapping[str, Any], listing:
     try:
         shards = meta["chunk_grid"]["configuration"]["chunk_shape"]  # the shard shape
         per_shard = int(shards[0])
-        records = tuple(read_shard_record(p) for p in sorted_glob(records_dir(store) / records_id, "*.json"))
+        records = tuple(read_shard_record(p) for p in sorted_glob(records_dir(store) / records_id, SHARD_RECORDS))
         # A shard whose file is gone (lost, or all zeros on purpose) cannot be carried over: its images are
         # decoded again, and a lost one is reported as damage.
         return StackRecord(array=array, shape=tuple(meta["shape"]), dtype=str(meta["data_type"]),

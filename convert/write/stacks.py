@@ -23,6 +23,7 @@ from labzarr.store.format.nodes import read_node_at
 
 from ..manifest import Row
 from ..plan.build import Plan
+from ..plan.records import SHARD_RECORDS
 from ..plan.stacks import STACKS, Stack
 from ..spec import Spec
 from .arrays import carry_shard, create_stack, fill_missing_shards, install, open_stack, staging_folder
@@ -75,7 +76,7 @@ def install_stack(store: Location, staged: StagedStack, decoded: Sequence[Row], 
     array = open_stack(staged.folder)
     empty = fill_missing_shards(staged.folder, array)
     digests: dict[tuple[int, ...], bytes] = {}
-    for path in sorted_glob(staged.records, "*.json"):
+    for path in sorted_glob(staged.records, SHARD_RECORDS):
         rec = read_shard_record(path)
         for slot, digest in zip(range(rec.first, rec.stop), rec.digests):
             digests[(slot, 0, 0, 0)] = bytes.fromhex(digest)

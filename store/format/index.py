@@ -2,7 +2,8 @@
 
 Invariant: the converter writes these records and every reader (the Dataset,
 `inspect`, `verify`, the QC page) reads them back through `decode`, so the
-JSON layout of a store is spelled in this module only. `FORMAT_VERSION` names
+JSON layout of a store is spelled in this module only (the index's and the
+statistics' columns in `items.py` and `stats_table.py`). `FORMAT_VERSION` names
 that layout; a store of another version is refused with a message rather than
 misread. The index lists the `ok` items in manifest order; a Dataset needs
 nothing but the store's path.
@@ -12,22 +13,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .annotations import ANNOTATIONS, Annotation, decode_annotations, encode_annotations
 from .stats import ChannelStats, Histogram, ItemStats
 
-__all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX_KEY", "STATE", "STATISTICS", "STATS", "ClassInfo",
-           "FormatError", "IndexItem", "StoreIndex", "VolumeAttrs", "class_names", "decode_stats", "encode_stats",
-           "stack_slots"]
+if TYPE_CHECKING:
+    from ..location import Location, Transport
+
+__all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX", "INDEX_KEY", "STATE", "STATISTICS", "STATS",
+           "ClassInfo", "FormatError", "IndexItem", "StoreIndex", "VolumeAttrs", "class_names", "decode_stats",
+           "encode_stats", "stack_slots"]
 
 # 2: every volume an OME-Zarr image group, its array at level `0` (store/ngff.py). 3: every array records which
 # storage files it wrote (`written.STORED`), so a lost file is an error, not fill values. A store of version 2
-# cannot tell the two apart, so it is refused with "convert again" rather than read unchecked.
-FORMAT_VERSION = 3
-INDEX_KEY = "labzarr"  # the root attr holding the index
+# cannot tell the two apart, so it is refused with "convert again" rather than read unchecked. 4: the index and
+# the statistics are tables of numpy columns (`items.py`, `stats_table.py`: `index/<table>`,
+# `statistics/<table>`) instead of JSON documents, so a store of a million items opens in a second; the root attr
+# `INDEX_KEY` names the index's table and keeps only the store's own fields. A version 3 index, a JSON list in
+# the root attr, is refused with "convert again".
+FORMAT_VERSION = 4
+INDEX_KEY = "labzarr"  # the root attr naming the index
+INDEX = "index"  # the root group holding the index's table (`index/<table>`)
 # Array attrs written after the voxels, in this order: the content hash, then `complete` (the array is whole).
 CONTENT_SHA256 = "content_sha256"
 COMPLETE = "complete"
@@ -36,8 +45,8 @@ STATE = ".labzarr"
 # The array attr (and index entry key) holding an item's intensity statistics (`stats.py`); absent in stores
 # converted before statistics existed or with `[store] statistics = false`, which read as None.
 STATS = "stats"
-# The root group whose attrs hold every ok item's full statistics record by `IndexItem.key` (`STATS`), written
-# with the index; the index itself keeps only their moments, so it stays small enough to read at every start.
+# The root group holding the table of every ok item's full statistics record by `IndexItem.key` (its attr `STATS`
+# names the table), written with the index; the index itself keeps only their moments.
 STATISTICS = "statistics"
 
 
@@ -168,13 +177,14 @@ class IndexItem:
 
 @dataclass(frozen=True, slots=True)
 class StoreIndex:
-    """The store's root index: which delivery and run made it, and its ok items in manifest order."""
+    """The store's root index: which delivery and run made it, and its ok items in manifest order (read from a
+    store, an `items.IndexItems`, which builds each item when asked for it)."""
 
     delivery: str
     spec_sha256: str
     manifest_sha256: str
     tool_version: str
-    items: tuple[IndexItem, ...]
+    items: Sequence[IndexItem]
     format_version: int = FORMAT_VERSION
 
     def attrs(self) -> dict[str, Any]:
@@ -183,27 +193,46 @@ class StoreIndex:
                 "manifest_sha256": self.manifest_sha256, "tool_version": self.tool_version,
                 "format_version": self.format_version}
 
-    def encode(self) -> dict[str, Any]:
-        """The JSON value of the root attr `INDEX_KEY`."""
-        return {**self.attrs(), "items": [item.encode() for item in self.items]}
-
-    def stack_slots(self) -> dict[str, dict[int, str]]:
+    def stack_slots(self) -> Mapping[str, Mapping[int, str]]:
         """The item ID of every image of a stack, by stack array and slot (what an error in a stack names)."""
         return stack_slots(self.items)
 
+    def write(self, store: Location) -> dict[str, Any]:
+        """Write the items as a new table under `INDEX` and return the value of the root attr `INDEX_KEY` that
+        names it: the caller writes that last (the index changes when the root does)."""
+        from .items import index_columns
+        from .table import write_table
+
+        attrs, columns = index_columns(self.items)
+        name = write_table(store / INDEX, columns, rows=len(self.items), attrs=attrs)
+        return {**self.attrs(), "items": len(self.items), "table": f"{INDEX}/{name}"}
+
     @classmethod
-    def decode(cls, value: object, *, where: str) -> StoreIndex:
-        """The index from the root attr's JSON value; raises `FormatError` naming `where`."""
+    def decode(cls, value: object, *, where: str, transport: Transport) -> StoreIndex:
+        """The index the root attr's JSON value `value` names, its table read through `transport`; raises
+        `FormatError` naming `where`."""
+        from .items import IndexItems
+        from .table import read_table
+
         if not isinstance(value, Mapping) or "items" not in value:
             raise FormatError(f"{where}: not a labzarr store (root attr {INDEX_KEY!r} missing)")
         version = value.get("format_version")
         if version != FORMAT_VERSION:
             raise FormatError(f"{where}: store format version {version!r}; this labzarr reads version "
                               f"{FORMAT_VERSION}: convert the delivery again with this version")
+        table = value.get("table")
         try:
-            items = tuple(IndexItem.decode(d) for d in value["items"])
+            if not isinstance(table, str) or not table.startswith(f"{INDEX}/"):
+                raise ValueError(f"root attr {INDEX_KEY!r} names no index table ({table!r})")
+            items = IndexItems.read(*read_table(transport, table))
+            if len(items) != value["items"]:
+                raise ValueError(f"the table holds {len(items)} items, the root attr says {value['items']}")
+        except FileNotFoundError as exc:
+            raise FormatError(f"{where}: the index table {table!r} is missing ({exc}); convert the delivery "
+                              "again") from exc
         except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise FormatError(f"{where}: damaged index entry ({type(exc).__name__}: {exc})") from exc
+            raise FormatError(f"{where}: damaged index ({type(exc).__name__}: {exc}); convert the delivery "
+                              "again") from exc
         return cls(delivery=str(value.get("delivery", "")), spec_sha256=str(value.get("spec_sha256", "")),
                    manifest_sha256=str(value.get("manifest_sha256", "")),
                    tool_version=str(value.get("tool_version", "")), items=items, format_version=FORMAT_VERSION)
@@ -265,8 +294,13 @@ class VolumeAttrs:
                               f"({type(exc).__name__}: {exc})") from exc
 
 
-def stack_slots(items: Iterable[IndexItem]) -> dict[str, dict[int, str]]:
-    """The item ID of every image of a stack among `items`, by stack array and slot."""
+def stack_slots(items: Iterable[IndexItem]) -> Mapping[str, Mapping[int, str]]:
+    """The item ID of every image of a stack among `items`, by stack array and slot (of an `IndexItems`, looked up
+    in its columns when first asked: a store of a million images builds no dict of them to open)."""
+    from .items import IndexItems, StackSlots
+
+    if isinstance(items, IndexItems):
+        return StackSlots(items)
     out: dict[str, dict[int, str]] = {}
     for item in items:
         if item.slot is not None:
@@ -304,9 +338,8 @@ def _encode_channel(c: ChannelStats) -> dict[str, Any]:
 
 
 def _decode_channel(d: Mapping[str, Any]) -> ChannelStats:
-    runs = tuple(tuple(map(int, r)) for r in d.get("histogram", ()))
     return ChannelStats(count=int(d["count"]), mean=float(d["mean"]), m2=float(d["m2"]), min=float(d["min"]),
-                        max=float(d["max"]), histogram=Histogram(runs),
+                        max=float(d["max"]), histogram=Histogram.from_runs(d.get("histogram", ())),
                         nan=int(d.get("nan", 0)), inf=int(d.get("inf", 0)), integral=bool(d.get("integral", False)))
 
 

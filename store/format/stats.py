@@ -64,11 +64,63 @@ def bin_edges(ords: npt.ArrayLike) -> tuple[Floats, Floats]:
     return np.where(o >= 0, lo, -hi), np.where(o >= 0, hi, -lo)
 
 
-@dataclass(frozen=True, slots=True)
-class Histogram:
-    """Voxels per bin, sparse: `runs` of adjacent bins, each ``(first ordinal, count, count, ...)``, ascending."""
+def _frozen(a: npt.ArrayLike, dtype: type[np.generic]) -> npt.NDArray[Any]:
+    """`a` as a read-only array of `dtype` that nothing else can write (a copy unless it already is one)."""
+    if isinstance(a, np.ndarray) and a.dtype == dtype and not a.flags.writeable and a.flags.c_contiguous:
+        return a
+    out = np.array(a, dtype=dtype)
+    out.flags.writeable = False
+    return out
 
-    runs: tuple[tuple[int, ...], ...] = ()
+
+_EMPTY_ORDS = _frozen(np.zeros(0, np.int16), np.int16)
+_EMPTY_COUNTS = _frozen(np.zeros(0, np.int64), np.int64)
+_LOWEST = -(BINS // 2)  # the lowest ordinal (-0x8000): ordinals fit int16 exactly
+_INT32 = 1 << 31  # counts below this are held as int32
+_MERGE_BATCH = 4096  # histograms added at a time by `Histogram.merge`
+
+
+class Histogram:
+    """Voxels per bin, sparse: the non-empty bins' `ordinals` (int16, ascending, distinct) and their `counts`
+    (positive; int32 where every count fits, else int64), two read-only numpy arrays. Immutable: equal histograms
+    compare equal and hash alike.
+
+    Why arrays, not Python ints: a driver holds one per item and channel until the run's statistics are written;
+    as tuples it held a Python int object per bin, as arrays 2 bytes of ordinal and 4 (or 8) of count."""
+
+    __slots__ = ("ordinals", "counts")
+    ordinals: npt.NDArray[np.int16]
+    counts: npt.NDArray[np.int32] | Ints
+
+    def __init__(self, ordinals: npt.ArrayLike = _EMPTY_ORDS, counts: npt.ArrayLike = _EMPTY_COUNTS) -> None:
+        """A histogram of already canonical arrays (what `of` and the store's decoders give); `of` for any pairs."""
+        o, n = _frozen(ordinals, np.int16), _frozen(counts, np.int64)
+        if n.size and int(n.max()) < _INT32:  # one dtype for the same counts, so equal histograms hash alike
+            n = _frozen(n, np.int32)
+        if o.shape != n.shape or o.ndim != 1:
+            raise ValueError(f"histogram ordinals {o.shape} and counts {n.shape} differ in shape")
+        object.__setattr__(self, "ordinals", o)
+        object.__setattr__(self, "counts", n)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Histogram is immutable ({name})")
+
+    def __reduce__(self) -> tuple[type[Histogram], tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
+        return (Histogram, (np.array(self.ordinals), np.array(self.counts)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Histogram):
+            return NotImplemented
+        return bool(np.array_equal(self.ordinals, other.ordinals) and np.array_equal(self.counts, other.counts))
+
+    def __hash__(self) -> int:
+        return hash((self.ordinals.tobytes(), self.counts.tobytes()))
+
+    def __repr__(self) -> str:
+        return f"Histogram({len(self.ordinals)} bins, {self.total} voxels)"
+
+    def __bool__(self) -> bool:
+        return bool(self.ordinals.size)
 
     @classmethod
     def of(cls, ords: npt.ArrayLike, counts: npt.ArrayLike) -> Histogram:
@@ -77,45 +129,69 @@ class Histogram:
         n = np.asarray(counts, dtype=np.int64).ravel()
         if o.size == 0:
             return cls()
+        if o.min() < _LOWEST or o.max() >= BINS // 2:
+            raise ValueError(f"histogram ordinals {o.min()}..{o.max()} outside {_LOWEST}..{BINS // 2 - 1}")
+        if o.size > BINS // 4:  # many pairs (a merge): one dense pass, no sort
+            dense = np.zeros(BINS, dtype=np.int64)
+            np.add.at(dense, o - _LOWEST, n)
+            keep = np.flatnonzero(dense > 0)
+            return cls(keep + _LOWEST, dense[keep])
         uniq, inverse = np.unique(o, return_inverse=True)
         summed = np.zeros(len(uniq), dtype=np.int64)
         np.add.at(summed, inverse, n)
-        keep = summed > 0
-        uniq, summed = uniq[keep], summed[keep]
-        if uniq.size == 0:
-            return cls()
-        breaks = np.flatnonzero(np.diff(uniq) > _GAP + 1) + 1
-        runs = []
-        for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(uniq)]):
-            first = int(uniq[lo])
-            dense = np.zeros(int(uniq[hi - 1]) - first + 1, dtype=np.int64)
-            dense[uniq[lo:hi] - first] = summed[lo:hi]
-            runs.append((first, *dense.tolist()))
-        return cls(tuple(runs))
+        positive = summed > 0
+        return cls(uniq[positive], summed[positive])
 
     def arrays(self) -> tuple[Ints, Ints]:
-        """(ordinals, counts) of the non-empty bins, ascending."""
-        if not self.runs:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        o = np.concatenate([np.arange(r[0], r[0] + len(r) - 1, dtype=np.int64) for r in self.runs])
-        n = np.concatenate([np.asarray(r[1:], dtype=np.int64) for r in self.runs])
-        keep = n > 0
-        return o[keep], n[keep]
+        """(ordinals, counts) of the non-empty bins, ascending, as int64."""
+        return self.ordinals.astype(np.int64), self.counts.astype(np.int64)
 
     @property
     def total(self) -> int:
         """Voxels counted."""
-        return sum(sum(r[1:]) for r in self.runs)
+        return int(self.counts.sum(dtype=np.int64))
+
+    @property
+    def runs(self) -> tuple[tuple[int, ...], ...]:
+        """The bins as runs of adjacent ones, each ``(first ordinal, count, count, ...)``, ascending, a run spanning
+        at most `_GAP` empty bins (the JSON form an array's attributes hold)."""
+        o, n = self.arrays()
+        if not o.size:
+            return ()
+        breaks = np.flatnonzero(np.diff(o) > _GAP + 1) + 1
+        out = []
+        for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(o)]):
+            first = int(o[lo])
+            dense = np.zeros(int(o[hi - 1]) - first + 1, dtype=np.int64)
+            dense[o[lo:hi] - first] = n[lo:hi]
+            out.append((first, *dense.tolist()))
+        return tuple(out)
+
+    @classmethod
+    def from_runs(cls, runs: Iterable[Sequence[int]]) -> Histogram:
+        """The histogram `runs()` describes."""
+        parts = [(np.arange(r[0], r[0] + len(r) - 1, dtype=np.int64), np.asarray(r[1:], dtype=np.int64))
+                 for r in runs if len(r) > 1]
+        if not parts:
+            return cls()
+        return cls.of(np.concatenate([o for o, _ in parts]), np.concatenate([n for _, n in parts]))
 
     @classmethod
     def merge(cls, parts: Iterable[Histogram]) -> Histogram:
         """The sum of `parts` (bins are the same for every histogram)."""
-        pairs = [p.arrays() for p in parts if p.runs]
-        if not pairs:
+        full = [p for p in parts if p.ordinals.size]
+        if not full:
             return cls()
-        if len(pairs) == 1:
-            return cls.of(*pairs[0])
-        return cls.of(np.concatenate([o for o, _ in pairs]), np.concatenate([n for _, n in pairs]))
+        if len(full) == 1:
+            return full[0]
+        # Into one dense array of every bin, a batch of parts at a time: no concatenation of all of them.
+        dense = np.zeros(BINS, dtype=np.int64)
+        for lo in range(0, len(full), _MERGE_BATCH):
+            batch = full[lo:lo + _MERGE_BATCH]
+            np.add.at(dense, np.concatenate([p.ordinals for p in batch]).astype(np.intp) - _LOWEST,
+                      np.concatenate([p.counts for p in batch]).astype(np.int64))
+        keep = np.flatnonzero(dense)
+        return cls(keep + _LOWEST, dense[keep])
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ import pytest
 from labzarr.convert import execute, load_spec
 from labzarr.convert.qc.verify import verify_store
 from labzarr.convert.write.state import lock_path
+from labzarr.store import read_index
 
 from ..conftest import Delivery, make_delivery
 from ..corpus._util import jpeg, put
@@ -47,9 +48,9 @@ def snapshot(d: Delivery) -> Snapshot:
     for meta in sorted([*(d.store / "volumes").glob("*/0/zarr.json"), *(d.store / "stacks").glob("*/zarr.json")]):
         attrs = json.loads(meta.read_bytes())["attributes"]
         hashes[meta.parent.relative_to(d.store).as_posix()] = (attrs["content_sha256"], attrs["complete"])
-    index = json.loads((d.store / "zarr.json").read_bytes())["attributes"]["labzarr"]
+    items = [i.encode() for i in read_index(d.store).items]
     return Snapshot(manifest=(d.spec.parent / "manifest.csv").read_bytes(), hashes=hashes,
-                    index=json.dumps(index["items"], sort_keys=True))
+                    index=json.dumps(items, sort_keys=True))
 
 
 def delivery(root: Path) -> Delivery:

@@ -115,7 +115,8 @@ def test_the_store_index_is_written_as_zarr_writes_it_keeping_the_root_attribute
         root.attrs[INDEX_KEY] = {"stale": True}
     with compact_metadata():
         write_index(Folder(tmp_path / "ours"), index)
-        open_root(Folder(tmp_path / "theirs")).attrs[INDEX_KEY] = index.encode()
+        value = zarr.open_group(zarr.storage.LocalStore(tmp_path / "ours")).attrs[INDEX_KEY]
+        open_root(Folder(tmp_path / "theirs")).attrs[INDEX_KEY] = value
     assert _doc(tmp_path / "ours") == _doc(tmp_path / "theirs")
-    assert StoreIndex.decode(zarr.open_group(zarr.storage.LocalStore(tmp_path / "ours")).attrs[INDEX_KEY],
-                             where="ours") == index
+    assert zarr.open_group(zarr.storage.LocalStore(tmp_path / "ours")).attrs["other"] == {"kept": [1, 2]}
+    assert StoreIndex.decode(value, where="ours", transport=Folder(tmp_path / "ours").transport()) == index

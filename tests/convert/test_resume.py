@@ -23,7 +23,7 @@ from labzarr.convert.qc.verify import verify_store
 from labzarr.convert.spec import Spec
 from labzarr.loaders import open_store
 from labzarr.readers import Reason
-from labzarr.store import Folder
+from labzarr.store import Folder, read_index
 
 from ..conftest import Delivery, make_delivery
 from ..corpus._util import jpeg, put
@@ -84,12 +84,8 @@ def test_changed_added_and_removed_files(tmp_path: Path, dask_client) -> None:
     still = {k: v for k, v in files.items() if not k.startswith(("volumes/case1/", "volumes/case3/"))}
     assert {k: array_files(d.store)[k] for k in still} == still
     assert verify_store(d.store).ok
-    assert sorted(i["array"] for i in _index(d.store)) == sorted(
+    assert sorted(i.array for i in read_index(d.store).items) == sorted(
         json.loads(r)["array"] for r in new_rows.values() if json.loads(r)["status"] == "ok")
-
-
-def _index(store: Path) -> list[dict[str, object]]:
-    return json.loads((store / "zarr.json").read_bytes())["attributes"]["labzarr"]["items"]
 
 
 def test_settings_change_converts_again(tmp_path: Path, dask_client) -> None:

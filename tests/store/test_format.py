@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields, replace
+from pathlib import Path
 
 import pytest
 
-from labzarr.store import FORMAT_VERSION, ClassInfo, FormatError, IndexItem, StoreIndex, VolumeAttrs
+from labzarr.convert.write.arrays import write_index
+from labzarr.store import (
+    FORMAT_VERSION,
+    INDEX_KEY,
+    ClassInfo,
+    Folder,
+    FormatError,
+    IndexItem,
+    StoreIndex,
+    VolumeAttrs,
+    read_index,
+)
+from labzarr.store.format.nodes import create_group, read_node_at
 
 SAMPLE = IndexItem(item_id="case7", array="volumes/case7/image", slot=None, kind="nifti", source="case7/t1.nii.gz",
                    shape=(1, 30, 40, 50), dtype="int16", spacing=(0.7, 0.7, 1.5), labels={"cell_type": "B"},
@@ -26,11 +39,18 @@ def _through_json(value: object) -> object:
     return json.loads(json.dumps(value))  # what the store holds is JSON: tuples come back as lists
 
 
-@pytest.mark.parametrize("item", [SAMPLE, SLOT], ids=["sample", "stack-slot"])
-def test_index_items_round_trip(item: IndexItem) -> None:
+def _written(tmp_path: Path, items: tuple[IndexItem, ...]) -> tuple[StoreIndex, Path]:
     index = StoreIndex(delivery="lab-2026-11", spec_sha256="1" * 64, manifest_sha256="2" * 64, tool_version="0.1.0",
-                       items=(item, SLOT))
-    back = StoreIndex.decode(_through_json(index.encode()), where="x.zarr")
+                       items=items)
+    store = tmp_path / "x.zarr"
+    write_index(Folder(store), index)
+    return index, store
+
+
+@pytest.mark.parametrize("item", [SAMPLE, SLOT], ids=["sample", "stack-slot"])
+def test_index_items_round_trip(item: IndexItem, tmp_path: Path) -> None:
+    index, store = _written(tmp_path, (item, SLOT))
+    back = read_index(store)
     assert back == index
     assert all(getattr(back.items[0], f.name) == getattr(item, f.name) for f in fields(IndexItem))
 
@@ -45,14 +65,27 @@ def test_volume_attrs_round_trip_every_field() -> None:
     assert VolumeAttrs.decode(early.encode(), where="v") == early
 
 
-def test_another_format_version_is_refused_with_what_to_do() -> None:
-    encoded = StoreIndex(delivery="d", spec_sha256="", manifest_sha256="", tool_version="", items=()).encode()
+def test_another_format_version_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    _, store = _written(tmp_path, (SLOT,))
+    transport = Folder(store).transport()
+    value = read_node_at(Folder(store))["attributes"][INDEX_KEY]
     with pytest.raises(FormatError, match=rf"x.zarr: store format version 99; this labzarr reads version "
                                           rf"{FORMAT_VERSION}: convert the delivery again"):
-        StoreIndex.decode({**encoded, "format_version": 99}, where="x.zarr")
+        StoreIndex.decode({**value, "format_version": 99}, where="x.zarr", transport=transport)
     with pytest.raises(FormatError, match="not a labzarr store"):
-        StoreIndex.decode({"delivery": "d"}, where="x.zarr")
-    with pytest.raises(FormatError, match="damaged index entry"):
-        StoreIndex.decode({**encoded, "items": [{"item_id": "a"}]}, where="x.zarr")
+        StoreIndex.decode({"delivery": "d"}, where="x.zarr", transport=transport)
+    with pytest.raises(FormatError, match="damaged index .*convert the delivery again"):
+        StoreIndex.decode({**value, "items": 5}, where="x.zarr", transport=transport)
+    with pytest.raises(FormatError, match="index table 'index/gone' is missing"):
+        StoreIndex.decode({**value, "table": "index/gone"}, where="x.zarr", transport=transport)
     with pytest.raises(FormatError, match="volumes/case1: array attributes do not follow"):
         VolumeAttrs.decode({"item_id": "a"}, where="volumes/case1")
+
+
+def test_a_version_3_store_with_its_index_in_json_is_refused(tmp_path: Path) -> None:
+    """Format 3 kept the items as a JSON list in the root attr: such a store is refused, not misread."""
+    store = tmp_path / "old.zarr"
+    create_group(Folder(store), {INDEX_KEY: {"delivery": "d", "format_version": 3, "items": [{"item_id": "a"}]}})
+    with pytest.raises(FormatError, match=r"store format version 3; this labzarr reads version 4: convert the "
+                                          r"delivery again"):
+        read_index(store)

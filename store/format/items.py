@@ -1,0 +1,337 @@
+"""The store's index of ok items as a table (`table.py`): one row per item, in manifest order.
+
+Invariant: `index_columns` encodes every `IndexItem` field and `IndexItems` decodes it back equal, item for item.
+`IndexItems` is the index as a read-only `Sequence[IndexItem]` that builds an item only when it is asked for, so
+opening a store of a million items costs its columns, not a million objects; callers that choose among all of
+them (a `Selection`, a Dataset's checks) use the column accessors (`text`, `label`, `spatial_axes`, ...), which
+answer with numpy arrays over the items in view. `take` gives a view of some of them, sharing the columns.
+
+Columns: text fields dictionary-encoded (`Strings`: ``item_id``, ``array``, ``kind``, ``source``, ``dtype``,
+``locations``, ``split``, ``group``, ``orientation``; ``metadata`` and ``annotations`` as their JSON text, ""
+when empty); ``slot`` and ``fold`` as int64, -1 for None; ``shape`` and ``spacing`` as `Ragged`; each label and
+each role a text column (``label.<n>``, ``role.<n>``: the n-th name the table's ``labels``/``roles`` attrs list,
+None where an item has none); mask classes as `Ragged` rows of (value, voxels, start, stop); the statistics'
+moments as `stats_table.StatsColumns` (``stats.*``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from .annotations import decode_annotations, encode_annotations
+from .index import ClassInfo, IndexItem
+from .stats_table import StatsColumns, StatsTable
+from .table import Ragged, Strings, encode_ragged, encode_strings
+
+__all__ = ["TEXT", "IndexItems", "index_columns"]
+
+TEXT = ("item_id", "array", "kind", "source", "dtype", "locations", "split", "group", "orientation")
+_CLASS_FIELDS = ("value", "voxels", "start", "stop")
+_BATCH = 4096  # items built at a time when iterating: each column converted once per batch
+
+Array = npt.NDArray[Any]
+Rows = npt.NDArray[np.int64]
+
+
+def index_columns(items: Iterable[IndexItem]) -> tuple[dict[str, Any], dict[str, Array]]:
+    """(table attrs, columns) of `items`, in order: what `IndexItems` reads back."""
+    items = items if isinstance(items, Sequence) else list(items)
+    labels = list(dict.fromkeys(k for i in items for k in i.labels))
+    roles = list(dict.fromkeys(k for i in items for k in i.roles))
+    out: dict[str, Array] = {}
+    for name in TEXT:
+        out |= encode_strings(name, (getattr(i, name) for i in items))
+    out |= encode_strings("metadata", (_metadata_text(i.metadata) for i in items))
+    out |= encode_strings("annotations", (json.dumps(encode_annotations(i.annotations)) if i.annotations else ""
+                                          for i in items))
+    for n, name in enumerate(labels):
+        out |= encode_strings(f"label.{n}", (i.labels.get(name) for i in items))
+    for n, name in enumerate(roles):
+        out |= encode_strings(f"role.{n}", (i.roles.get(name) for i in items))
+    out["slot"] = np.fromiter((-1 if i.slot is None else i.slot for i in items), dtype=np.int64, count=len(items))
+    out["fold"] = np.fromiter((-1 if i.fold is None else i.fold for i in items), dtype=np.int64, count=len(items))
+    out |= encode_ragged("shape", (i.shape for i in items), np.int64)
+    out |= encode_ragged("spacing", (i.spacing for i in items), np.float64)
+    classes = encode_ragged("classes", ([(v, c.voxels, c.start, c.stop) for v, c in sorted(i.classes.items())]
+                                        for i in items), np.int64)
+    flat = classes.pop("classes.values").reshape(-1, len(_CLASS_FIELDS))
+    out |= classes | {f"classes.{f}": np.ascontiguousarray(flat[:, k]) for k, f in enumerate(_CLASS_FIELDS)}
+    stats = StatsColumns("stats", histograms=False)
+    for i in items:
+        stats.add(i.stats)
+    out |= stats.columns()
+    return {"labels": labels, "roles": roles}, out
+
+
+def _metadata_text(metadata: Mapping[str, Any]) -> str:
+    if not metadata:
+        return ""
+    return json.dumps({k: _jsonable(v) for k, v in sorted(metadata.items())}, sort_keys=True)
+
+
+def _jsonable(value: Any) -> Any:
+    return [_jsonable(v) for v in value] if isinstance(value, list | tuple) else value
+
+
+class _Columns:
+    """The decoded columns of one index table, shared by every view of it."""
+
+    def __init__(self, attrs: Mapping[str, Any], columns: Mapping[str, Array]) -> None:
+        self.label_names = [str(n) for n in attrs.get("labels", [])]
+        self.role_names = [str(n) for n in attrs.get("roles", [])]
+        self.text = {name: Strings(columns, name) for name in (*TEXT, "metadata", "annotations")}
+        self.labels = {name: Strings(columns, f"label.{n}") for n, name in enumerate(self.label_names)}
+        self.roles = {name: Strings(columns, f"role.{n}") for n, name in enumerate(self.role_names)}
+        self.slot: Rows = columns["slot"]
+        self.fold: Rows = columns["fold"]
+        self.shape = Ragged(columns, "shape")
+        self.spacing = Ragged(columns, "spacing")
+        self.classes = Ragged({"classes.ends": columns["classes.ends"], "classes.values": columns["classes.value"]},
+                              "classes")
+        self.class_fields = [columns[f"classes.{f}"] for f in _CLASS_FIELDS]
+        self.stats = StatsTable(columns, "stats")
+        self.rows = len(self.slot)
+        sized: list[Strings | Ragged | StatsTable | Rows] = [*self.text.values(), *self.labels.values(),
+                                                             *self.roles.values(), self.fold, self.shape,
+                                                             self.spacing, self.classes, self.stats]
+        lengths = [len(c) for c in sized]
+        if any(n != self.rows for n in lengths) or any(len(f) != len(self.classes.values)
+                                                       for f in self.class_fields):
+            raise ValueError("index columns of different lengths")
+
+    def items(self, rows: Rows) -> list[IndexItem]:
+        """The items of `rows`, each column converted for all of them at once (`item`, in bulk)."""
+        text = {name: col.strings(rows) for name, col in self.text.items()}
+        labels = [(k, col.strings(rows)) for k, col in self.labels.items()]
+        roles = [(k, col.strings(rows)) for k, col in self.roles.items()]
+        slots, folds = self.slot[rows].tolist(), self.fold[rows].tolist()
+        shapes, spacings = self.shape.take(rows), self.spacing.take(rows)
+        values, voxels, starts, stops = (self.classes.take(rows, f) for f in self.class_fields)
+        stats = self.stats.many(rows)
+        out = []
+        for n in range(len(rows)):
+            t = {name: values[n] for name, values in text.items()}
+            metadata, annotations = t["metadata"], t["annotations"]
+            out.append(IndexItem(
+                item_id=t["item_id"] or "", array=t["array"] or "", slot=None if slots[n] < 0 else slots[n],
+                kind=t["kind"] or "", source=t["source"] or "", shape=tuple(shapes[n]), dtype=t["dtype"] or "",
+                spacing=tuple(spacings[n]), labels={k: v for k, values in labels if (v := values[n]) is not None},
+                roles={k: v for k, values in roles if (v := values[n]) is not None},
+                classes={v: ClassInfo(voxels=k, start=a, stop=b)
+                         for v, k, a, b in zip(values[n], voxels[n], starts[n], stops[n])},
+                locations=t["locations"], split=t["split"] or "", fold=None if folds[n] < 0 else folds[n],
+                group=t["group"] or "", metadata=json.loads(metadata) if metadata else {},
+                orientation=t["orientation"] or "", stats=stats[n],
+                annotations=decode_annotations(json.loads(annotations)) if annotations else ()))
+        return out
+
+    def item(self, r: int) -> IndexItem:
+        t = self.text
+        slot, fold = int(self.slot[r]), int(self.fold[r])
+        start, stop = self.classes.bounds(r)
+        metadata, annotations = t["metadata"][r], t["annotations"][r]
+        return IndexItem(
+            item_id=t["item_id"][r] or "", array=t["array"][r] or "", slot=None if slot < 0 else slot,
+            kind=t["kind"][r] or "", source=t["source"][r] or "", shape=tuple(self.shape[r].tolist()),
+            dtype=t["dtype"][r] or "", spacing=tuple(self.spacing[r].tolist()),
+            labels={k: v for k, col in self.labels.items() if (v := col[r]) is not None},
+            roles={k: v for k, col in self.roles.items() if (v := col[r]) is not None},
+            classes={int(v): ClassInfo(voxels=int(n), start=int(a), stop=int(b))
+                     for v, n, a, b in zip(*(f[start:stop].tolist() for f in self.class_fields))},
+            locations=t["locations"][r], split=t["split"][r] or "", fold=None if fold < 0 else fold,
+            group=t["group"][r] or "", metadata=json.loads(metadata) if metadata else {},
+            orientation=t["orientation"][r] or "", stats=self.stats[r],
+            annotations=decode_annotations(json.loads(annotations)) if annotations else ())
+
+
+class IndexItems(Sequence[IndexItem]):
+    """Index items in view: all of a table's rows, or some (`take`), in index order; items built on access."""
+
+    __slots__ = ("_c", "_rows")
+
+    def __init__(self, columns: _Columns, rows: Rows | None = None) -> None:
+        self._c = columns
+        self._rows: Rows = np.arange(columns.rows, dtype=np.int64) if rows is None else rows
+
+    @classmethod
+    def read(cls, attrs: Mapping[str, Any], columns: Mapping[str, Array]) -> IndexItems:
+        """Every item of a table (`index_columns`'s attrs and columns); raises ValueError, KeyError on a damaged
+        one."""
+        return cls(_Columns(attrs, columns))
+
+    @classmethod
+    def of(cls, items: Iterable[IndexItem]) -> IndexItems:
+        """`items` (any iterable, e.g. built by hand) as a view, for the column accessors."""
+        if isinstance(items, IndexItems):
+            return items
+        return cls.read(*index_columns(items))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, i: int) -> IndexItem: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> IndexItems: ...
+
+    def __getitem__(self, i: int | slice) -> IndexItem | IndexItems:
+        if isinstance(i, slice):
+            return IndexItems(self._c, self._rows[i])
+        return self._c.item(int(self._rows[i]))
+
+    def __iter__(self) -> Iterator[IndexItem]:
+        for lo in range(0, len(self._rows), _BATCH):
+            yield from self._c.items(self._rows[lo:lo + _BATCH])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"IndexItems({len(self)} items)"
+
+    def take(self, positions: npt.ArrayLike) -> IndexItems:
+        """The items at `positions` (indexes into this view, or a boolean mask over it), in that order."""
+        return IndexItems(self._c, self._rows[np.asarray(positions)])
+
+    # -- columns over the items in view ---------------------------------------------------------------------
+
+    def text(self, field: str) -> tuple[npt.NDArray[np.integer[Any]], list[str]]:
+        """(code of each item's value, the distinct values by code) of text field `field` (one of `TEXT`)."""
+        col = self._c.text[field]
+        return col.codes[self._rows], col.distinct
+
+    def values(self, field: str) -> list[str]:
+        """Each item's value of text field `field` ("" for None)."""
+        return [v or "" for v in self._c.text[field].strings(self._rows)]
+
+    @property
+    def label_names(self) -> list[str]:
+        """Every label name of the table (some items may lack some)."""
+        return list(self._c.label_names)
+
+    @property
+    def role_names(self) -> list[str]:
+        """Every role name of the table."""
+        return list(self._c.role_names)
+
+    def label(self, name: str) -> tuple[npt.NDArray[np.integer[Any]], list[str]]:
+        """(code of each item's value of label `name`, -1 where it has none; distinct values by code)."""
+        col = self._c.labels.get(name)
+        if col is None:
+            return np.full(len(self), -1, dtype=np.int64), []
+        return col.codes[self._rows], col.distinct
+
+    def role(self, name: str) -> npt.NDArray[np.bool_]:
+        """Whether each item has role `name` (``image`` is an item's own array when it has no roles)."""
+        col = self._c.roles.get(name)
+        has = np.zeros(len(self), dtype=bool) if col is None else col.codes[self._rows] >= 0
+        if name == "image":
+            has |= ~self.has_roles()
+        return has
+
+    def has_roles(self) -> npt.NDArray[np.bool_]:
+        """Whether each item has any role."""
+        out = np.zeros(len(self), dtype=bool)
+        for col in self._c.roles.values():
+            out |= col.codes[self._rows] >= 0
+        return out
+
+    def spatial_axes(self) -> Rows:
+        """Each item's spatial axes (2 for an image, 3 for a volume)."""
+        return self._c.shape.lengths()[self._rows] - 1
+
+    def slots(self) -> Rows:
+        """Each item's slot in its stack, -1 for an array of its own."""
+        return self._c.slot[self._rows]
+
+    def folds(self) -> Rows:
+        """Each item's fold, -1 for none."""
+        return self._c.fold[self._rows]
+
+    def has_locations(self) -> npt.NDArray[np.bool_]:
+        """Whether each item has class locations."""
+        return self._c.text["locations"].codes[self._rows] >= 0
+
+    def annotated(self) -> npt.NDArray[np.bool_]:
+        """Whether each item has annotations."""
+        codes, values = self.text("annotations")
+        empty = values.index("") if "" in values else -2
+        out: npt.NDArray[np.bool_] = codes != empty
+        return out
+
+
+class StackSlots(Mapping[str, Mapping[int, str]]):
+    """`index.stack_slots` of an `IndexItems`: the item ID of each image of a stack by slot, one stack's looked up
+    in the columns when first asked for (a store of a million images opens without a dict of them)."""
+
+    __slots__ = ("_items", "_stacks")
+
+    def __init__(self, items: IndexItems) -> None:
+        self._items = items
+        self._stacks: dict[str, _Slots] = {}
+
+    def _codes(self) -> tuple[npt.NDArray[np.integer[Any]], list[str], npt.NDArray[np.bool_]]:
+        codes, arrays = self._items.text("array")
+        return codes, arrays, self._items.slots() >= 0
+
+    def __getitem__(self, array: str) -> Mapping[int, str]:
+        if array not in self._stacks:
+            codes, arrays, slotted = self._codes()
+            code = arrays.index(array) if array in arrays else -2
+            at = np.flatnonzero(slotted & (codes == code))
+            if not at.size:
+                raise KeyError(array)
+            self._stacks[array] = _Slots(self._items.take(at))
+        return self._stacks[array]
+
+    def __bool__(self) -> bool:
+        return bool(np.any(self._items.slots() >= 0))
+
+    def __iter__(self) -> Iterator[str]:
+        codes, arrays, slotted = self._codes()
+        return iter([arrays[c] for c in np.unique(codes[slotted]).tolist()])
+
+    def __len__(self) -> int:
+        codes, _, slotted = self._codes()
+        return len(np.unique(codes[slotted]))
+
+
+class _Slots(Mapping[int, str]):
+    """One stack's item IDs by slot, looked up in the columns (nothing is built per item)."""
+
+    __slots__ = ("_items", "_slots", "_order")
+
+    def __init__(self, items: IndexItems) -> None:
+        self._items, self._slots = items, items.slots()
+        self._order = np.argsort(self._slots, kind="stable")
+
+    def _at(self, slot: object) -> int:
+        if not isinstance(slot, int | np.integer):
+            return -1
+        k = int(np.searchsorted(self._slots, slot, sorter=self._order))
+        return int(self._order[k]) if k < len(self._order) and self._slots[self._order[k]] == slot else -1
+
+    def __getitem__(self, slot: int) -> str:
+        at = self._at(slot)
+        if at < 0:
+            raise KeyError(slot)
+        return self._items[at].item_id
+
+    def __contains__(self, slot: object) -> bool:
+        return self._at(slot) >= 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._slots[self._order].tolist())
+
+    def __len__(self) -> int:
+        return len(self._slots)

@@ -1,0 +1,195 @@
+"""Items' statistics as table columns (`table.py`): the moments the index keeps, and the full records (histograms
+too) of the store's `statistics` group.
+
+Invariant: `StatsColumns` writes and `StatsTable` reads the same layout, and a record read back equals the one
+written, to the bit (floats are stored as float64, integers in a type that holds them). One row per channel of
+an item: first its channels (`kind` 0), then per mask class, ascending, that class's channels (`kind` 1, `cls`
+the class); `rows` ends each item's rows, `has` tells an item without statistics (None) from one with none
+measured. With histograms, `hist.ends` ends each row's bins in `hist.ordinals` (int16) and `hist.counts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .index import STATISTICS, STATS
+from .stats import ChannelStats, Histogram, ItemStats
+from .table import Strings, encode_strings
+
+if TYPE_CHECKING:
+    from ..location import Location, Transport
+
+__all__ = ["StatsColumns", "StatsTable", "read_records", "write_records"]
+
+_FLOATS = ("mean", "m2", "min", "max")
+_INTS = ("count", "nan", "inf", "cls")
+_BYTES = ("kind", "integral")
+_EMPTY = Histogram()
+_BATCH = 8192  # items converted to records at a time
+
+
+class StatsColumns:
+    """Builds the columns of many items' statistics, one `add` per item, in order (an item's histograms are held
+    as the arrays it has until `columns`)."""
+
+    def __init__(self, prefix: str, *, histograms: bool) -> None:
+        self.prefix, self.histograms = prefix, histograms
+        self._has: list[int] = []
+        self._rows: list[int] = []
+        self._values: dict[str, list[Any]] = {k: [] for k in (*_FLOATS, *_INTS, *_BYTES)}
+        self._ords: list[npt.NDArray[np.int16]] = []
+        self._counts: list[npt.NDArray[np.int32] | npt.NDArray[np.int64]] = []
+        self._bins: list[int] = []
+
+    def add(self, stats: ItemStats | None) -> None:
+        """The next item's statistics (None: it has none)."""
+        self._has.append(stats is not None)
+        if stats is not None:
+            for channel in stats.channels:
+                self._row(0, 0, channel)
+            for cls, channels in sorted(stats.classes.items()):
+                for channel in channels:
+                    self._row(1, cls, channel)
+        self._rows.append(len(self._values["count"]))
+
+    def _row(self, kind: int, cls: int, c: ChannelStats) -> None:
+        v = self._values
+        v["kind"].append(kind)
+        v["cls"].append(cls)
+        v["integral"].append(c.integral)
+        for name in ("count", "nan", "inf", *_FLOATS):
+            v[name].append(getattr(c, name))
+        if self.histograms:
+            self._ords.append(c.histogram.ordinals)
+            self._counts.append(c.histogram.counts)
+            self._bins.append(len(c.histogram.ordinals))
+
+    def columns(self) -> dict[str, npt.NDArray[Any]]:
+        """The columns, named `prefix` + ``.`` + their name."""
+        p = self.prefix
+        out: dict[str, npt.NDArray[Any]] = {f"{p}.has": np.asarray(self._has, dtype=np.uint8),
+                                            f"{p}.rows": np.asarray(self._rows, dtype=np.int64)}
+        for names, dtype in ((_FLOATS, np.float64), (_INTS, np.int64), (_BYTES, np.uint8)):
+            for name in names:
+                out[f"{p}.{name}"] = np.asarray(self._values[name], dtype=dtype)
+        if self.histograms:
+            out[f"{p}.hist.ends"] = np.cumsum(np.asarray(self._bins, dtype=np.int64), dtype=np.int64)
+            out[f"{p}.hist.ordinals"] = (np.concatenate(self._ords) if self._ords else np.zeros(0, np.int16)
+                                         ).astype(np.int16)
+            out[f"{p}.hist.counts"] = (np.concatenate(self._counts) if self._counts else np.zeros(0, np.int64)
+                                       ).astype(np.int64)
+        return out
+
+
+class StatsTable:
+    """The items' statistics `StatsColumns` wrote, read back one item at a time (`table[i]`)."""
+
+    __slots__ = ("has", "rows", "_v", "_hist")
+
+    def __init__(self, columns: Mapping[str, npt.NDArray[Any]], prefix: str) -> None:
+        p = prefix
+        self.has: npt.NDArray[np.uint8] = columns[f"{p}.has"]
+        self.rows: npt.NDArray[np.int64] = columns[f"{p}.rows"]
+        self._v = {name: columns[f"{p}.{name}"] for name in (*_FLOATS, *_INTS, *_BYTES)}
+        ends = columns.get(f"{p}.hist.ends")
+        self._hist = None if ends is None else (ends, columns[f"{p}.hist.ordinals"], columns[f"{p}.hist.counts"])
+        n = len(self._v["count"])
+        if len(self.has) != len(self.rows) or (len(self.rows) and int(self.rows[-1]) != n) or any(
+                len(c) != n for c in self._v.values()) or (self._hist is not None and len(self._hist[0]) != n):
+            raise ValueError(f"statistics columns {prefix!r} do not fit together")
+
+    def __len__(self) -> int:
+        return len(self.has)
+
+    def __getitem__(self, item: int) -> ItemStats | None:
+        return self.many(np.asarray([item]))[0]
+
+    def many(self, items: npt.NDArray[np.integer[Any]]) -> list[ItemStats | None]:
+        """The statistics of `items` (positions), with one conversion to Python numbers for all of them."""
+        ends = self.rows.astype(np.int64)
+        stops = ends[items]
+        starts = np.where(items > 0, ends[np.maximum(items - 1, 0)], 0)
+        lengths = stops - starts
+        # Every channel row of the items, in order, gathered once (`take`), then read as Python numbers.
+        at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        v = {name: c[at].tolist() for name, c in self._v.items()}
+        hist = self._histograms(at)
+        has = self.has[items].tolist()
+        out: list[ItemStats | None] = []
+        r = 0
+        for present, length in zip(has, lengths.tolist()):
+            if not present:
+                out.append(None)
+                r += length
+                continue
+            channels: list[ChannelStats] = []
+            classes: dict[int, list[ChannelStats]] = {}
+            for k in range(r, r + length):
+                c = ChannelStats(count=v["count"][k], mean=v["mean"][k], m2=v["m2"][k], min=v["min"][k],
+                                 max=v["max"][k], histogram=hist[k], nan=v["nan"][k], inf=v["inf"][k],
+                                 integral=bool(v["integral"][k]))
+                if v["kind"][k]:
+                    classes.setdefault(v["cls"][k], []).append(c)
+                else:
+                    channels.append(c)
+            r += length
+            out.append(ItemStats(channels=tuple(channels), classes={k: tuple(cs) for k, cs in classes.items()}))
+        return out
+
+    def _histograms(self, rows: npt.NDArray[np.int64]) -> list[Histogram]:
+        if self._hist is None:
+            return [_EMPTY] * len(rows)
+        return [self._histogram(r) for r in rows.tolist()]
+
+    def _histogram(self, row: int) -> Histogram:
+        assert self._hist is not None
+        ends, ords, counts = self._hist
+        start, stop = (int(ends[row - 1]) if row else 0), int(ends[row])
+        if start == stop:
+            return _EMPTY
+        o, n = ords[start:stop], counts[start:stop]
+        o.flags.writeable = n.flags.writeable = False  # views of the read-only table: a histogram is immutable
+        return Histogram(o, n)
+
+
+def write_records(store: Location, records: Mapping[str, ItemStats] | Iterable[tuple[str, ItemStats]]) -> None:
+    """Write every item's full statistics record (by `IndexItem.key`; a mapping is written in key order) as a new
+    table under the group `STATISTICS`, then point the group's `STATS` attr at it, then remove earlier tables."""
+    from . import nodes
+    from .table import remove_tables, write_table
+
+    pairs = sorted(records.items()) if isinstance(records, Mapping) else records
+    keys: list[str] = []
+    columns = StatsColumns("stats", histograms=True)
+    for key, stats in pairs:
+        keys.append(key)
+        columns.add(stats)
+    folder = store / STATISTICS
+    name = write_table(folder, encode_strings("key", keys) | columns.columns(), rows=len(keys))
+    nodes.create_group(folder, {STATS: {"table": name, "items": len(keys)}}, atomic=True)
+    remove_tables(folder, keep=name)
+
+
+def read_records(transport: Transport) -> dict[str, ItemStats]:
+    """Every item's full statistics record by key, as `write_records` wrote them; FileNotFoundError where the store
+    has none (converted without statistics), ValueError/KeyError/TypeError on a damaged table."""
+    from .nodes import read_node
+    from .table import read_table
+
+    pointer = read_node(transport, STATISTICS).get("attributes", {}).get(STATS, {})
+    table = pointer.get("table") if isinstance(pointer, Mapping) else None
+    if not isinstance(table, str) or "/" in table:
+        raise ValueError(f"attr {STATS!r} names no statistics table ({table!r})")
+    _, columns = read_table(transport, f"{STATISTICS}/{table}")
+    keys, stats = Strings(columns, "key"), StatsTable(columns, "stats")
+    if len(keys) != len(stats):
+        raise ValueError(f"{len(keys)} keys for {len(stats)} records")
+    out: dict[str, ItemStats] = {}
+    for lo in range(0, len(stats), _BATCH):  # in batches: Python numbers for a batch at a time
+        at = np.arange(lo, min(lo + _BATCH, len(stats)))
+        out |= {k: s for k, s in zip(keys.strings(at), stats.many(at)) if k is not None and s is not None}
+    return out

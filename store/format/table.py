@@ -1,0 +1,265 @@
+"""Tables in a store: named one-dimensional numpy columns, packed in one zarr array of bytes.
+
+Invariant: a table is written whole into a group named by a digest of its content and never changed; the
+document that names it (the root's index attr, the `statistics` group) is rewritten after it, atomically, so a
+reader sees the old table or the new one, never a mix. A table is one uint8 array (zstd, crc32c; a chunk file
+per 64 MiB) holding every column's bytes, its attribute `TABLE` the row count and each column's dtype, offset
+and length: one object to fetch from a URL store, a few files on disk whatever the column count. It is read
+back through the store's one read path (`store.read`: crc32c checked, the record of stored files checked), so a
+table in a folder, a zip or at a URL reads alike, and the columns are views of the decoded bytes; `verify` knows
+the array by `TABLE` for derived data (checked chunk by chunk, no item attributes).
+
+Integer columns are stored in the smallest signed type that holds their values (readers take any). Text columns
+are dictionary-encoded (`Strings`: a code per row, -1 for None, and the distinct values as UTF-8
+bytes with their end offsets); lists per row are `Ragged` (the end offset of each row's values, and the values).
+Only the distinct values a caller asks for are decoded, so a column of a million IDs costs its bytes, not a
+million Python strings, until it is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ..location import Location, Transport
+
+__all__ = ["TABLE", "Ragged", "Strings", "encode_ragged", "encode_strings", "read_table", "remove_tables",
+           "write_table"]
+
+TABLE = "labzarr_table"  # the attribute of a table's array: its rows and its directory of columns
+_CODECS = ("zstd", 3)  # compressor and level: decoding speed matters more than size
+_CHUNK = 1 << 26  # bytes per chunk file
+_ALIGN = 8  # every column starts at a multiple of this, so each is an aligned view of the decoded bytes
+
+Array = npt.NDArray[Any]
+
+
+def write_table(parent: Location, columns: Mapping[str, Array], *, rows: int,
+                attrs: Mapping[str, Any] | None = None) -> str:
+    """Write `columns` (each 1-D), with `attrs` in its `TABLE` attribute, as a table in the group `parent`;
+    returns its name there. The name is a digest of the content: the same table is written once (a rerun that
+    changes nothing writes nothing), and stores written apart from the same rows hold the same names."""
+    from ..chunks.codecs import zarr_codecs
+    from . import nodes
+    from .written import STORED, StoredFiles
+
+    packed, directory = _pack(columns)
+    table = {**(attrs or {}), "rows": rows, "columns": directory}
+    digest = hashlib.sha256(json.dumps(table, sort_keys=True).encode())
+    digest.update(packed.tobytes())
+    name = digest.hexdigest()[:16]
+    folder = parent / name
+    if _whole(folder):
+        return name
+    if not (parent / nodes.ZARR_JSON).exists():  # the group of tables: a node of its own, as zarr v3 wants
+        nodes.create_group(parent, {})
+    folder.remove_tree()  # what a run killed while writing this table left
+    array = nodes.create_array(folder, shape=packed.shape, dtype=packed.dtype,
+                               chunks=(max(1, min(len(packed), _CHUNK)),), shards=None,
+                               codecs=zarr_codecs(_CODECS[0], level=_CODECS[1], checksum=True),
+                               dimension_names=None, attributes={TABLE: table}, config={"write_empty_chunks": True})
+    if len(packed):
+        array[:] = packed
+    # The record of stored files last: a table's node that has it is whole (`_whole`).
+    nodes.update_attributes(folder, array, {STORED: StoredFiles.of_array(array, folder.sizes()).encode()})
+    return name
+
+
+def _pack(columns: Mapping[str, Array]) -> tuple[npt.NDArray[np.uint8], dict[str, list[Any]]]:
+    """Every column's bytes in one buffer, each at an offset aligned for any dtype, and the directory of them:
+    name -> [dtype, offset in bytes, length]."""
+    parts: list[bytes] = []
+    directory: dict[str, list[Any]] = {}
+    at = 0
+    for name, data in sorted(columns.items()):
+        values = _narrow(np.ascontiguousarray(data))
+        if values.ndim != 1:
+            raise ValueError(f"table column {name!r} has {values.ndim} dimensions; columns are 1-D")
+        directory[name] = [values.dtype.str, at, len(values)]
+        raw = values.tobytes()
+        pad = -len(raw) % _ALIGN
+        parts += [raw, bytes(pad)]
+        at += len(raw) + pad
+    return np.frombuffer(b"".join(parts), dtype=np.uint8), directory
+
+
+def _whole(folder: Location) -> bool:
+    from .nodes import NodeError, read_node_at
+    from .written import STORED
+
+    try:
+        return STORED in read_node_at(folder).get("attributes", {})
+    except (OSError, NodeError):
+        return False
+
+
+def _narrow(values: Array) -> Array:
+    """A signed integer column in the smallest signed type that holds its values: a reader holds every column of
+    an index in memory, and most (codes, offsets, slots, shapes) need a fraction of 64 bits."""
+    if values.dtype.kind != "i" or not values.size:
+        return values
+    lo, hi = int(values.min()), int(values.max())
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max:
+            return values.astype(dtype)
+    return values
+
+
+def read_table(transport: Transport, path: str) -> tuple[dict[str, Any], dict[str, Array]]:
+    """(the table's `TABLE` attrs, every column) of the table at `path`; raises FileNotFoundError, ValueError
+    (not a table, a damaged one: `store.read.ChecksumError` is one)."""
+    from ..read import ArrayReader, ChecksumError
+
+    reader = ArrayReader.open(transport, path)
+    attrs = reader.attrs.get(TABLE)
+    if not isinstance(attrs, Mapping) or not isinstance(attrs.get("columns"), Mapping):
+        raise ValueError(f"{path}: not a table (no {TABLE!r} attribute listing its columns)")
+    try:
+        packed = reader.read()
+    except ChecksumError as exc:  # the table is derived data: the message says what, the caller what to do
+        raise ValueError(f"{path}: {exc.detail}") from exc
+    if packed.dtype != np.uint8 or packed.ndim != 1:
+        raise ValueError(f"{path}: a table is one array of bytes, not {packed.dtype} of {packed.ndim} dimensions")
+    columns: dict[str, Array] = {}
+    for name, (dtype, offset, length) in attrs["columns"].items():
+        kind = np.dtype(dtype)
+        if offset % _ALIGN or offset + length * kind.itemsize > len(packed):
+            raise ValueError(f"{path}: column {name!r} lies outside the table's {len(packed):,} bytes")
+        columns[str(name)] = packed[offset:offset + length * kind.itemsize].view(kind)
+    return dict(attrs), columns
+
+
+def remove_tables(folder: Location, *, keep: str) -> None:
+    """Remove every table under `folder` but `keep` (a child's name): earlier tables, once no document names
+    them."""
+    if not folder.is_dir():
+        return
+    children: list[Location] = [*folder.iterdir()]
+    for child in children:
+        if child.name != keep and child.is_dir():
+            child.remove_tree()
+
+
+def encode_strings(prefix: str, values: Iterable[str | None]) -> dict[str, Array]:
+    """The columns of a text column (`Strings`), named `prefix` + ``.codes``, ``.chars``, ``.ends``."""
+    distinct: dict[str, int] = {}
+    codes = np.fromiter((-1 if v is None else distinct.setdefault(v, len(distinct)) for v in values),
+                        dtype=np.int64)
+    blobs = [v.encode() for v in distinct]
+    ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
+    return {f"{prefix}.codes": codes,
+            f"{prefix}.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8),
+            f"{prefix}.ends": ends}
+
+
+def encode_ragged(prefix: str, rows: Iterable[Sequence[Any]], dtype: type[np.generic]) -> dict[str, Array]:
+    """The columns of a list per row (`Ragged`), named `prefix` + ``.ends``, ``.values``."""
+    lengths: list[int] = []
+    flat: list[Any] = []
+    for row in rows:
+        lengths.append(len(row))
+        flat.extend(row)
+    return {f"{prefix}.ends": np.cumsum(np.asarray(lengths, dtype=np.int64), dtype=np.int64),
+            f"{prefix}.values": np.asarray(flat, dtype=dtype)}
+
+
+class Strings:
+    """A dictionary-encoded text column: `codes[row]` is the row's value's number (-1: None) among `distinct`."""
+
+    __slots__ = ("codes", "_chars", "_ends", "_distinct")
+
+    def __init__(self, columns: Mapping[str, Array], prefix: str) -> None:
+        self.codes: npt.NDArray[np.integer[Any]] = columns[f"{prefix}.codes"]
+        self._chars: npt.NDArray[np.uint8] = columns[f"{prefix}.chars"]  # a view of the table: not copied
+        self._ends: Array = columns[f"{prefix}.ends"]
+        self._distinct: list[str] | None = None
+        if len(self.codes) and int(self.codes.max(initial=-1)) >= len(self._ends):
+            raise ValueError(f"text column {prefix!r}: a code beyond its {len(self._ends)} values")
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def value(self, code: int) -> str | None:
+        """The text of value number `code` (None for -1)."""
+        if code < 0:
+            return None
+        if self._distinct is not None:
+            return self._distinct[code]
+        start = int(self._ends[code - 1]) if code else 0
+        return self._chars[start:int(self._ends[code])].tobytes().decode()
+
+    def __getitem__(self, row: int) -> str | None:
+        return self.value(int(self.codes[row]))
+
+    @property
+    def distinct(self) -> list[str]:
+        """Every distinct value, by code (decoded once, on first use)."""
+        if self._distinct is None:
+            chars = self._chars.tobytes()
+            starts = [0, *self._ends[:-1].tolist()]
+            self._distinct = [chars[s:e].decode() for s, e in zip(starts, self._ends.tolist())]
+        return self._distinct
+
+    def code_of(self, value: str) -> int:
+        """The code of `value` (-2 when the column never holds it: no row matches)."""
+        try:
+            return self.distinct.index(value)
+        except ValueError:
+            return -2
+
+    def strings(self, rows: npt.NDArray[np.int64] | None = None) -> list[str | None]:
+        """The value of each of `rows` (default every row)."""
+        codes = self.codes if rows is None else self.codes[rows]
+        if len(self._ends) * 4 < len(codes) or self._distinct is not None:
+            table: list[str | None] = [*self.distinct, None]  # code -1 picks the None at the end
+            return [table[c] for c in codes.tolist()]
+        return [self.value(c) for c in codes.tolist()]
+
+
+class Ragged:
+    """A list of values per row: row `i`'s are ``values[ends[i - 1]:ends[i]]``."""
+
+    __slots__ = ("ends", "values")
+
+    def __init__(self, columns: Mapping[str, Array], prefix: str) -> None:
+        self.ends: npt.NDArray[np.int64] = columns[f"{prefix}.ends"]
+        self.values: Array = columns[f"{prefix}.values"]
+        if len(self.ends) and (int(self.ends[-1]) != len(self.values) or bool(np.any(np.diff(self.ends) < 0))):
+            raise ValueError(f"list column {prefix!r}: its offsets do not fit its {len(self.values)} values")
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def bounds(self, row: int) -> tuple[int, int]:
+        """[start, stop) of row `row`'s values."""
+        return (int(self.ends[row - 1]) if row else 0), int(self.ends[row])
+
+    def __getitem__(self, row: int) -> Array:
+        start, stop = self.bounds(row)
+        return self.values[start:stop]
+
+    def take(self, rows: npt.NDArray[np.integer[Any]], values: Array | None = None) -> list[list[Any]]:
+        """The values of each of `rows` (or of `values`, a column of the same layout), as Python lists, gathered
+        in one pass."""
+        ends = self.ends.astype(np.int64)
+        stops = ends[rows]
+        starts = np.where(rows > 0, ends[np.maximum(rows - 1, 0)], 0)
+        lengths = stops - starts
+        at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        flat = (self.values if values is None else values)[at].tolist()
+        bounds = np.cumsum(lengths).tolist()
+        return [flat[a:b] for a, b in zip([0, *bounds[:-1]], bounds)]
+
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """How many values each row has."""
+        ends = self.ends.astype(np.int64)
+        out: npt.NDArray[np.int64] = ends.copy()
+        out[1:] -= ends[:-1]
+        return out
