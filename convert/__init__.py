@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .check import CheckReport, check_delivery
-    from .discover import Candidate, FileEntry, discover, walk
+    from .discover import Candidate, FileEntry, walk
     from .errors import UsageError
     from .ids import normalize_id
     from .manifest import Row, read_manifest
@@ -39,7 +39,6 @@ __all__ = [
     "VolumeTask",
     "check_delivery",
     "convert_delivery",
-    "discover",
     "execute",
     "load_spec",
     "normalize_id",
@@ -50,7 +49,10 @@ __all__ = [
 # Every name is imported on first use (PEP 562): the spec's pull in the readers (pydicom, nibabel, openpyxl), the
 # run's dask and zarr, check's the store's bookkeeping; `labzarr convert` parses its arguments and starts its
 # workers' imports (`run/worker_start.py`) before it pays for any of them.
-_LAZY = {"Candidate": "discover", "FileEntry": "discover", "discover": "discover", "walk": "discover",
+# `discover` is not among them: it is also the name of its submodule, which the import system binds on this package
+# whenever anything imports `labzarr.convert.discover`, so a lazy function of that name would read as the module
+# depending on import order (`from labzarr.convert.discover import discover`).
+_LAZY = {"Candidate": "discover", "FileEntry": "discover", "walk": "discover",
          "UsageError": "errors", "normalize_id": "ids", "Row": "manifest", "read_manifest": "manifest",
          "Plan": "plan.build", "VolumeTask": "plan.build", "Progress": "progress", "ProgressEvent": "progress",
          "Spec": "spec", "load_spec": "spec",

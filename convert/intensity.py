@@ -174,7 +174,11 @@ class Accumulator:
             x = block.astype(np.float64)  # a copy, centred in place
             mean = float(x.sum()) / x.size
             x -= mean
-            moments = _chan(moments, (int(x.size), mean, float(np.dot(x, x))))
+            # Not np.dot(x, x): BLAS splits a long dot product among its threads, and the sum then rounds by their
+            # count, which differs between worker processes (a forkserver started by other code, a user's
+            # OMP_NUM_THREADS); numpy's own pairwise sum is the same in every process.
+            x *= x
+            moments = _chan(moments, (int(x.size), mean, float(x.sum())))
         codes, counts = _sparse(dense)
         return ChannelPartial(codes, counts, slabs=(*old.slabs, moments) if moments[0] else old.slabs,
                               min=lo, max=hi, nan=nan, inf=inf)

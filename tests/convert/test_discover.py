@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from labzarr.convert import discover, normalize_id, walk
-from labzarr.convert.discover import FileEntry, glob_match
+from labzarr.convert import normalize_id, walk
+from labzarr.convert.discover import FileEntry, discover, glob_match
 from labzarr.convert.spec import ItemsSpec
 
 

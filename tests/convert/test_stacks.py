@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from labzarr.convert import discover, load_spec
+from labzarr.convert import load_spec
 from labzarr.convert.demo import write_spec
-from labzarr.convert.discover import FileEntry
+from labzarr.convert.discover import FileEntry, discover
 from labzarr.convert.plan.build import plan
 from labzarr.convert.plan.stacks import (
     MAX_IMAGES_PER_SHARD,
