@@ -12,6 +12,7 @@ import gc
 import hashlib
 import logging
 import math
+import os
 import shutil
 import signal
 import socket
@@ -282,8 +283,12 @@ def _local_cluster(workers: int) -> LocalCluster:
             # The scheduler serves HTTP even without a dashboard, on 8787 unless told otherwise; a second run on
             # the same machine would then warn "Port 8787 is already in use". Port 0: any free port, no noise.
             # Worker deaths and hangs end as rows (boundary.py); dask's ERROR lines about them would only alarm.
+            # env: a worker forked from the worker server starts with the server's environment, which is this
+            # process's as it was when the server started (a library caller may have set credentials since, e.g.
+            # AWS_* for an s3 store); the nanny sets these in each worker before it runs anything.
             return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                scheduler_kwargs={"dashboard": False}, silence_logs=logging.CRITICAL)
+                                scheduler_kwargs={"dashboard": False}, silence_logs=logging.CRITICAL,
+                                env=dict(os.environ))
         except RuntimeError as exc:  # distributed's "Nanny failed to start."
             if attempt == 2:
                 raise UsageError(f"the local dask cluster ({workers} workers) did not start: {exc}",

@@ -67,3 +67,24 @@ def test_the_cli_parses_its_arguments_before_importing_what_a_run_needs() -> Non
 def test_a_run_imports_no_training_side_and_no_mask_readers() -> None:
     # highdicom and scikit-image are imported by the SEG and RTSTRUCT readers when a delivery has such a file.
     assert _loaded("labzarr.convert.run.driver") & {"torch", "highdicom", "skimage"} == set()
+
+
+def _variable(name: str) -> str | None:
+    return os.environ.get(name)
+
+
+def test_a_variable_set_after_the_server_started_reaches_the_workers(dask_client) -> None:
+    """The worker server keeps the environment it started with; a cluster started later still gives its workers
+    the driver's environment as it is then (credentials for an s3 store set by a library caller, say)."""
+    from distributed import Client
+
+    from labzarr.convert.run.driver import local_cluster
+
+    dask_client.run(lambda: None)  # the suite's cluster, and so the worker server, are running
+    name = "LABZARR_TEST_LATE_VARIABLE"
+    os.environ[name] = "set after the server started"
+    try:
+        with local_cluster(1, crash_retries=1) as cluster, Client(cluster) as client:
+            assert list(client.run(_variable, name).values()) == ["set after the server started"]
+    finally:
+        del os.environ[name]
