@@ -78,6 +78,7 @@ from .part_task import stage_parts
 from .settings import TaskSettings, threads_per_task, usable_cores
 from .split_step import split_rows
 from .supervise import Jobs, hang_report_after, run_tasks
+from .window import Feeder, job_keys, window_size
 
 __all__ = ["Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery", "default_workers",
            "execute", "local_cluster", "local_cluster_config"]
@@ -368,7 +369,8 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
         jobs = Jobs(volumes=volumes, batches=batches, shards=the_plan.shards,
                     targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
                     samples=the_plan.samples, parts=in_parts)
-        converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout, progress=progress)
+        converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout,
+                              window=spec.run.window, progress=progress)
     t_convert = time.perf_counter()
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
     decoded = _drop_duplicates([*converted, *the_plan.unchanged], store, splits=spec.splits)
@@ -441,20 +443,30 @@ def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
 
 def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
            progress: Progress | None) -> dict[str, Probe]:
+    """Every readable candidate's probe, by rel: batches of files on the workers, a window of them in flight."""
     todo = _to_probe(candidates)
     workers = len(client.scheduler_info().get("workers", {}))
-    futures = client.map(probe_files, _probe_batches(todo, workers), readers=readers_with(spec.run.readers),
-                         pure=False)
+    readers = readers_with(spec.run.readers)
+    feeder = Feeder(_probe_batches(todo, workers),
+                    lambda batch: client.map(probe_files, batch, readers=readers, key=job_keys("probe", len(batch))),
+                    window_size(client, spec.run.window))
     out: dict[str, Probe] = {}
     bytes_total = sum(c.entry.size for c in candidates
                       if not c.excluded_by and not c.entry.outside and not c.entry.special)
     bytes_done = 0
     if progress:
         progress(ProgressEvent("probe", 0, len(todo), 0, bytes_total))
-    for future in as_completed(futures):
+    first = feeder.top_up(0)
+    running, in_flight = as_completed([f for f, _ in first]), len(first)
+    for future in running:
         for p in future.result():
             out[p.rel] = p
             bytes_done += p.size
+        future.release()
+        in_flight -= 1
+        for more, _ in feeder.top_up(in_flight):
+            running.add(more)
+            in_flight += 1
         if progress:
             progress(ProgressEvent("probe", len(out), len(todo), bytes_done, bytes_total))
     return out
