@@ -351,6 +351,10 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     done = read_outcomes(store)  # with what the cheap check finds damaged; `repair` adds what verify found
     done = replace(done, damaged=merge_damage(done.damaged, repair))
     the_plan = plan(spec, candidates, probes, done, fingerprint=fingerprint)
+    files_bytes = sum(c.entry.size for c in candidates)  # every file under raw, for summary.json
+    # From here on the plan is all the driver keeps of each file: a walked entry and its probe (paths, headers,
+    # magic bytes) would otherwise stay alive, per file, until the run ends.
+    del candidates, probes
     if the_plan.repaired:
         log.info("%s: converting %d damaged item(s) again", store, len(the_plan.repaired))
     t_probe = time.perf_counter()
@@ -410,7 +414,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, *, progress: Progress |
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
                                   tool_version=tool_version(), items=items))
     t_end = time.perf_counter()
-    summary = (_summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows)
+    summary = (_summary(spec, rows, manifest_sha, files_bytes) | label_summary | _class_summary(spec, rows)
                | _dicom_mask_summary(rows) | splits
                | _statistics(items, records) | {"next_index": next_index})
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
@@ -592,7 +596,7 @@ def _class_summary(spec: Spec, rows: Sequence[Row]) -> dict[str, Any]:
                         for v in sorted(set(voxels) | listed)}}
 
 
-def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Sequence[Candidate]) -> dict[str, Any]:
+def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, files_bytes: int) -> dict[str, Any]:
     status = Counter(r.status for r in rows)
     reasons = Counter(r.reason.value for r in rows if r.reason)
     return {
@@ -600,7 +604,7 @@ def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Seq
         "counts": {"items": len(rows), "files": sum(r.n_files for r in rows),
                    **{s: status.get(s, 0) for s in ("ok", "rejected", "ignored")}},
         "reasons": dict(sorted(reasons.items())),
-        "bytes": {"files": sum(c.entry.size for c in candidates)},  # every file under raw
+        "bytes": {"files": files_bytes},  # every file under raw
         "labels": {},
         "unmatched_workbook_ids": [],
         "id_collisions": collision_summary(find_collisions(rows)),  # one ID on distinct contents: a warning
