@@ -205,8 +205,24 @@ def _refused(scheduler: str) -> None:
         pass
 
 
+# dask keeps the last `distributed.admin.low-level-log-length` batches of every message stream for debugging (1000
+# by default): the client's to the scheduler and, in the embedded cluster, the scheduler's to each worker. Those
+# batches carry the tasks' arguments, so a delivery of a million small files had a thousand shards' worth of item
+# records (or probe batches) held in the driver besides the plan (docs/benchmarks.md, "scale").
+MESSAGE_LOG = 4
+
+
 @contextmanager
 def _client(workers: int, scheduler: str | None, *, crash_retries: int) -> Iterator[Client]:
+    """A client of the scheduler at `scheduler`, or of an embedded cluster of `workers`; the driver's streams
+    keep `MESSAGE_LOG` recent batches each, for the whole run (a restarted worker's stream too)."""
+    with dask.config.set({"distributed.admin.low-level-log-length": MESSAGE_LOG}):
+        with _connected(workers, scheduler, crash_retries=crash_retries) as client:
+            yield client
+
+
+@contextmanager
+def _connected(workers: int, scheduler: str | None, *, crash_retries: int) -> Iterator[Client]:
     if scheduler:
         try:
             _refused(scheduler)
@@ -240,6 +256,7 @@ def local_cluster_config(crash_retries: int) -> dict[str, object]:
         # a worker holds only the task it runs, so a crash never counts against an innocent queued item.
         "distributed.scheduler.allowed-failures": crash_retries,
         "distributed.scheduler.worker-saturation": 1.0,
+        "distributed.admin.low-level-log-length": MESSAGE_LOG,  # see MESSAGE_LOG
         **{f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()},
     }
 

@@ -141,6 +141,7 @@ class _Run:
         self.parts: Mapping[str, Sequence[VolumePart]] = jobs.parts
         self.part_outcomes: dict[str, dict[int, PartResult | Row]] = {}
         self.window = window
+        self.shared: dict[object, object] = {}  # values many rows repeat (kind, array, shape ...), held once
         self.feeder: Feeder[Job | VolumeBatch] = Feeder((), self._submit, window)
 
     def run(self) -> list[Row]:
@@ -243,7 +244,7 @@ class _Run:
             if isinstance(job, VolumePart):
                 self._part_done(job, result)
             else:
-                self._emit([result] if isinstance(result, Row) else list(result))
+                self._emit(_sharing(job, [result] if isinstance(result, Row) else list(result), self.shared))
         else:
             exc = future.exception()
             if isinstance(exc, StoreWriteError):
@@ -322,6 +323,28 @@ class _Run:
     def _next_in_chain(self, key: Hashable) -> None:
         if key in self.then:
             self._chain(self.then.pop(key))
+
+
+def _sharing(job: Job | VolumeBatch, rows: list[Row], shared: dict[object, object]) -> list[Row]:
+    """`rows` as the driver keeps them until the manifest is written: each row's item_id, source and sha256 are
+    the plan's own strings (unpickled, every row would hold copies of them), and the values many rows repeat
+    (kind, dtype, shape, spacing, orientation, array) one object each, from `shared`."""
+    planned = {t.source: t for t in (job.tasks if isinstance(job, VolumeBatch) else
+                                     job.items if isinstance(job, ShardTask) else (job,) if isinstance(job, VolumeTask)
+                                     else ())}
+
+    def one(v: Any) -> Any:
+        return shared.setdefault(v, v)
+
+    out = []
+    for row in rows:
+        like = planned.get(row.source)
+        names = (like.item_id, like.source, like.sha256) if like is not None and like.sha256 == row.sha256 and \
+            like.item_id == row.item_id else (row.item_id, row.source, row.sha256)
+        out.append(replace(row, item_id=names[0], source=names[1], sha256=names[2], kind=one(row.kind),
+                           dtype=one(row.dtype), shape=one(row.shape), spacing=one(row.spacing),
+                           orientation=one(row.orientation), array=one(row.array)))
+    return out
 
 
 class _Watchdog:
