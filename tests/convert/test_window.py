@@ -4,7 +4,6 @@ run's manifest and store are those of a run that submits everything at once."""
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,16 +22,14 @@ from labzarr.loaders import open_store
 
 from ..conftest import Delivery
 from ..corpus._util import jpeg, put
-from ..faulty_readers import PLANAR_PLUGINS, PLANAR_SEGFAULT_MAGIC, PLUGINS, SEGFAULT_MAGIC
 
 SMALL = 5  # tasks in flight in the windowed run: the least 2 single-threaded workers allow (window.py)
 WHOLE = 100_000  # larger than the delivery's jobs: everything submitted at once, as before windows
 
 
 def _delivery(root: Path, window: int) -> Delivery:
-    """The demo, 600 RGB tiles (a shard), 40 grey PNGs with one that kills its worker (a shard redone image by
-    image, a chain) and a volume that kills its worker (a batch of small volumes redone item by item)."""
-    extra = f"\n[run]\nwindow = {window}\nreaders = {json.dumps(PLUGINS + PLANAR_PLUGINS)}\n"
+    """The demo (volumes, several to a batch, and bad files), 600 RGB tiles and 40 grey PNGs (a shard each)."""
+    extra = f"\n[run]\nwindow = {window}\n"
     raw = write_demo(root / "raw")
     d = Delivery(raw=raw, store=root / "store.zarr",
                  spec=write_spec(root / "m" / "delivery.toml", raw=raw, store=root / "store.zarr", name="w",
@@ -43,8 +40,7 @@ def _delivery(root: Path, window: int) -> Delivery:
     for i in range(40):
         buf = io.BytesIO()
         Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8)).save(buf, format="PNG")
-        put(d.raw, f"grey/g_{i:03d}.png", PLANAR_SEGFAULT_MAGIC + bytes(64) if i == 17 else buf.getvalue())
-    put(d.raw, "case_901.dcm", SEGFAULT_MAGIC + bytes(range(256)))
+        put(d.raw, f"grey/g_{i:03d}.png", buf.getvalue())
     return d
 
 
@@ -69,12 +65,10 @@ def _held_by_scheduler(client: Client, seen: list[tuple[str, int]]) -> Callable[
 def test_windowed_submission_changes_nothing(tmp_path: Path) -> None:
     small, whole = _delivery(tmp_path / "small", SMALL), _delivery(tmp_path / "whole", WHOLE)
     held: dict[int, list[tuple[str, int]]] = {SMALL: [], WHOLE: []}
-    with local_cluster(2, crash_retries=1) as cluster, Client(cluster) as client:
+    with local_cluster(2, crash_retries=1) as cluster, Client(cluster) as client:  # its own: it counts tasks
         results = {window: execute(load_spec(d.spec), client, progress=_held_by_scheduler(client, held[window]))
                    for window, d in ((SMALL, small), (WHOLE, whole))}
-    rows = {r.source: r for r in results[SMALL].rows}
-    assert (rows["case_901.dcm"].reason, rows["grey/g_017.png"].reason) == ("decoder_crash", "decoder_crash")
-    assert sum(r.status == "ok" for r in rows.values()) > 600
+    assert sum(r.status == "ok" for r in results[SMALL].rows) > 600
     assert small.spec.parent.joinpath("manifest.csv").read_bytes() == \
         whole.spec.parent.joinpath("manifest.csv").read_bytes()
     a, b = _arrays(small.store), _arrays(whole.store)
@@ -84,11 +78,10 @@ def test_windowed_submission_changes_nothing(tmp_path: Path) -> None:
         assert attrs[0] == attrs[1], name
         np.testing.assert_array_equal(a[name][...], b[name][...], err_msg=name)
     assert open_store(small.store).items == open_store(whole.store).items
-    # The windowed run's scheduler held its window (and, converting, the tasks a failed batch of at most 8 small
-    # volumes was split into); the unbounded run's held every probe batch at once.
+    # The windowed run's scheduler held its window; the unbounded run's held every probe batch at once.
     probing = {w: max(n for phase, n in held[w] if phase == "probe") for w in held}
     assert probing[SMALL] <= SMALL < probing[WHOLE], held
-    assert max(n for phase, n in held[SMALL] if phase == "convert") <= SMALL + 8, held[SMALL]
+    assert max(n for phase, n in held[SMALL] if phase == "convert") <= SMALL, held[SMALL]
 
 
 @pytest.mark.parametrize(("size", "in_flight", "want"), [
