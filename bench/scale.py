@@ -131,7 +131,8 @@ def run(workdir: Path, *, quick: bool = False, sizes: tuple[int, ...] | None = N
         for n, m in got.items():
             issue = ISSUE.get(n) if statistics else None
             group = f"{label}, {n:,} files"
-            rows = [("items/s", m.items / m.wall_s, "items/s", True, issue and n / issue[0], before.items / before.wall_s),
+            rows = [("items/s", m.items / m.wall_s, "items/s", True, issue and n / issue[0],
+                     before.items / before.wall_s),
                     ("driver peak RSS", m.driver_peak / _MB, "MB", False, issue and issue[1] / _MB,
                      before.driver_peak / _MB),
                     ("largest worker peak RSS", m.worker_peak / _MB, "MB", False, issue and issue[2] / _MB,
