@@ -17,7 +17,7 @@ from labzarr.convert import load_spec
 from labzarr.convert.demo import write_demo, write_spec
 from labzarr.convert.progress import ProgressEvent
 from labzarr.convert.run.driver import execute, local_cluster
-from labzarr.convert.run.window import Feeder
+from labzarr.convert.run.window import Feeder, window_size
 from labzarr.loaders import open_store
 
 from ..conftest import Delivery
@@ -109,3 +109,11 @@ def test_feeder_submits_every_job_once_in_order() -> None:
     while not feeder.exhausted:
         order += [job for _, job in feeder.top_up(2)]  # one finished each time
     assert order == list(range(7)) and feeder.top_up(0) == []
+
+
+def test_window_size_keeps_dask_queuing_on(dask_client) -> None:
+    """On the suite's cluster (2 single-threaded workers): the default, a setting, and the floor a setting
+    never goes under (twice the threads plus one: dask queues only a task group larger than twice the threads)."""
+    assert window_size(dask_client, 0) == 32
+    assert window_size(dask_client, 100) == 100
+    assert window_size(dask_client, 1) == 5
