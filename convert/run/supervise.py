@@ -1,8 +1,10 @@
 """Running the plan's tasks on dask and getting exactly one row per item, whatever happens to the workers.
 
 Each job is its own future, collected as it completes (never one `compute()`,
-where one failure aborts the graph). The kinds of job and how each failure
-becomes rows are `boundary.py`'s; here is when:
+where one failure aborts the graph). Jobs are submitted in plan order, a window
+of them in flight at once (`window.py`, `[run] window`); retries come on top of
+it. The kinds of job and how each failure becomes rows are `boundary.py`'s;
+here is when:
 
 - a finished job gives its rows;
 - a job whose workers kept dying (segfault, memory limit, killed) ends, after
