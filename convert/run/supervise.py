@@ -330,7 +330,7 @@ class _Run:
 def _sharing(job: Job | VolumeBatch, rows: list[Row], shared: dict[object, object]) -> list[Row]:
     """`rows` as the driver keeps them until the manifest is written: each row's item_id, source and sha256 are
     the plan's own strings (unpickled, every row would hold copies of them), and the values many rows repeat
-    (kind, dtype, shape, spacing, orientation, array) one object each, from `shared`."""
+    (kind, dtype, orientation; a stacked image's shape, spacing and array) one object each, from `shared`."""
     planned = {t.source: t for t in (job.tasks if isinstance(job, VolumeBatch) else
                                      job.items if isinstance(job, ShardTask) else (job,) if isinstance(job, VolumeTask)
                                      else ())}
@@ -343,9 +343,13 @@ def _sharing(job: Job | VolumeBatch, rows: list[Row], shared: dict[object, objec
         like = planned.get(row.source)
         names = (like.item_id, like.source, like.sha256) if like is not None and like.sha256 == row.sha256 and \
             like.item_id == row.item_id else (row.item_id, row.source, row.sha256)
+        # A volume's own array, shape and spacing are its own: sharing them would only add a table entry per item.
+        stacked = row.slot is not None
         out.append(replace(row, item_id=names[0], source=names[1], sha256=names[2], kind=one(row.kind),
-                           dtype=one(row.dtype), shape=one(row.shape), spacing=one(row.spacing),
-                           orientation=one(row.orientation), array=one(row.array)))
+                           dtype=one(row.dtype), orientation=one(row.orientation),
+                           shape=one(row.shape) if stacked else row.shape,
+                           spacing=one(row.spacing) if stacked else row.spacing,
+                           array=one(row.array) if stacked else row.array))
     return out
 
 
