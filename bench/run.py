@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table  # noqa: E402
 
 SECTIONS: tuple[str, ...] = ("excel", "convert", "report", "jpeg", "dicom", "reliability", "loaders", "objstore",
-                             "index_scale")
+                             "index_scale", "scale")
 
 
 def main() -> int:
@@ -30,6 +30,10 @@ def main() -> int:
                         "default ../.mirror beside the project)")
     p.add_argument("--corpora-only", action="store_true",
                    help="dicom section: only the real-export corpora, not the generated inputs")
+    p.add_argument("--quick", action="store_true",
+                   help="scale section: a smoke run at small sizes (200 and 1,000 files)")
+    p.add_argument("--scale-sizes", type=int, nargs="+", default=None, metavar="N",
+                   help="scale section: delivery sizes in files (default 2000 20000), e.g. --scale-sizes 20000 200000")
     args = p.parse_args()
     unknown = sorted(set(args.only or ()) - set(SECTIONS))
     if unknown:
@@ -45,7 +49,11 @@ def main() -> int:
             assert isinstance(module.NAME, str) and callable(module.run), f"bench/{name}.py: NAME and run(workdir)"
             print(f"{name}: {module.NAME}")
             continue
-        options = {"corpora_dir": args.corpora, "corpora_only": args.corpora_only} if name == "dicom" else {}
+        options: dict[str, object] = {}
+        if name == "dicom":
+            options = {"corpora_dir": args.corpora, "corpora_only": args.corpora_only}
+        elif name == "scale":
+            options = {"quick": args.quick, "sizes": tuple(args.scale_sizes) if args.scale_sizes else None}
         print_table(module.NAME, module.run(workdir, **options))
     return 0
 

@@ -186,6 +186,10 @@ class RunSpec:
     # A streamed volume of more uncompressed bytes is written in parts of about this size, by
     # several workers at once (convert/plan/parts.py); 0: never. The stored bytes are the same either way.
     parts_bytes: int = 512 << 20
+    # Tasks in flight at once (probe batches, then conversion jobs), the next submitted as one finishes
+    # (convert/run/window.py); 0: four per worker thread, at least 32; never under twice the threads plus one.
+    # Changes when work starts, never its result.
+    window: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -663,8 +667,12 @@ def _run(t: _Table) -> RunSpec:
     parts = t.take("parts_bytes", int, RunSpec().parts_bytes, what="a byte count")
     t.check("parts_bytes", parts, lambda v: v >= 0, "must be >= 0 (0: every volume in one part)",
             "e.g. parts_bytes = 536870912 (512 MiB)")
+    window = t.take("window", int, RunSpec().window, what="a whole number")
+    t.check("window", window, lambda v: v >= 0, "must be >= 0 (0: four tasks per worker thread, at least 32)",
+            "e.g. window = 64, or drop the key")
     t.done()
-    return RunSpec(item_timeout=float(timeout), crash_retries=retries, readers=readers, parts_bytes=parts)
+    return RunSpec(item_timeout=float(timeout), crash_retries=retries, readers=readers, parts_bytes=parts,
+                   window=window)
 
 
 def _column(t: _Table, key: str, value: object) -> ColumnRef:

@@ -94,6 +94,7 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("run", "crash_retries"): "further attempts after a worker dies on an item -> decoder_crash",
     ("run", "readers"): "extra readers \"module.path:Class\", tried before the built-in ones",
     ("run", "parts_bytes"): "a bigger streamed volume is written by several workers at once; 0: never",
+    ("run", "window"): "tasks in flight at once, the next sent as one finishes; 0: 4 per worker thread",
 }
 
 

@@ -80,6 +80,7 @@ from .settings import TaskSettings, threads_per_task, usable_cores
 from .split_step import split_rows
 from .supervise import Jobs, hang_report_after, run_tasks
 from .warnings_log import RunWarnings, run_warnings
+from .window import Feeder, job_keys, window_size
 from .worker_start import METHOD, WORKER_MALLOC, start_worker_server, worker_environ
 
 __all__ = ["Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery", "default_workers",
@@ -210,8 +211,24 @@ def _refused(scheduler: str) -> None:
         pass
 
 
+# dask keeps the last `distributed.admin.low-level-log-length` batches of every message stream for debugging (1000
+# by default): the client's to the scheduler and, in the embedded cluster, the scheduler's to each worker. Those
+# batches carry the tasks' arguments, so a delivery of a million small files had a thousand shards' worth of item
+# records (or probe batches) held in the driver besides the plan (docs/benchmarks.md, "scale").
+MESSAGE_LOG = 4
+
+
 @contextmanager
 def _client(workers: int, scheduler: str | None, *, crash_retries: int) -> Iterator[Client]:
+    """A client of the scheduler at `scheduler`, or of an embedded cluster of `workers`; the driver's streams
+    keep `MESSAGE_LOG` recent batches each, for the whole run (a restarted worker's stream too)."""
+    with dask.config.set({"distributed.admin.low-level-log-length": MESSAGE_LOG}):
+        with _connected(workers, scheduler, crash_retries=crash_retries) as client:
+            yield client
+
+
+@contextmanager
+def _connected(workers: int, scheduler: str | None, *, crash_retries: int) -> Iterator[Client]:
     if scheduler:
         try:
             _refused(scheduler)
@@ -236,6 +253,7 @@ def local_cluster_config(crash_retries: int) -> dict[str, object]:
         # a worker holds only the task it runs, so a crash never counts against an innocent queued item.
         "distributed.scheduler.allowed-failures": crash_retries,
         "distributed.scheduler.worker-saturation": 1.0,
+        "distributed.admin.low-level-log-length": MESSAGE_LOG,  # see MESSAGE_LOG
         **{f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()},
         "distributed.worker.multiprocessing-method": METHOD,  # workers forked with their imports done (worker_start)
     }
@@ -354,6 +372,10 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *,
     done = read_outcomes(store)  # with what the cheap check finds damaged; `repair` adds what verify found
     done = replace(done, damaged=merge_damage(done.damaged, repair))
     the_plan = plan(spec, candidates, probes, done, fingerprint=fingerprint)
+    files_bytes = sum(c.entry.size for c in candidates)  # every file under raw, for summary.json
+    # From here on the plan is all the driver keeps of each file: a walked entry and its probe (paths, headers,
+    # magic bytes) would otherwise stay alive, per file, until the run ends.
+    del candidates, probes
     if the_plan.repaired:
         log.info("%s: converting %d damaged item(s) again", store, len(the_plan.repaired))
     t_probe = time.perf_counter()
@@ -372,7 +394,8 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *,
         jobs = Jobs(volumes=volumes, batches=batches, shards=the_plan.shards,
                     targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
                     samples=the_plan.samples, parts=in_parts)
-        converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout, progress=progress)
+        converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout,
+                              window=spec.run.window, progress=progress)
     t_convert = time.perf_counter()
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
     decoded = _drop_duplicates([*converted, *the_plan.unchanged], store, splits=spec.splits)
@@ -412,7 +435,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *,
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
                                   tool_version=tool_version(), items=items))
     t_end = time.perf_counter()
-    summary = (_summary(spec, rows, manifest_sha, candidates) | label_summary | _class_summary(spec, rows)
+    summary = (_summary(spec, rows, manifest_sha, files_bytes) | label_summary | _class_summary(spec, rows)
                | _dicom_mask_summary(rows) | splits
                | _statistics(items, records) | {"next_index": next_index})
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
@@ -446,20 +469,30 @@ def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
 
 def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
            progress: Progress | None) -> dict[str, Probe]:
+    """Every readable candidate's probe, by rel: batches of files on the workers, a window of them in flight."""
     todo = _to_probe(candidates)
     workers = len(client.scheduler_info().get("workers", {}))
-    futures = client.map(probe_files, _probe_batches(todo, workers), readers=readers_with(spec.run.readers),
-                         pure=False)
+    readers = readers_with(spec.run.readers)
+    feeder = Feeder(_probe_batches(todo, workers),
+                    lambda batch: client.map(probe_files, batch, readers=readers, key=job_keys("probe", len(batch))),
+                    window_size(client, spec.run.window))
     out: dict[str, Probe] = {}
     bytes_total = sum(c.entry.size for c in candidates
                       if not c.excluded_by and not c.entry.outside and not c.entry.special)
     bytes_done = 0
     if progress:
         progress(ProgressEvent("probe", 0, len(todo), 0, bytes_total))
-    for future in as_completed(futures):
+    first = feeder.top_up(0)
+    running, in_flight = as_completed([f for f, _ in first]), len(first)
+    for future in running:
         for p in future.result():
             out[p.rel] = p
             bytes_done += p.size
+        future.release()
+        in_flight -= 1
+        for more, _ in feeder.top_up(in_flight):
+            running.add(more)
+            in_flight += 1
         if progress:
             progress(ProgressEvent("probe", len(out), len(todo), bytes_done, bytes_total))
     return out
@@ -585,7 +618,7 @@ def _class_summary(spec: Spec, rows: Sequence[Row]) -> dict[str, Any]:
                         for v in sorted(set(voxels) | listed)}}
 
 
-def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Sequence[Candidate]) -> dict[str, Any]:
+def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, files_bytes: int) -> dict[str, Any]:
     status = Counter(r.status for r in rows)
     reasons = Counter(r.reason.value for r in rows if r.reason)
     return {
@@ -593,7 +626,7 @@ def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, candidates: Seq
         "counts": {"items": len(rows), "files": sum(r.n_files for r in rows),
                    **{s: status.get(s, 0) for s in ("ok", "rejected", "ignored")}},
         "reasons": dict(sorted(reasons.items())),
-        "bytes": {"files": sum(c.entry.size for c in candidates)},  # every file under raw
+        "bytes": {"files": files_bytes},  # every file under raw
         "labels": {},
         "unmatched_workbook_ids": [],
         "id_collisions": collision_summary(find_collisions(rows)),  # one ID on distinct contents: a warning

@@ -1,8 +1,10 @@
 """Running the plan's tasks on dask and getting exactly one row per item, whatever happens to the workers.
 
 Each job is its own future, collected as it completes (never one `compute()`,
-where one failure aborts the graph). The kinds of job and how each failure
-becomes rows are `boundary.py`'s; here is when:
+where one failure aborts the graph). Jobs are submitted in plan order, a window
+of them in flight at once (`window.py`, `[run] window`); retries come on top of
+it. The kinds of job and how each failure becomes rows are `boundary.py`'s;
+here is when:
 
 - a finished job gives its rows;
 - a job whose workers kept dying (segfault, memory limit, killed) ends, after
@@ -33,6 +35,7 @@ import uuid
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+from itertools import chain, groupby
 from typing import Any
 
 from distributed import Client, Future, as_completed
@@ -54,6 +57,7 @@ from .settings import TaskSettings
 from .shard_task import convert_shard
 from .slab_progress import ByteCount, SlabListener
 from .volume_task import convert_item
+from .window import Feeder, job_keys, window_size
 
 __all__ = ["Jobs", "ShardTarget", "hang_report_after", "run_tasks"]
 
@@ -103,17 +107,25 @@ def _grace(item_timeout: float) -> float:
     return min(10.0, 0.5 * item_timeout)
 
 
-def run_tasks(client: Client, jobs: Jobs, settings: TaskSettings, *, item_timeout: float,
+_STAGE = "convert"  # every job's key prefix: one task group, which dask queues as a whole (window.py)
+_TASKS: dict[type, Callable[..., Any]] = {VolumeTask: convert_item, VolumeBatch: convert_batch,
+                                           SampleTask: convert_sample, VolumePart: convert_part}
+
+
+def run_tasks(client: Client, jobs: Jobs, settings: TaskSettings, *, item_timeout: float, window: int = 0,
               progress: Progress | None = None) -> list[Row]:
-    """Run every job on `client` (a volume's parts staged by `part_task.stage_parts`); one row per item."""
-    return _Run(client, settings, item_timeout, jobs, progress).run()
+    """Run every job on `client` (a volume's parts staged by `part_task.stage_parts`); one row per item.
+
+    At most `window` jobs are in flight at once (0: `window.window_size`'s default), the next submitted in plan
+    order as earlier ones finish; retries of failed shards and batches come on top of it."""
+    return _Run(client, settings, item_timeout, jobs, progress, window_size(client, window)).run()
 
 
 class _Run:
     """The driver's side of one conversion: futures in flight, chains of single images, rows so far."""
 
     def __init__(self, client: Client, settings: TaskSettings, item_timeout: float, jobs: Jobs,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, window: int) -> None:
         # A token of this run's own: its slab events cannot mix with another run's on a shared cluster.
         settings = replace(settings, slab_events=uuid.uuid4().hex) if progress is not None else settings
         self.client, self.settings, self.item_timeout = client, settings, item_timeout
@@ -130,6 +142,9 @@ class _Run:
         self.ac: Any = None
         self.parts: Mapping[str, Sequence[VolumePart]] = jobs.parts
         self.part_outcomes: dict[str, dict[int, PartResult | Row]] = {}
+        self.window = window
+        self.shared: dict[object, object] = {}  # values many rows repeat (kind, array, shape ...), held once
+        self.feeder: Feeder[Job | VolumeBatch] = Feeder((), self._submit, window)
 
     def run(self) -> list[Row]:
         jobs = self.todo
@@ -144,18 +159,12 @@ class _Run:
             return self._run(jobs)
 
     def _run(self, jobs: Jobs) -> list[Row]:
-        every_part = [part for volume in jobs.parts.values() for part in volume]
-        futures: list[Future[Any]] = [
-            *self.client.map(convert_item, jobs.volumes, settings=self.settings, pure=False),
-            *self.client.map(convert_batch, jobs.batches, settings=self.settings, pure=False),
-            *(self._submit_shard(s) for s in jobs.shards),
-            *self.client.map(convert_sample, jobs.samples, settings=self.settings, pure=False),
-            *self.client.map(convert_part, every_part, settings=self.settings, pure=False)]
-        submitted: list[Job | VolumeBatch] = [*jobs.volumes, *jobs.batches, *jobs.shards, *jobs.samples, *every_part]
-        for f, job in zip(futures, submitted):
-            self.jobs[f.key] = (f, job)
-        self.ac = as_completed(futures)
+        every_part = (part for volume in jobs.parts.values() for part in volume)
+        self.feeder = Feeder(chain(jobs.volumes, jobs.batches, jobs.shards, jobs.samples, every_part), self._submit,
+                             self.window)
+        self.ac = as_completed()
         try:
+            self._top_up()
             while len(self.rows) < self.total:
                 batch = self.ac.next_batch(block=False)
                 self._slab_events()  # before the rows: an event that came with its item's row still shows
@@ -164,10 +173,32 @@ class _Run:
                 if not batch:
                     self._check_timeouts()
                     self._wait_for_one()
+                self._top_up()
         except BaseException:
             self.client.cancel([f for f, _ in self.jobs.values()])
             raise
         return self.rows
+
+    def _top_up(self) -> None:
+        """Submit the next jobs in plan order while fewer than the window are in flight (`window.py`)."""
+        for future, job in self.feeder.top_up(len(self.jobs)):
+            self.jobs[future.key] = (future, job)
+            self.ac.add(future)
+
+    def _submit(self, batch: Sequence[Job | VolumeBatch]) -> list[Future[Any]]:
+        """One `client.map` per run of jobs of one kind (per stack, for shards: they differ in where they write)."""
+        out: list[Future[Any]] = []
+        for _, group in groupby(batch, key=lambda j: (type(j), j.stack.array if isinstance(j, ShardTask) else "")):
+            same = list(group)
+            first = same[0]
+            if isinstance(first, ShardTask):
+                folder, records = self.targets[first.stack.array]
+                out += self.client.map(convert_shard, same, settings=self.settings, folder=folder, records=records,
+                                       key=job_keys(_STAGE, len(same)))
+            else:
+                out += self.client.map(_TASKS[type(first)], same, settings=self.settings,
+                                       key=job_keys(_STAGE, len(same)))
+        return out
 
     def _wait_for_one(self) -> None:
         """Until a future finishes, or `_POLL_S` passes (timeouts and slab events are looked at between waits).
@@ -182,7 +213,7 @@ class _Run:
     def _submit_shard(self, shard: ShardTask) -> Future[Any]:
         folder, records = self.targets[shard.stack.array]
         return self.client.submit(convert_shard, shard, settings=self.settings, folder=folder, records=records,
-                                  pure=False)
+                                  key=job_keys(_STAGE, 1)[0])
 
     def _emit(self, rows: Sequence[Row]) -> None:
         for row in rows:
@@ -215,7 +246,7 @@ class _Run:
             if isinstance(job, VolumePart):
                 self._part_done(job, result)
             else:
-                self._emit([result] if isinstance(result, Row) else list(result))
+                self._emit(_sharing(job, [result] if isinstance(result, Row) else list(result), self.shared))
         else:
             exc = future.exception()
             if isinstance(exc, StoreWriteError):
@@ -279,7 +310,7 @@ class _Run:
         """Redo a batch's items each as a task of its own (all at once: volumes are independent)."""
         log.warning("a batch of %d small volumes failed (%s); retrying them one by one", len(batch.tasks), why)
         for task in batch.tasks:
-            future = self.client.submit(convert_item, task, settings=self.settings, pure=False)
+            future = self.client.submit(convert_item, task, settings=self.settings, key=job_keys(_STAGE, 1)[0])
             self.jobs[future.key] = (future, task)
             self.ac.add(future)
 
@@ -294,6 +325,32 @@ class _Run:
     def _next_in_chain(self, key: Hashable) -> None:
         if key in self.then:
             self._chain(self.then.pop(key))
+
+
+def _sharing(job: Job | VolumeBatch, rows: list[Row], shared: dict[object, object]) -> list[Row]:
+    """`rows` as the driver keeps them until the manifest is written: each row's item_id, source and sha256 are
+    the plan's own strings (unpickled, every row would hold copies of them), and the values many rows repeat
+    (kind, dtype, orientation; a stacked image's shape, spacing and array) one object each, from `shared`."""
+    planned = {t.source: t for t in (job.tasks if isinstance(job, VolumeBatch) else
+                                     job.items if isinstance(job, ShardTask) else (job,) if isinstance(job, VolumeTask)
+                                     else ())}
+
+    def one(v: Any) -> Any:
+        return shared.setdefault(v, v)
+
+    out = []
+    for row in rows:
+        like = planned.get(row.source)
+        names = (like.item_id, like.source, like.sha256) if like is not None and like.sha256 == row.sha256 and \
+            like.item_id == row.item_id else (row.item_id, row.source, row.sha256)
+        # A volume's own array, shape and spacing are its own: sharing them would only add a table entry per item.
+        stacked = row.slot is not None
+        out.append(replace(row, item_id=names[0], source=names[1], sha256=names[2], kind=one(row.kind),
+                           dtype=one(row.dtype), orientation=one(row.orientation),
+                           shape=one(row.shape) if stacked else row.shape,
+                           spacing=one(row.spacing) if stacked else row.spacing,
+                           array=one(row.array) if stacked else row.array))
+    return out
 
 
 class _Watchdog:

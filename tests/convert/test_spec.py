@@ -32,6 +32,8 @@ def test_minimal_spec_gets_defaults(tmp_path: Path) -> None:
     assert spec.manifest_dir == tmp_path
     assert spec.run.parts_bytes == 512 << 20
     assert load_spec(write(tmp_path, GOOD + "[run]\nparts_bytes = 0\n"), root=tmp_path).run.parts_bytes == 0
+    assert spec.run.window == 0  # automatic: convert/run/window.py
+    assert load_spec(write(tmp_path, GOOD + "[run]\nwindow = 64\n"), root=tmp_path).run.window == 64
 
 
 def test_dicom_section_sets_the_series_rules(tmp_path: Path) -> None:
@@ -111,6 +113,7 @@ BAD = [
                  r"'SeriesDescription' is not an item metadata name \(\[dicom\] descriptors = \"drop\" leaves it out\)",
                  id="manifest-descriptor-dropped"),
     pytest.param(GOOD + "[run]\nparts_bytes = -1\n", r"\[run\] parts_bytes = -1: must be >= 0", id="parts-negative"),
+    pytest.param(GOOD + "[run]\nwindow = -1\n", r"\[run\] window = -1: must be >= 0", id="window-negative"),
     pytest.param(GOOD + "[run]\nparts_bytes = \"512 MiB\"\n", r"parts_bytes = '512 MiB': expected a byte count",
                  id="parts-type"),
     # The key's name before "split" was kept for train/val/test: the error names the new key.
