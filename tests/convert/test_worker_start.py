@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 import sys
 
 import dask
@@ -18,21 +19,39 @@ def _worker_state() -> tuple[list[str], dict[str, str | None], int]:
     return [m for m in PRELOAD if m in sys.modules], {n: os.environ.get(n) for n in names}, os.getppid()
 
 
-def test_workers_start_with_their_modules_imported(dask_client) -> None:
-    # The suite's cluster is the one `labzarr convert` starts (`local_cluster`). Its workers may have run tasks
-    # already, but the server's own exit module is imported by the server and by nothing a task runs.
+_STATES = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from distributed import Client
+from labzarr.convert.run.driver import local_cluster
+from convert.test_worker_start import _worker_state
+if __name__ == "__main__":
+    with local_cluster(2, crash_retries=1) as cluster, Client(cluster) as client:
+        client.submit(sum, [1, 2]).result()  # a task ran: its modules are loaded either way
+        print(json.dumps([client.run(_worker_state), __import__("os").getpid()]))
+"""
+
+
+def test_workers_start_with_their_modules_imported(tmp_path) -> None:
+    """In a process of its own: the worker server is per process, and a test process may have started one of
+    its own kind already (a forkserver DataLoader), whose workers then import their modules themselves."""
+    import json
+
     assert PRELOAD[-1] == "labzarr.convert.run._server_exit"
-    states = dask_client.run(_worker_state)
+    script = tmp_path / "states.py"
+    script.write_text(_STATES.format(tests=str(Path(__file__).parents[1])))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
+    states, driver = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(states) == 2
     for modules, env, parent in states.values():
+        # The server's own exit module is imported by the server and by nothing a task runs.
         assert modules == list(PRELOAD)
-        # As a spawned worker's (where an earlier nanny in this process left dask's own values in os.environ,
-        # those take precedence, as for spawned workers).
+        # As a spawned worker's.
         with dask.config.set(local_cluster_config(crash_retries=1)):
             assert env == {k: v for k, v in worker_environ(dask.config.get("distributed.nanny.pre-spawn-environ"))
                            .items() if k in env}
         assert env["OMP_NUM_THREADS"] == "1" and env["PYTHONHASHSEED"] == "6640"
-        assert parent != os.getpid()  # forked by the server, not by this process
+        assert parent != driver  # forked by the server, not by the driver
 
 
 def test_the_cli_starts_the_server_with_the_clusters_environment() -> None:
