@@ -246,6 +246,22 @@ class IndexItems(Sequence[IndexItem]):
             out |= col.codes[self._rows] >= 0
         return out
 
+    def keys(self) -> list[str]:
+        """Each item's `IndexItem.key` (its array, with its slot for an image of a stack)."""
+        codes, arrays = self.text("array")
+        named = [*(a or "" for a in arrays), ""]  # code -1 (no array) picks the "" at the end
+        return [named[c] if s < 0 else f"{named[c]}/{s}" for c, s in zip(codes.tolist(), self.slots().tolist())]
+
+    def ragged(self, field: str) -> tuple[Rows, Array]:
+        """(how many values each item has, the items' values one after another) of list field `field`: ``shape``,
+        ``spacing``, or a mask class field ``classes.value``, ``classes.voxels``."""
+        if field.startswith("classes."):
+            at, lengths = self._c.classes.positions(self._rows)
+            return lengths, self._c.class_fields[_CLASS_FIELDS.index(field.removeprefix("classes."))][at]
+        column = {"shape": self._c.shape, "spacing": self._c.spacing}[field]
+        at, lengths = column.positions(self._rows)
+        return lengths, column.values[at]
+
     def spatial_axes(self) -> Rows:
         """Each item's spatial axes (2 for an image, 3 for a volume)."""
         return self._c.shape.lengths()[self._rows] - 1
