@@ -35,7 +35,7 @@ from .format.table import flat_positions
 __all__ = ["table_stats"]
 
 _LOWEST = -(BINS // 2)  # the lowest bin ordinal: dense position = ordinal - _LOWEST
-_BATCH_BINS = 1 << 24  # histogram bins gathered at a time (bounds the memory of a merge of a large store)
+_BATCH_BINS = 1 << 20  # histogram bins added at a time: temporaries that stay in cache (6x faster than 16M)
 _EXACT = 1 << 53  # float64 sums of integers below this are exact: `np.bincount`'s weights are float64
 
 Ints = npt.NDArray[np.int64]
@@ -90,35 +90,65 @@ class _Merge:
         self.dense = self._histograms()
 
     def _histograms(self) -> npt.NDArray[np.int64] | None:
-        """Per (kind, key), every bin's count over the rows with values (`ChannelStats.merge` adds only those)."""
+        """Per (kind, key), every bin's count over the rows with values (`ChannelStats.merge` adds only those).
+
+        In batches of the table's rows, whose bins are contiguous slices of its columns (views, nothing gathered):
+        a batch whose chosen rows all fall in one cell (one kind, key: a store of one channel) is one
+        `np.bincount` of its ordinals; others spread each bin to its row's cell first."""
         hist = self.stats.histograms
         if hist is None:
             return None
         ends, ordinals, counts = hist
         cells = self.kinds * len(self.keys)
-        full = np.flatnonzero(self.stats.column("count")[self.at] > 0)
-        cell = self.kind[full] * len(self.keys) + self.group[full]
-        total = np.zeros(cells * BINS, dtype=np.int64)
-        rows = self.at[full]
+        full = self.stats.column("count")[self.at] > 0
+        rows = len(self.stats.column("count"))
+        cell = np.full(rows, -1, dtype=np.int64)  # per table row: its cell, -1 where not chosen
+        cell[self.at[full]] = self.kind[full] * len(self.keys) + self.group[full]
+        times = np.bincount(self.at[full], minlength=rows)  # a row chosen twice (a repeated item) counts twice
         e = np.asarray(ends, dtype=np.int64)
-        spans = e[rows] - np.where(rows > 0, e[np.maximum(rows - 1, 0)], 0)
-        cut = np.cumsum(spans) // _BATCH_BINS  # batches of about _BATCH_BINS bins
-        edges = [0, *np.flatnonzero(np.diff(cut)) + 1, len(rows)]
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            bins, lengths = flat_positions(ends, rows[lo:hi])
-            where = np.repeat(cell[lo:hi] * BINS, lengths) + ordinals[bins].astype(np.int64) - _LOWEST
-            weights = counts[bins]
-            if int(weights.sum(dtype=np.int64)) + int(total.max(initial=0)) < _EXACT:
-                total += np.bincount(where, weights=weights, minlength=cells * BINS).astype(np.int64)
+        total = np.zeros((cells, BINS), dtype=np.int64)
+        bounds = np.searchsorted(e, np.arange(_BATCH_BINS, int(e[-1]) if len(e) else 0, _BATCH_BINS), side="left")
+        edges = np.unique(np.concatenate([[0], bounds, [rows]]))
+        added = 0
+        for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
+            first, last = (int(e[lo - 1]) if lo else 0), int(e[hi - 1]) if hi else 0
+            spans = np.diff(e[lo:hi], prepend=first)
+            binned = spans > 0
+            used = cell[lo:hi][binned]
+            if not used.size or bool(np.all(used < 0)):
+                continue
+            # each bin's place (ordinal - _LOWEST) as uint16: its int16 ordinal's bits, the sign bit flipped
+            position = ordinals[first:last].astype(np.int16, copy=False).view(np.uint16) ^ np.uint16(0x8000)
+            weights = counts[first:last]
+            if bool(np.all(used == used[0])) and bool(np.all(times[lo:hi][binned] == 1)):
+                added += self._add(total[int(used[0])], position, weights, added)
             else:
-                np.add.at(total, where, weights.astype(np.int64))
+                per_bin = np.repeat(cell[lo:hi], spans)
+                keep = per_bin >= 0
+                added += self._add(total.reshape(-1), per_bin[keep] * BINS + position[keep],
+                                   weights[keep].astype(np.int64) * np.repeat(times[lo:hi], spans)[keep], added)
         return total.reshape(self.kinds, len(self.keys), BINS)
+
+    @staticmethod
+    def _add(into: npt.NDArray[np.int64], where: npt.NDArray[Any], weights: npt.NDArray[Any], before: int) -> int:
+        """`into[where] += weights`, repeated places summed, given `before` voxels already added; returns the voxels
+        added now. `np.bincount` (float64 sums) while every sum stays below 2**53, where they are exact."""
+        added = int(weights.sum(dtype=np.int64))
+        if before + added < _EXACT:
+            low = int(where.min()) // BINS * BINS  # only the cells this batch touches
+            span = (int(where.max()) // BINS + 1) * BINS - low
+            into[low:low + span] += np.bincount(where - low if low else where, weights=weights,
+                                                minlength=span).astype(np.int64)
+        else:
+            np.add.at(into, where.astype(np.intp), weights.astype(np.int64))
+        return added
 
     def intensity(self, kind: int | None) -> IntensityStats:
         """The merge over every chosen item (`kind` None) or those of one kind."""
         rows = np.arange(len(self.at)) if kind is None else np.flatnonzero(self.kind == kind)
         group = self.group[rows]
-        order = np.argsort(group, kind="stable")  # stable: each group's rows stay in item order
+        # stable: each group's rows stay in item order
+        order = np.arange(len(group)) if len(self.keys) == 1 else np.argsort(group, kind="stable")
         bounds = np.searchsorted(group[order], np.arange(len(self.keys) + 1))
         merged: dict[Key, ChannelStats] = {}
         for g, key in enumerate(self.keys):

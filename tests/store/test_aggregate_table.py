@@ -15,6 +15,7 @@ import pytest
 
 from labzarr.convert.write.arrays import write_index, write_statistics
 from labzarr.loaders import PatchDataset
+from labzarr.store import aggregate_table
 from labzarr.store import (
     ChannelStats,
     ClassInfo,
@@ -153,6 +154,25 @@ def test_synthetic_selections_equal_the_per_item_merge(synthetic: tuple[Path, li
     want = _reference(store, [items[k] for k in chosen])
     assert got.items == len(chosen)
     assert_identical(got, want)
+
+
+@pytest.mark.parametrize("select", [pytest.param(lambda i: True, id="all-cells"),
+                                    pytest.param(lambda i: i.kind == "png" and i.shape[0] == 1, id="one-cell")])
+def test_histograms_added_in_many_batches(synthetic: tuple[Path, list[IndexItem]], select: Callable[[IndexItem], bool],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of a few hundred bins: the batch edges fall inside the rows of items, of every cell, and of one."""
+    monkeypatch.setattr(aggregate_table, "_BATCH_BINS", 300)
+    store, items = synthetic
+    chosen = np.flatnonzero([select(i) for i in items])
+    got = table_stats(IndexItems.of(open_store(store).items).take(chosen), read_statistics_table(store))
+    assert_identical(got, _reference(store, [items[k] for k in chosen]))
+
+
+def test_an_item_chosen_twice_counts_twice(synthetic: tuple[Path, list[IndexItem]]) -> None:
+    store, items = synthetic
+    chosen = np.asarray([5, 9, 5, 17, 9, 9])
+    got = table_stats(IndexItems.of(open_store(store).items).take(chosen), read_statistics_table(store))
+    assert_identical(got, _reference(store, [items[k] for k in chosen]))
 
 
 def test_the_synthetic_table_has_the_cases_it_is_for(synthetic: tuple[Path, list[IndexItem]]) -> None:
