@@ -208,7 +208,10 @@ class RecordTable:
         missing = len(number)
         at = np.fromiter((number.get(k, missing) for k in keys), dtype=np.int64)
         rows = row_of_code[at]
-        return np.where((rows >= 0) & (self.stats.has[np.maximum(rows, 0)] > 0), rows, -1) if len(rows) else rows
+        if not len(self.stats):  # an empty table (no item had statistics): nothing to look up
+            return rows
+        out: npt.NDArray[np.int64] = np.where((rows >= 0) & (self.stats.has[np.maximum(rows, 0)] > 0), rows, -1)
+        return out
 
     def records(self) -> dict[str, ItemStats]:
         """Every record by key."""

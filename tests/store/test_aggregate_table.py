@@ -236,3 +236,14 @@ def test_labeled_demo_store(converted_demo) -> None:
     d, _ = converted_demo
     view = open_store(d.store)
     assert_identical(view.stats(), _reference(d.store, list(view.items)))
+
+
+def test_an_empty_statistics_table_makes_every_item_missing(tmp_path: Path) -> None:
+    items, _ = synthetic_items(40, seed=3)
+    store = tmp_path / "empty.zarr"
+    write_statistics(Folder(store), {})
+    write_index(Folder(store), StoreIndex(delivery="e", spec_sha256="", manifest_sha256="", tool_version="t",
+                                          items=items))
+    got = open_store(store).stats()
+    assert_identical(got, _reference(store, items))
+    assert got.missing == len(items)
