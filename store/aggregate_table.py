@@ -83,9 +83,7 @@ class _Merge:
         channel = np.arange(len(at), dtype=np.int64) - first[np.cumsum(starts) - 1]
         self.at, self.kind = at, kind[owner]
         self.items = [int(n) for n in np.bincount(kind, minlength=kinds)]
-        keys, self.group = np.unique(np.stack([flag, cls, channel], axis=1), axis=0, return_inverse=True)
-        self.group = self.group.reshape(-1).astype(np.int64)
-        self.keys: list[Key] = [(int(f), int(c), int(n)) for f, c, n in keys.tolist()]
+        self.keys, self.group = _groups(flag, cls, channel)
         self.kinds = kinds
         self.dense = self._histograms()
 
@@ -190,6 +188,22 @@ class _Merge:
         return ChannelStats(count=n, mean=mean, m2=m2, min=_first(lows, np.min(lows)),
                             max=_first(highs, np.max(highs)), histogram=histogram, nan=nan, inf=inf,
                             integral=integral)
+
+
+def _groups(flag: Ints, cls: Ints, channel: Ints) -> tuple[list[Key], Ints]:
+    """The distinct (flag, class, channel) keys, and each row's number among them."""
+    if not len(flag):
+        return [], np.zeros(0, dtype=np.int64)
+    low, classes, channels = int(cls.min()), int(cls.max()) - int(cls.min()) + 1, int(channel.max()) + 1
+    if classes * 2 * channels > 1 << 22:  # classes too far apart to number densely: sort the keys instead
+        keys, group = np.unique(np.stack([flag, cls, channel], axis=1), axis=0, return_inverse=True)
+        return [(int(f), int(c), int(n)) for f, c, n in keys.tolist()], group.reshape(-1).astype(np.int64)
+    code = ((cls - low) * 2 + flag) * channels + channel  # one number per key, in a dense range: no sort
+    distinct = np.flatnonzero(np.bincount(code))
+    number = np.zeros(int(distinct[-1]) + 1, dtype=np.int64)
+    number[distinct] = np.arange(len(distinct))
+    keys = [(int(d // channels % 2), int(d // channels // 2) + low, int(d % channels)) for d in distinct.tolist()]
+    return keys, number[code]
 
 
 def _first(values: npt.NDArray[np.float64], extreme: Any) -> float:

@@ -10,7 +10,7 @@ measured. With histograms, `hist.ends` ends each row's bins in `hist.ordinals` (
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -198,20 +198,33 @@ class RecordTable:
     def __len__(self) -> int:
         return len(self.stats)
 
-    def rows_of(self, keys: Iterable[str]) -> npt.NDArray[np.int64]:
+    def rows_of(self, keys: Sequence[str]) -> npt.NDArray[np.int64]:
         """The row of each of `keys` that has a record (-1: no record, as for an item without statistics)."""
+        if not len(self.stats) or not len(keys):  # an empty table (no item had statistics): nothing to look up
+            return np.full(len(keys), -1, dtype=np.int64)
+        try:
+            wanted = np.array(keys, dtype=np.bytes_)  # ASCII keys (the usual): matched as numpy bytes, sorted once
+        except UnicodeEncodeError:
+            rows = self._rows_by_dict(keys)
+        else:
+            mine = _fixed_width(self.keys)
+            order = np.argsort(mine, kind="stable")
+            # the last of equal keys, as a dict of the records keeps it
+            at = np.maximum(np.searchsorted(mine[order], wanted, side="right") - 1, 0)
+            rows = np.where(mine[order][at] == wanted, order[at], -1).astype(np.int64)
+        out: npt.NDArray[np.int64] = np.where((rows >= 0) & (self.stats.has[np.maximum(rows, 0)] > 0), rows, -1)
+        return out
+
+    def _rows_by_dict(self, keys: Sequence[str]) -> npt.NDArray[np.int64]:
         codes = np.asarray(self.keys.codes, dtype=np.int64)
         present = np.flatnonzero(codes >= 0)
         row_of_code = np.full(len(self.keys.distinct) + 1, -1, dtype=np.int64)  # the last: a key not here
         row_of_code[codes[present]] = present
         number = {k: n for n, k in enumerate(self.keys.distinct)}
         missing = len(number)
-        at = np.fromiter((number.get(k, missing) for k in keys), dtype=np.int64)
-        rows = row_of_code[at]
-        if not len(self.stats):  # an empty table (no item had statistics): nothing to look up
-            return rows
-        out: npt.NDArray[np.int64] = np.where((rows >= 0) & (self.stats.has[np.maximum(rows, 0)] > 0), rows, -1)
-        return out
+        rows: npt.NDArray[np.int64] = row_of_code[np.fromiter((number.get(k, missing) for k in keys), dtype=np.int64,
+                                                              count=len(keys))]
+        return rows
 
     def records(self) -> dict[str, ItemStats]:
         """Every record by key."""
@@ -221,6 +234,24 @@ class RecordTable:
             out |= {k: s for k, s in zip(self.keys.strings(at), self.stats.many(at))
                     if k is not None and s is not None}
         return out
+
+
+def _fixed_width(column: Strings) -> npt.NDArray[np.bytes_]:
+    """Each row's UTF-8 bytes of a text column as a numpy bytes array (None as b""), built from the column's
+    bytes without a Python string per row."""
+    chars, ends = column.chars, np.asarray(column.ends, dtype=np.int64)
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    width = max(1, int((ends - starts).max(initial=0)))
+    distinct = np.zeros((len(ends) + 1, width), dtype=np.uint8)  # the last row: code -1 (None)
+    step = max(1, (1 << 22) // width)  # distinct values at a time: bounds the index arrays' memory
+    for lo in range(0, len(ends), step):
+        s, e = starts[lo:lo + step], ends[lo:lo + step]
+        at = s[:, None] + np.arange(width)[None, :]
+        inside = at < e[:, None]
+        distinct[lo:lo + len(s)][inside] = chars[at[inside]]
+    values = distinct.view(f"S{width}").reshape(-1)
+    out: npt.NDArray[np.bytes_] = values[np.asarray(column.codes, dtype=np.int64)]
+    return out
 
 
 def read_record_table(transport: Transport) -> RecordTable:

@@ -186,6 +186,16 @@ class Strings:
     def __len__(self) -> int:
         return len(self.codes)
 
+    @property
+    def chars(self) -> npt.NDArray[np.uint8]:
+        """Every distinct value's UTF-8 bytes, one after another."""
+        return self._chars
+
+    @property
+    def ends(self) -> Array:
+        """The end offset in `chars` of each distinct value."""
+        return self._ends
+
     def value(self, code: int) -> str | None:
         """The text of value number `code` (None for -1)."""
         if code < 0:
