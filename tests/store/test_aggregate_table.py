@@ -259,3 +259,17 @@ def test_keys_beyond_ascii_are_matched_alike(tmp_path: Path) -> None:
     got = open_store(store).stats()
     assert_identical(got, _reference(store, items))
     assert got.missing < len(items) // 2
+
+
+def test_inspect_stats_of_a_split_is_the_per_item_merge_of_that_split(converted_cohort: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from labzarr.convert.cli import main
+    from labzarr.convert.qc.fingerprint import describe_stats
+
+    store = converted_cohort.parents[2] / "data" / "stores" / "cohort.zarr"
+    train = [i for i in open_store(store).items if i.split == "train"]
+    assert main(["inspect", "--stats", "--split", "train", str(converted_cohort)]) == 0
+    out = capsys.readouterr().out
+    assert describe_stats(_reference(store, train), title="statistics of split train") in out
+    assert main(["inspect", "--stats", "--split", "nope", str(converted_cohort)]) == 2
+    assert "the store's splits are" in capsys.readouterr().err
