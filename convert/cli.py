@@ -423,9 +423,9 @@ def _inspect(args: argparse.Namespace) -> int:
         raise UsageError("--split and --ignore go with --stats", "add --stats, or drop them")
     print(describe_store(view))
     if args.stats:
-        from .qc.fingerprint import describe_stats
-
         from labzarr.store.format.items import IndexItems
+
+        from .qc.fingerprint import describe_stats
 
         items = IndexItems.of(view.items)  # chosen and merged from the index's columns: no item built
         if args.split is not None:

@@ -202,8 +202,8 @@ def _groups(flag: Ints, cls: Ints, channel: Ints) -> tuple[list[Key], Ints]:
     distinct = np.flatnonzero(np.bincount(code))
     number = np.zeros(int(distinct[-1]) + 1, dtype=np.int64)
     number[distinct] = np.arange(len(distinct))
-    keys = [(int(d // channels % 2), int(d // channels // 2) + low, int(d % channels)) for d in distinct.tolist()]
-    return keys, number[code]
+    found = [(int(d // channels % 2), int(d // channels // 2) + low, int(d % channels)) for d in distinct.tolist()]
+    return found, number[code]
 
 
 def _first(values: npt.NDArray[np.float64], extreme: Any) -> float:

@@ -15,7 +15,6 @@ import pytest
 
 from labzarr.convert.write.arrays import write_index, write_statistics
 from labzarr.loaders import PatchDataset
-from labzarr.store import aggregate_table
 from labzarr.store import (
     ChannelStats,
     ClassInfo,
@@ -25,6 +24,7 @@ from labzarr.store import (
     IndexItem,
     ItemStats,
     StoreIndex,
+    aggregate_table,
     dataset_stats,
     open_store,
     read_statistics,
@@ -110,7 +110,8 @@ def synthetic_items(n: int, seed: int = 0, *, prefix: str = "") -> tuple[list[In
         stats = None if rng.integers(0, 9) == 0 else ItemStats(
             channels=tuple(_channel(rng, integral=integral) for _ in range(channels)),
             classes={k: tuple(_channel(rng, integral=integral) for _ in range(channels)) for k in classes})
-        item = IndexItem(item_id=f"it{i:05d}", array=f"stacks/{prefix}s{i % 3}" if not volume else f"volumes/{prefix}v{i:05d}",
+        array = f"volumes/{prefix}v{i:05d}" if volume else f"stacks/{prefix}s{i % 3}"
+        item = IndexItem(item_id=f"it{i:05d}", array=array,
                          slot=i if not volume else None, kind=str(rng.choice(_KINDS)), source=f"raw/{i}",
                          shape=shape, dtype="uint8" if integral else "float32", spacing=spacing,
                          labels={"site": str(rng.choice(["a", "b"]))}, classes=classes,
