@@ -17,6 +17,19 @@ def _stored(sizes: dict[str, int], prefix: str) -> int:
     return sum(n for key, n in sizes.items() if key.startswith(prefix))
 
 
+def _stored_by_array(sizes: dict[str, int], arrays: set[str]) -> dict[str, int]:
+    """`_stored(sizes, f"{a}/")` of each of `arrays`, in one pass over the keys (a key counts for every array its
+    path lies under): a store of many arrays is not one pass over its files per array."""
+    out = dict.fromkeys(arrays, 0)
+    for key, n in sizes.items():
+        parts = key.split("/")
+        for k in range(1, len(parts)):
+            prefix = "/".join(parts[:k])
+            if prefix in out:
+                out[prefix] += n
+    return out
+
+
 def describe_store(view: StoreView) -> str:
     """A table of the store's ok items with their stored and decoded sizes."""
     lines = [f"store:     {view.path}", f"delivery:  {view.attrs.get('delivery', '?')}",
@@ -25,7 +38,7 @@ def describe_store(view: StoreView) -> str:
              f"items:     {len(view.items)} ok", "",
              f"{'item_id':<16} {'array':<28} {'shape':<18} {'dtype':<8} {'stored':>10} {'ratio':>6}  labels"]
     sizes = open_transport(view.path, view.storage_options).sizes()  # one listing: a folder, a zip or a URL
-    on_disk = {a: _stored(sizes, f"{a}/") for a in {i.array for i in view.items}}
+    on_disk = _stored_by_array(sizes, {i.array for i in view.items})
     total_raw = 0
     total_disk = sum(on_disk.values())
     for item in view.items:
