@@ -49,6 +49,18 @@ elif what == "stats":
     r0, t = kb("VmRSS"), time.perf_counter()
     kept = ds.stats()
     n = kept.items
+elif what == "state":
+    ds = PatchDataset(store, (32, 32), label="cell_type")
+    sampler = ds.stratified_sampler()
+    r0, t = kb("VmRSS"), time.perf_counter()
+    kept = sampler.state_dict(0)
+    n = len(kept["selection"]["keys"])
+elif what == "state_entries":
+    from labzarr.loaders.resume import entries_hash
+    ds = PatchDataset(store, (32, 32), label="cell_type")
+    r0, t = kb("VmRSS"), time.perf_counter()
+    kept = (entries_hash(ds.store_items), [i.digest()[:16] for i in ds.items])
+    n = len(kept[1])
 elif what == "stats_items":
     from labzarr.store import dataset_stats, read_statistics
     ds = PatchDataset(store, (32, 32), label="cell_type")
@@ -136,6 +148,7 @@ def run(workdir: Path) -> list[Result]:
                  Result("format 4 tables: PatchDataset(store) grew (MB)", new["mb"], "MB", higher_is_better=False,
                         group=group, note="target: 1M items in <= 2 s and <= 300 MB")]
         rows += _stats_rows(_store(workdir, n), n, f"{n:,} items: ds.stats(), every item ({cores} cores, shared)")
+        rows += _state_rows(_store(workdir, n), n, f"{n:,} items: a sampler's first state_dict ({cores} cores, shared)")
     return rows
 
 
@@ -150,4 +163,18 @@ def _stats_rows(store: Path, n: int, group: str) -> list[Result]:
     merged = _probe("stats", store)
     rows.append(Result("columns: ds.stats() (s)", merged["s"], "s", higher_is_better=False, group=group,
                        note=f"+{merged['mb']:.0f} MB, peak +{merged['peak_mb']:.0f} MB; target 1M in a few s"))
+    return rows
+
+
+def _state_rows(store: Path, n: int, group: str) -> list[Result]:
+    """A sampler's first `state_dict` (the index's hash and the selection's digests, read from the tables) against
+    what it computed before: a hash over every entry and each selected item's digest, items built."""
+    rows: list[Result] = []
+    if n <= _REF_MAX:
+        ref = _probe("state_entries", store)
+        rows.append(Result("per entry: hash and digests of built items (s)", ref["s"], "s", higher_is_better=False,
+                           baseline=True, group=group, note=f"+{ref['mb']:.0f} MB, peak +{ref['peak_mb']:.0f} MB"))
+    state = _probe("state", store)
+    rows.append(Result("tables: sampler.state_dict(0) (s)", state["s"], "s", higher_is_better=False, group=group,
+                       note=f"+{state['mb']:.0f} MB, peak +{state['peak_mb']:.0f} MB"))
     return rows
