@@ -36,6 +36,8 @@ __all__ = ["table_stats"]
 
 _LOWEST = -(BINS // 2)  # the lowest bin ordinal: dense position = ordinal - _LOWEST
 _BATCH_BINS = 1 << 20  # histogram bins added at a time: temporaries that stay in cache (6x faster than 16M)
+_CELLS = 128  # (kind, key) cells whose dense counts are held at once: 64 MiB
+_EMPTY = Histogram()
 _EXACT = 1 << 53  # float64 sums of integers below this are exact: `np.bincount`'s weights are float64
 
 Ints = npt.NDArray[np.int64]
@@ -85,24 +87,42 @@ class _Merge:
         self.items = [int(n) for n in np.bincount(kind, minlength=kinds)]
         self.keys, self.group = _groups(flag, cls, channel)
         self.kinds = kinds
-        self.dense = self._histograms()
+        self.hists = self._histograms()
 
-    def _histograms(self) -> npt.NDArray[np.int64] | None:
-        """Per (kind, key), every bin's count over the rows with values (`ChannelStats.merge` adds only those).
+    def _histograms(self) -> dict[tuple[int, int], Histogram]:
+        """Per (kind, key) with values, the histogram of its rows with values (`ChannelStats.merge` adds only
+        those); empty without histograms in the table.
 
         In batches of the table's rows, whose bins are contiguous slices of its columns (views, nothing gathered):
         a batch whose chosen rows all fall in one cell (one kind, key: a store of one channel) is one
-        `np.bincount` of its ordinals; others spread each bin to its row's cell first."""
+        `np.bincount` of its ordinals; others spread each bin to its row's cell first. Dense counts are held for
+        `_CELLS` cells at a time (a pass over the bins each), however many kinds, classes and channels there are."""
         hist = self.stats.histograms
         if hist is None:
-            return None
-        ends, ordinals, counts = hist
+            return {}
         cells = self.kinds * len(self.keys)
         full = self.stats.column("count")[self.at] > 0
         rows = len(self.stats.column("count"))
         cell = np.full(rows, -1, dtype=np.int64)  # per table row: its cell, -1 where not chosen
         cell[self.at[full]] = self.kind[full] * len(self.keys) + self.group[full]
         times = np.bincount(self.at[full], minlength=rows)  # a row chosen twice (a repeated item) counts twice
+        out: dict[tuple[int, int], Histogram] = {}
+        for low in range(0, cells, _CELLS):
+            high = min(cells, low + _CELLS)
+            window = np.where((cell >= low) & (cell < high), cell - low, -1)
+            dense = self._dense(hist, window, times, high - low)
+            for c in range(low, high):
+                counts = dense[c - low]
+                keep = np.flatnonzero(counts)
+                if keep.size:
+                    out[divmod(c, len(self.keys))] = Histogram(keep + _LOWEST, counts[keep])
+        return out
+
+    def _dense(self, hist: tuple[Ints, npt.NDArray[np.int16], npt.NDArray[Any]], cell: Ints, times: Ints,
+               cells: int) -> npt.NDArray[np.int64]:
+        """Every bin's count per cell (`cell`: per table row, -1 for none) over the table's rows."""
+        ends, ordinals, counts = hist
+        rows = len(cell)
         e = np.asarray(ends, dtype=np.int64)
         total = np.zeros((cells, BINS), dtype=np.int64)
         bounds = np.searchsorted(e, np.arange(_BATCH_BINS, int(e[-1]) if len(e) else 0, _BATCH_BINS), side="left")
@@ -125,7 +145,7 @@ class _Merge:
                 keep = per_bin >= 0
                 added += self._add(total.reshape(-1), per_bin[keep] * BINS + position[keep],
                                    weights[keep].astype(np.int64) * np.repeat(times[lo:hi], spans)[keep], added)
-        return total.reshape(self.kinds, len(self.keys), BINS)
+        return total
 
     @staticmethod
     def _add(into: npt.NDArray[np.int64], where: npt.NDArray[Any], weights: npt.NDArray[Any], before: int) -> int:
@@ -152,9 +172,9 @@ class _Merge:
         for g, key in enumerate(self.keys):
             part = rows[order[bounds[g]:bounds[g + 1]]]
             if part.size:
-                dense = None if self.dense is None else (
-                    self.dense[:, g].sum(axis=0) if kind is None else self.dense[kind, g])
-                merged[key] = self._channel(self.at[part], dense)
+                histogram = Histogram.merge(self.hists.get((k, g), _EMPTY) for k in range(self.kinds)) \
+                    if kind is None else self.hists.get((kind, g), _EMPTY)
+                merged[key] = self._channel(self.at[part], histogram)
         channels = tuple(merged[k] for k in sorted(merged) if k[0] == 0)
         classes: dict[int, list[ChannelStats]] = {}
         for (flag, cls, _), c in sorted(merged.items()):
@@ -163,7 +183,7 @@ class _Merge:
         return IntensityStats(items=self.items[kind] if kind is not None else sum(self.items), channels=channels,
                               classes={k: tuple(v) for k, v in sorted(classes.items())})
 
-    def _channel(self, at: Ints, dense: npt.NDArray[np.int64] | None) -> ChannelStats:
+    def _channel(self, at: Ints, histogram: Histogram) -> ChannelStats:
         """`ChannelStats.merge` of the channel rows `at`, in item order."""
         col = self.stats.column
         count = col("count")[at].astype(np.int64)
@@ -173,8 +193,6 @@ class _Merge:
         n = int(count[full].sum(dtype=np.int64))
         if not n:
             return ChannelStats(count=0, mean=0.0, m2=0.0, min=0.0, max=0.0, nan=nan, inf=inf, integral=integral)
-        histogram = Histogram() if dense is None else Histogram(np.flatnonzero(dense) + _LOWEST,
-                                                                dense[dense != 0])
         used = at[full]
         means, lows, highs = col("mean")[used], col("min")[used], col("max")[used]
         if len(used) == 1:

@@ -161,8 +161,10 @@ def test_synthetic_selections_equal_the_per_item_merge(synthetic: tuple[Path, li
                                     pytest.param(lambda i: i.kind == "png" and i.shape[0] == 1, id="one-cell")])
 def test_histograms_added_in_many_batches(synthetic: tuple[Path, list[IndexItem]], select: Callable[[IndexItem], bool],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batches of a few hundred bins: the batch edges fall inside the rows of items, of every cell, and of one."""
+    """Batches of a few hundred bins: the batch edges fall inside the rows of items, of every cell, and of one; and
+    dense counts for 3 cells at a time (a pass over the bins per 3 cells)."""
     monkeypatch.setattr(aggregate_table, "_BATCH_BINS", 300)
+    monkeypatch.setattr(aggregate_table, "_CELLS", 3)
     store, items = synthetic
     chosen = np.flatnonzero([select(i) for i in items])
     got = table_stats(IndexItems.of(open_store(store).items).take(chosen), read_statistics_table(store))
