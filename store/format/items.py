@@ -11,7 +11,8 @@ Columns: text fields dictionary-encoded (`Strings`: ``item_id``, ``array``, ``ki
 when empty); ``slot`` and ``fold`` as int64, -1 for None; ``shape`` and ``spacing`` as `Ragged`; each label and
 each role a text column (``label.<n>``, ``role.<n>``: the n-th name the table's ``labels``/``roles`` attrs list,
 None where an item has none); mask classes as `Ragged` rows of (value, voxels, start, stop); the statistics'
-moments as `stats_table.StatsColumns` (``stats.*``).
+moments as `stats_table.StatsColumns` (``stats.*``); ``digest``, each entry's `IndexItem.digest` (its first 64 bits
+as int64; absent from tables written before it was recorded, where `IndexItems.digests` computes them).
 """
 
 from __future__ import annotations
