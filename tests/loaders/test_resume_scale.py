@@ -107,3 +107,10 @@ def test_a_changed_large_index_is_refused_naming_the_change(large: tuple[Path, l
     with pytest.raises(StoreChangedError, match=r"1 removed \(img019999\), 1 changed \(img000101\)") as err:
         later.load_state_dict(state)
     assert err.value.changed == ("img000101",) and err.value.removed == ("img019999",)
+
+
+@pytest.mark.parametrize("fixture", ["labeled_store", "balanced_store"])
+def test_recorded_digests_of_converted_stores(fixture: str, request: pytest.FixtureRequest) -> None:
+    view = IndexItems.of(open_store(request.getfixturevalue(fixture)).items)
+    assert view._c.digest is not None  # recorded by the writer, not computed below
+    assert view.digests() == [i.digest()[:16] for i in view]
