@@ -423,15 +423,18 @@ def _inspect(args: argparse.Namespace) -> int:
         raise UsageError("--split and --ignore go with --stats", "add --stats, or drop them")
     print(describe_store(view))
     if args.stats:
+        from labzarr.store.format.items import IndexItems
+
         from .qc.fingerprint import describe_stats
 
-        items = view.items
+        items = IndexItems.of(view.items)  # chosen and merged from the index's columns: no item built
         if args.split is not None:
-            have = sorted({i.split for i in items if i.split})
+            codes, values = items.text("split")
+            have = sorted({v for c in set(codes.tolist()) if c >= 0 and (v := values[c])})
             if args.split not in have:
                 raise UsageError(f"--split {args.split}: the store's splits are {', '.join(have) or 'none'}",
                                  "pick one of those" if have else "add [splits] to the spec and convert again")
-            items = [i for i in items if i.split == args.split]
+            items = items.take(codes == values.index(args.split))
         title = "statistics" if args.split is None else f"statistics of split {args.split}"
         print()
         print(describe_stats(view.stats(items), title=title, ignore=args.ignore))

@@ -33,11 +33,11 @@ from labzarr.store import (
     DatasetStats,
     IndexItem,
     class_names,
-    dataset_stats,
     read_index,
-    read_statistics,
+    read_statistics_table,
     stack_slots,
     store_location,
+    table_stats,
 )
 from labzarr.store.format.items import IndexItems
 
@@ -487,8 +487,8 @@ class PatchDataset(Dataset[Sample]):
         items those select that also pass this dataset's `kind` and `where` (``val_ds.stats(split="train")``:
         normalise validation data with what training saw, of the same kind of item). Read from the store's
         `statistics` group (one small read), merged exactly; see `labzarr.store.DatasetStats` and `normalizer`."""
-        return dataset_stats(self._stats_items(split, fold, holdout),
-                             read_statistics(self.store, self.read_options.storage_options))
+        return table_stats(self._stats_items(split, fold, holdout),
+                           read_statistics_table(self.store, self.read_options.storage_options))
 
     def _stats_items(self, split: str | None, fold: int | None, holdout: bool | None) -> Sequence[IndexItem]:
         if (split, fold, holdout) == (None, None, None):

@@ -19,14 +19,24 @@ import numpy as np
 import numpy.typing as npt
 
 from labzarr.store import IndexItem
+from labzarr.store.format.items import IndexItems
 
-__all__ = ["Population", "StoreChangedError", "index_hash"]
+__all__ = ["Population", "StoreChangedError", "entries_hash", "index_hash"]
 
 _SHOWN = 5  # item names listed per kind of change; the counts are always complete
 
 
 def index_hash(items: Sequence[IndexItem]) -> str:
-    """A sha256 over the store's whole index (every item's entry, in order)."""
+    """A sha256 that changes whenever the store's whole index does: of the index table's name (a digest of its
+    content, recorded by its writer: nothing to compute), or `entries_hash` of items not read from a store."""
+    if isinstance(items, IndexItems) and (name := items.table_digest) is not None:
+        return hashlib.sha256(f"labzarr index table {name}".encode()).hexdigest()
+    return entries_hash(items)
+
+
+def entries_hash(items: Sequence[IndexItem]) -> str:
+    """A sha256 over every item's entry, in order (what checkpoints recorded before `index_hash` read the table's
+    digest: a resume from one compares this, once, when the recorded hash is not the table's)."""
     h = hashlib.sha256()
     for item in items:
         h.update(item.digest().encode())
@@ -55,7 +65,13 @@ class Population:
 
     @classmethod
     def of(cls, items: Sequence[IndexItem], counts: Sequence[int], targets: Sequence[int] | None) -> Population:
-        """The population of `items` with `counts` samples each and class `targets` (or None)."""
+        """The population of `items` with `counts` samples each and class `targets` (or None); of an `IndexItems`,
+        from its columns (no item built)."""
+        if isinstance(items, IndexItems):
+            return cls(keys=tuple(items.keys()), names=tuple(items.values("item_id")), digests=tuple(items.digests()),
+                       counts=tuple(int(c) for c in counts),
+                       targets=None if targets is None else tuple(int(t) for t in targets),
+                       groups=tuple(items.split_groups()))
         return cls(keys=tuple(i.key for i in items), names=tuple(i.item_id for i in items),
                    digests=tuple(i.digest()[:16] for i in items), counts=tuple(int(c) for c in counts),
                    targets=None if targets is None else tuple(int(t) for t in targets),

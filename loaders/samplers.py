@@ -36,7 +36,7 @@ import numpy.typing as npt
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from .resume import Population, StoreChangedError, index_hash
+from .resume import Population, StoreChangedError, entries_hash, index_hash
 
 if TYPE_CHECKING:
     from .dataset import PatchDataset
@@ -287,7 +287,8 @@ class _EpochSampler(Sampler[Key]):
                 raise ValueError(f"the state is of a sampler with {key} = {state.get(key)!r}; this one has "
                                  f"{key} = {value!r}")
         then = Population.decode(state["selection"]) if fmt == STATE_FORMAT else None
-        if then is None or state["index"] == self._index_hash:  # the same store: same data
+        same = state["index"] == self._index_hash or state["index"] == entries_hash(self.dataset.store_items)
+        if then is None or same:  # the same store: same data (a checkpoint taken before the table's digest: once)
             if state.get("dataset_len") != len(self.dataset):
                 raise ValueError(f"the state is of a sampler with dataset_len = {state.get('dataset_len')!r}; this "
                                  f"one has dataset_len = {len(self.dataset)}")

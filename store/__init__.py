@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .aggregate import ClassFrequency, DatasetStats, Geometry, IntensityStats, Spread, dataset_stats
+    from .aggregate_table import table_stats
     from .format.annotations import ANNOTATIONS, Annotation
     from .format.index import (
         COMPLETE,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         stack_slots,
     )
     from .format.stats import ChannelStats, Histogram, ItemStats
+    from .format.stats_table import RecordTable
     from .location import (
         Folder,
         Location,
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
         zarr_store_for,
     )
     from .read import ArrayReader, ChecksumError, StoreReader, UncheckedStoreWarning
-    from .view import StoreView, open_store, read_index, read_statistics
+    from .view import StoreView, open_store, read_index, read_statistics, read_statistics_table
 
 __all__ = [
     "ANNOTATIONS",
@@ -78,6 +80,7 @@ __all__ = [
     "ItemStats",
     "Location",
     "ReadOnlyStore",
+    "RecordTable",
     "StoreIndex",
     "StoreReader",
     "Spread",
@@ -96,9 +99,11 @@ __all__ = [
     "open_transport",
     "read_index",
     "read_statistics",
+    "read_statistics_table",
     "sorted_glob",
     "stack_slots",
     "store_location",
+    "table_stats",
     "url_errors",
     "zarr_store_for",
 ]
@@ -126,6 +131,7 @@ _WHERE = {
     "ItemStats": "format.stats",
     "Location": "location",
     "ReadOnlyStore": "location",
+    "RecordTable": "format.stats_table",
     "STATE": "format.index",
     "STATISTICS": "format.index",
     "STATS": "format.index",
@@ -147,9 +153,11 @@ _WHERE = {
     "open_transport": "location",
     "read_index": "view",
     "read_statistics": "view",
+    "read_statistics_table": "view",
     "sorted_glob": "location",
     "stack_slots": "format.index",
     "store_location": "location",
+    "table_stats": "aggregate_table",
     "url_errors": "location",
     "zarr_store_for": "location",
 }

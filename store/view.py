@@ -17,16 +17,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .aggregate import DatasetStats, dataset_stats
+from .aggregate import DatasetStats
+from .aggregate_table import table_stats
 from .format.index import INDEX_KEY, STATISTICS, FormatError, IndexItem, StoreIndex, class_names
 from .format.items import IndexItems
 from .format.nodes import node_key, parse_node
 from .format.stats import ItemStats
-from .format.stats_table import read_records
+from .format.stats_table import RecordTable, read_record_table
 from .location import Location, Transport, as_location, open_transport, store_location
 from .read import ArrayReader, StoreReader
 
-__all__ = ["StoreView", "open_store", "read_index", "read_statistics"]
+__all__ = ["StoreView", "open_store", "read_index", "read_statistics", "read_statistics_table"]
 
 
 def read_index(path: Path | str, storage_options: Mapping[str, Any] | None = None) -> StoreIndex:
@@ -43,14 +44,21 @@ def read_index(path: Path | str, storage_options: Mapping[str, Any] | None = Non
 def read_statistics(path: Path | str, storage_options: Mapping[str, Any] | None = None) -> dict[str, ItemStats]:
     """Every ok item's full statistics record by `IndexItem.key`, from the store's `statistics` table; empty for a
     store converted without statistics. Raises like `read_index`; `FormatError` on a damaged record."""
+    table = read_statistics_table(path, storage_options)
+    return {} if table is None else table.records()
+
+
+def read_statistics_table(path: Path | str, storage_options: Mapping[str, Any] | None = None) -> RecordTable | None:
+    """The store's `statistics` table, its columns read and no record built (what `table_stats` merges); None for
+    a store converted without statistics. Raises like `read_statistics`."""
     where = store_location(path)
     transport = open_transport(where, storage_options)
     try:
         _root_meta(transport, where, STATISTICS)
     except FileNotFoundError:
-        return {}
+        return None
     try:
-        return read_records(transport)
+        return read_record_table(transport)
     except (FileNotFoundError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise FormatError(f"{where}/{STATISTICS}: damaged statistics ({type(exc).__name__}: {exc}); convert the "
                           "delivery again") from exc
@@ -134,8 +142,8 @@ class StoreView:
     def stats(self, items: Sequence[IndexItem] | None = None) -> DatasetStats:
         """The statistics of `items` (default: every ok item), merged from their full records: intensity per
         channel, kind and mask class, geometry, class frequencies (`labzarr.store.DatasetStats`)."""
-        return dataset_stats(self.items if items is None else items,
-                             read_statistics(self.path, self.storage_options))
+        return table_stats(self.items if items is None else items,
+                           read_statistics_table(self.path, self.storage_options))
 
 
 def open_store(path: Path | str | Location, *, storage_options: Mapping[str, Any] | None = None) -> StoreView:

@@ -22,7 +22,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from labzarr.readers import Reason
-from labzarr.store import ChannelStats, IndexItem, StoreView, open_store
+from labzarr.store import ChannelStats, StoreView, open_store
+from labzarr.store.format.items import IndexItems
 
 from ..errors import UsageError
 from ..manifest import read_manifest
@@ -179,7 +180,9 @@ def _row_labels(row: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 def _thumbs(rows: Sequence[Mapping[str, str]], view: StoreView, out: Path, max_thumbs: int) -> list[Thumb]:
-    by_key: dict[tuple[str, int | None], IndexItem] = {(i.array, i.slot): i for i in view.items}
+    items = IndexItems.of(view.items)  # positions from the index's columns: only the thumbnails' items are built
+    at: dict[tuple[str, int | None], int] = {(a, None if s < 0 else s): n for n, (a, s) in
+                                             enumerate(zip(items.values("array"), items.slots().tolist()))}
     ok = [r for r in rows if r["status"] == "ok"]
     (out / "thumbs").mkdir(parents=True, exist_ok=True)
     tiles = []
@@ -189,10 +192,11 @@ def _thumbs(rows: Sequence[Mapping[str, str]], view: StoreView, out: Path, max_t
         base = Thumb(index=row["index"], item_id=row["item_id"], source=row["source"], shape=row["shape"],
                      spacing=row["spacing"], labels=_row_labels(row), warnings=row["warnings"],
                      classes=row.get("classes", ""))
-        item = by_key.get((row["array"], slot))
-        if item is None:
+        position = at.get((row["array"], slot))
+        if position is None:
             tiles.append(replace(base, error=f"{row['array']} is not in the store's index"))
             continue
+        item = items[position]
         try:
             mask = view.array(item.roles["mask"]) if "mask" in item.roles else None
             img = thumbnail(view.array(item), slot=slot, spacing=item.spacing, mask=mask)

@@ -33,7 +33,7 @@ import psutil
 from distributed import Client, LocalCluster, as_completed
 
 from labzarr.readers import LabelSheet, Reason, readers_with
-from labzarr.store import IndexItem, ItemStats, Location, StoreIndex, dataset_stats
+from labzarr.store import Location, StoreIndex, open_store
 
 from ..discover import Candidate, discover, walk
 from ..errors import UsageError
@@ -437,7 +437,7 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *,
     t_end = time.perf_counter()
     summary = (_summary(spec, rows, manifest_sha, files_bytes) | label_summary | _class_summary(spec, rows)
                | _dicom_mask_summary(rows) | splits
-               | _statistics(items, records) | {"next_index": next_index})
+               | _statistics(store) | {"next_index": next_index})
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
     run_log = {
         "delivery": spec.delivery.name,
@@ -577,9 +577,10 @@ def _write_array_labels(client: Client, store: Location, rows: Sequence[Row], *,
     client.gather(client.map(set_array_labels, [store] * len(batches), batches, pure=False))
 
 
-def _statistics(items: Sequence[IndexItem], records: Mapping[str, ItemStats]) -> dict[str, Any]:
-    """`statistics`: the delivery's fingerprint, merged from every ok item's record (`labzarr.store.aggregate`)."""
-    return {"statistics": dataset_stats(items, records).summary()}
+def _statistics(store: Location) -> dict[str, Any]:
+    """`statistics`: the delivery's fingerprint, merged from the index and statistics tables just written (from
+    their columns, `labzarr.store.table_stats`: what `inspect --stats`, the report and `ds.stats()` give)."""
+    return {"statistics": open_store(store).stats().summary()}
 
 
 def _role_names(spec: Spec, rows: Sequence[Row]) -> list[str]:

@@ -224,7 +224,7 @@ class StoreIndex:
         try:
             if not isinstance(table, str) or not table.startswith(f"{INDEX}/"):
                 raise ValueError(f"root attr {INDEX_KEY!r} names no index table ({table!r})")
-            items = IndexItems.read(*read_table(transport, table))
+            items = IndexItems.read(*read_table(transport, table), name=table.removeprefix(f"{INDEX}/"))
             if len(items) != value["items"]:
                 raise ValueError(f"the table holds {len(items)} items, the root attr says {value['items']}")
         except FileNotFoundError as exc:

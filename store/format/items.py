@@ -11,7 +11,8 @@ Columns: text fields dictionary-encoded (`Strings`: ``item_id``, ``array``, ``ki
 when empty); ``slot`` and ``fold`` as int64, -1 for None; ``shape`` and ``spacing`` as `Ragged`; each label and
 each role a text column (``label.<n>``, ``role.<n>``: the n-th name the table's ``labels``/``roles`` attrs list,
 None where an item has none); mask classes as `Ragged` rows of (value, voxels, start, stop); the statistics'
-moments as `stats_table.StatsColumns` (``stats.*``).
+moments as `stats_table.StatsColumns` (``stats.*``); ``digest``, each entry's `IndexItem.digest` (its first 64 bits
+as int64; absent from tables written before it was recorded, where `IndexItems.digests` computes them).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def index_columns(items: Iterable[IndexItem]) -> tuple[dict[str, Any], dict[str,
     for i in items:
         stats.add(i.stats)
     out |= stats.columns()
+    # each entry's digest (`IndexItem.digest`, its first 64 bits), recorded once: a checkpoint compares them
+    out["digest"] = np.fromiter((int(i.digest()[:16], 16) for i in items), dtype=np.uint64,
+                                count=len(items)).view(np.int64)
     return {"labels": labels, "roles": roles}, out
 
 
@@ -81,7 +85,9 @@ def _jsonable(value: Any) -> Any:
 class _Columns:
     """The decoded columns of one index table, shared by every view of it."""
 
-    def __init__(self, attrs: Mapping[str, Any], columns: Mapping[str, Array]) -> None:
+    def __init__(self, attrs: Mapping[str, Any], columns: Mapping[str, Array], name: str | None = None) -> None:
+        self.name = name  # the table's name in the store: a digest of its content (`table.write_table`)
+        self.digest: Rows | None = columns.get("digest")  # absent from tables written before it was recorded
         self.label_names = [str(n) for n in attrs.get("labels", [])]
         self.role_names = [str(n) for n in attrs.get("roles", [])]
         self.text = {name: Strings(columns, name) for name in (*TEXT, "metadata", "annotations")}
@@ -100,6 +106,8 @@ class _Columns:
                                                              *self.roles.values(), self.fold, self.shape,
                                                              self.spacing, self.classes, self.stats]
         lengths = [len(c) for c in sized]
+        if self.digest is not None:
+            lengths.append(len(self.digest))
         if any(n != self.rows for n in lengths) or any(len(f) != len(self.classes.values)
                                                        for f in self.class_fields):
             raise ValueError("index columns of different lengths")
@@ -159,10 +167,10 @@ class IndexItems(Sequence[IndexItem]):
         self._rows: Rows = np.arange(columns.rows, dtype=np.int64) if rows is None else rows
 
     @classmethod
-    def read(cls, attrs: Mapping[str, Any], columns: Mapping[str, Array]) -> IndexItems:
-        """Every item of a table (`index_columns`'s attrs and columns); raises ValueError, KeyError on a damaged
-        one."""
-        return cls(_Columns(attrs, columns))
+    def read(cls, attrs: Mapping[str, Any], columns: Mapping[str, Array], name: str | None = None) -> IndexItems:
+        """Every item of a table (`index_columns`'s attrs and columns; `name`: the table's, a digest of its content);
+        raises ValueError, KeyError on a damaged one."""
+        return cls(_Columns(attrs, columns, name))
 
     @classmethod
     def of(cls, items: Iterable[IndexItem]) -> IndexItems:
@@ -245,6 +253,41 @@ class IndexItems(Sequence[IndexItem]):
         for col in self._c.roles.values():
             out |= col.codes[self._rows] >= 0
         return out
+
+    @property
+    def table_digest(self) -> str | None:
+        """The name of the store's table these items are all of, in order: a digest of the whole index's content;
+        None for a view of some of them, or items not read from a store."""
+        c = self._c
+        whole = len(self._rows) == c.rows and bool(np.array_equal(self._rows, np.arange(c.rows)))
+        return c.name if whole else None
+
+    def digests(self) -> list[str]:
+        """Each item's `IndexItem.digest()[:16]`: read from the table where its writer recorded them, else computed
+        from each item built."""
+        if self._c.digest is None:
+            return [i.digest()[:16] for i in self]
+        return [format(d, "016x") for d in self._c.digest[self._rows].astype(np.int64).view(np.uint64).tolist()]
+
+    def split_groups(self) -> list[str]:
+        """Each item's `IndexItem.split_group` (its group, or its item ID without splits)."""
+        return [g or i for g, i in zip(self.values("group"), self.values("item_id"))]
+
+    def keys(self) -> list[str]:
+        """Each item's `IndexItem.key` (its array, with its slot for an image of a stack)."""
+        codes, arrays = self.text("array")
+        named = [*(a or "" for a in arrays), ""]  # code -1 (no array) picks the "" at the end
+        return [named[c] if s < 0 else f"{named[c]}/{s}" for c, s in zip(codes.tolist(), self.slots().tolist())]
+
+    def ragged(self, field: str) -> tuple[Rows, Array]:
+        """(how many values each item has, the items' values one after another) of list field `field`: ``shape``,
+        ``spacing``, or a mask class field ``classes.value``, ``classes.voxels``."""
+        if field.startswith("classes."):
+            at, lengths = self._c.classes.positions(self._rows)
+            return lengths, self._c.class_fields[_CLASS_FIELDS.index(field.removeprefix("classes."))][at]
+        column = {"shape": self._c.shape, "spacing": self._c.spacing}[field]
+        at, lengths = column.positions(self._rows)
+        return lengths, column.values[at]
 
     def spatial_axes(self) -> Rows:
         """Each item's spatial axes (2 for an image, 3 for a volume)."""

@@ -10,7 +10,7 @@ measured. With histograms, `hist.ends` ends each row's bins in `hist.ordinals` (
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from .table import Strings, encode_strings
 if TYPE_CHECKING:
     from ..location import Location, Transport
 
-__all__ = ["StatsColumns", "StatsTable", "read_records", "write_records"]
+__all__ = ["RecordTable", "StatsColumns", "StatsTable", "read_record_table", "read_records", "write_records"]
 
 _FLOATS = ("mean", "m2", "min", "max")
 _INTS = ("count", "nan", "inf", "cls")
@@ -105,6 +105,16 @@ class StatsTable:
     def __len__(self) -> int:
         return len(self.has)
 
+    def column(self, name: str) -> npt.NDArray[Any]:
+        """One column over every channel row: a moment (`count`, `mean`, `m2`, `min`, `max`, `nan`, `inf`), `kind`
+        (1: a mask class's row), `cls` or `integral`."""
+        return self._v[name]
+
+    @property
+    def histograms(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int16], npt.NDArray[Any]] | None:
+        """(end of each channel row's bins, every bin's ordinal, its count), or None for moments alone."""
+        return self._hist
+
     def __getitem__(self, item: int) -> ItemStats | None:
         return self.many(np.asarray([item]))[0]
 
@@ -174,9 +184,79 @@ def write_records(store: Location, records: Mapping[str, ItemStats] | Iterable[t
     remove_tables(folder, keep=name)
 
 
-def read_records(transport: Transport) -> dict[str, ItemStats]:
-    """Every item's full statistics record by key, as `write_records` wrote them; FileNotFoundError where the store
-    has none (converted without statistics), ValueError/KeyError/TypeError on a damaged table."""
+class RecordTable:
+    """The store's `statistics` table as read: each record's key (`IndexItem.key`) and the records' columns, no
+    record built (`records` builds them; `rows_of` finds items' rows for a merge straight from the columns)."""
+
+    __slots__ = ("keys", "stats")
+
+    def __init__(self, keys: Strings, stats: StatsTable) -> None:
+        if len(keys) != len(stats):
+            raise ValueError(f"{len(keys)} keys for {len(stats)} records")
+        self.keys, self.stats = keys, stats
+
+    def __len__(self) -> int:
+        return len(self.stats)
+
+    def rows_of(self, keys: Sequence[str]) -> npt.NDArray[np.int64]:
+        """The row of each of `keys` that has a record (-1: no record, as for an item without statistics)."""
+        if not len(self.stats) or not len(keys):  # an empty table (no item had statistics): nothing to look up
+            return np.full(len(keys), -1, dtype=np.int64)
+        try:
+            wanted = np.array(keys, dtype=np.bytes_)  # ASCII keys (the usual): matched as numpy bytes, sorted once
+        except UnicodeEncodeError:
+            rows = self._rows_by_dict(keys)
+        else:
+            mine = _fixed_width(self.keys)
+            order = np.argsort(mine, kind="stable")
+            # the last of equal keys, as a dict of the records keeps it
+            at = np.maximum(np.searchsorted(mine[order], wanted, side="right") - 1, 0)
+            rows = np.where(mine[order][at] == wanted, order[at], -1).astype(np.int64)
+        out: npt.NDArray[np.int64] = np.where((rows >= 0) & (self.stats.has[np.maximum(rows, 0)] > 0), rows, -1)
+        return out
+
+    def _rows_by_dict(self, keys: Sequence[str]) -> npt.NDArray[np.int64]:
+        codes = np.asarray(self.keys.codes, dtype=np.int64)
+        present = np.flatnonzero(codes >= 0)
+        row_of_code = np.full(len(self.keys.distinct) + 1, -1, dtype=np.int64)  # the last: a key not here
+        row_of_code[codes[present]] = present
+        number = {k: n for n, k in enumerate(self.keys.distinct)}
+        missing = len(number)
+        rows: npt.NDArray[np.int64] = row_of_code[np.fromiter((number.get(k, missing) for k in keys), dtype=np.int64,
+                                                              count=len(keys))]
+        return rows
+
+    def records(self) -> dict[str, ItemStats]:
+        """Every record by key."""
+        out: dict[str, ItemStats] = {}
+        for lo in range(0, len(self.stats), _BATCH):  # in batches: Python numbers for a batch at a time
+            at = np.arange(lo, min(lo + _BATCH, len(self.stats)))
+            out |= {k: s for k, s in zip(self.keys.strings(at), self.stats.many(at))
+                    if k is not None and s is not None}
+        return out
+
+
+def _fixed_width(column: Strings) -> npt.NDArray[np.bytes_]:
+    """Each row's UTF-8 bytes of a text column as a numpy bytes array (None as b""), built from the column's
+    bytes without a Python string per row."""
+    chars, ends = column.chars, np.asarray(column.ends, dtype=np.int64)
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    width = max(1, int((ends - starts).max(initial=0)))
+    distinct = np.zeros((len(ends) + 1, width), dtype=np.uint8)  # the last row: code -1 (None)
+    step = max(1, (1 << 22) // width)  # distinct values at a time: bounds the index arrays' memory
+    for lo in range(0, len(ends), step):
+        s, e = starts[lo:lo + step], ends[lo:lo + step]
+        at = s[:, None] + np.arange(width)[None, :]
+        inside = at < e[:, None]
+        distinct[lo:lo + len(s)][inside] = chars[at[inside]]
+    values = distinct.view(f"S{width}").reshape(-1)
+    out: npt.NDArray[np.bytes_] = values[np.asarray(column.codes, dtype=np.int64)]
+    return out
+
+
+def read_record_table(transport: Transport) -> RecordTable:
+    """The store's statistics table as `write_records` wrote it; FileNotFoundError where the store has none
+    (converted without statistics), ValueError/KeyError/TypeError on a damaged table."""
     from .nodes import read_node
     from .table import read_table
 
@@ -185,11 +265,10 @@ def read_records(transport: Transport) -> dict[str, ItemStats]:
     if not isinstance(table, str) or "/" in table:
         raise ValueError(f"attr {STATS!r} names no statistics table ({table!r})")
     _, columns = read_table(transport, f"{STATISTICS}/{table}")
-    keys, stats = Strings(columns, "key"), StatsTable(columns, "stats")
-    if len(keys) != len(stats):
-        raise ValueError(f"{len(keys)} keys for {len(stats)} records")
-    out: dict[str, ItemStats] = {}
-    for lo in range(0, len(stats), _BATCH):  # in batches: Python numbers for a batch at a time
-        at = np.arange(lo, min(lo + _BATCH, len(stats)))
-        out |= {k: s for k, s in zip(keys.strings(at), stats.many(at)) if k is not None and s is not None}
-    return out
+    return RecordTable(Strings(columns, "key"), StatsTable(columns, "stats"))
+
+
+def read_records(transport: Transport) -> dict[str, ItemStats]:
+    """Every item's full statistics record by key, as `write_records` wrote them; FileNotFoundError where the store
+    has none (converted without statistics), ValueError/KeyError/TypeError on a damaged table."""
+    return read_record_table(transport).records()

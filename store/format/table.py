@@ -29,8 +29,8 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from ..location import Location, Transport
 
-__all__ = ["TABLE", "Ragged", "Strings", "encode_ragged", "encode_strings", "read_table", "remove_tables",
-           "write_table"]
+__all__ = ["TABLE", "Ragged", "Strings", "encode_ragged", "encode_strings", "flat_positions", "read_table",
+           "remove_tables", "write_table"]
 
 TABLE = "labzarr_table"  # the attribute of a table's array: its rows and its directory of columns
 _CODECS = ("zstd", 3)  # compressor and level: decoding speed matters more than size
@@ -186,6 +186,16 @@ class Strings:
     def __len__(self) -> int:
         return len(self.codes)
 
+    @property
+    def chars(self) -> npt.NDArray[np.uint8]:
+        """Every distinct value's UTF-8 bytes, one after another."""
+        return self._chars
+
+    @property
+    def ends(self) -> Array:
+        """The end offset in `chars` of each distinct value."""
+        return self._ends
+
     def value(self, code: int) -> str | None:
         """The text of value number `code` (None for -1)."""
         if code < 0:
@@ -245,14 +255,14 @@ class Ragged:
         start, stop = self.bounds(row)
         return self.values[start:stop]
 
+    def positions(self, rows: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(where in `values` each of `rows`' values lies, row after row; how many each row has)."""
+        return flat_positions(self.ends, rows)
+
     def take(self, rows: npt.NDArray[np.integer[Any]], values: Array | None = None) -> list[list[Any]]:
         """The values of each of `rows` (or of `values`, a column of the same layout), as Python lists, gathered
         in one pass."""
-        ends = self.ends.astype(np.int64)
-        stops = ends[rows]
-        starts = np.where(rows > 0, ends[np.maximum(rows - 1, 0)], 0)
-        lengths = stops - starts
-        at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        at, lengths = self.positions(rows)
         flat = (self.values if values is None else values)[at].tolist()
         bounds = np.cumsum(lengths).tolist()
         return [flat[a:b] for a, b in zip([0, *bounds[:-1]], bounds)]
@@ -263,3 +273,16 @@ class Ragged:
         out: npt.NDArray[np.int64] = ends.copy()
         out[1:] -= ends[:-1]
         return out
+
+
+def flat_positions(ends: Array, rows: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.int64],
+                                                                             npt.NDArray[np.int64]]:
+    """For a list per row whose row `i` ends at `ends[i]`: (the positions of `rows`' values, row after row; how
+    many each row has), gathered without a Python loop."""
+    e = np.asarray(ends, dtype=np.int64)
+    r = np.asarray(rows, dtype=np.int64)
+    stops = e[r]
+    starts = np.where(r > 0, e[np.maximum(r - 1, 0)], 0)
+    lengths = stops - starts
+    at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    return at.astype(np.int64), lengths
