@@ -28,6 +28,7 @@ from labzarr.convert.progress import ProgressEvent
 
 from ..conftest import make_delivery
 from ..dicom_data import write_delivery
+from ..processes import stop_cluster
 
 DASK = Path(sys.executable).parent / "dask"
 
@@ -70,18 +71,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             client.wait_for_workers(2, timeout=120)
         yield Cluster(address=address, scheduler=scheduler, workers=workers)
     finally:
-        # Workers first, while their scheduler still answers: a worker told to stop after the scheduler went
-        # keeps retrying the connection until its own timeout, which the kill below would then have to cut.
-        for group in (procs[1:], procs[:1]):
-            for p in group:
-                if p.poll() is None:
-                    p.terminate()
-            for p in group:
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        stop_cluster(procs)
         assert all(p.poll() is not None for p in procs)
 
 

@@ -25,6 +25,7 @@ from distributed import Client
 from labzarr.convert import convert_delivery
 from labzarr.convert.demo import write_spec
 
+from ..processes import stop_cluster
 from ..s3 import S3Server, free_port
 from ..scale_data import tiny_jpegs
 
@@ -55,16 +56,7 @@ def _cluster(logs: Path) -> Iterator[str]:
             client.wait_for_workers(4, timeout=180)
         yield address
     finally:
-        for group in (procs[1:], procs[:1]):
-            for p in group:
-                if p.poll() is None:
-                    p.terminate()
-            for p in group:
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        stop_cluster(procs)
 
 
 def _convert_cli(spec: Path, address: str, *, kill_at_half: bool = False) -> subprocess.CompletedProcess[str] | None:
