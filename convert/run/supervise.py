@@ -182,8 +182,17 @@ class _Run:
     def _top_up(self) -> None:
         """Submit the next jobs in plan order while fewer than the window are in flight (`window.py`)."""
         for future, job in self.feeder.top_up(len(self.jobs)):
-            self.jobs[future.key] = (future, job)
-            self.ac.add(future)
+            self._track(future, job)
+
+    def _track(self, future: Future[Any], job: Job | VolumeBatch) -> None:
+        self.jobs[future.key] = (future, job)
+        self.ac.add(future)
+
+    def _resubmit(self, job: Job) -> Future[Any]:
+        """Submit one retry of a failed shard or batch now, outside the window, and track it."""
+        (future,) = self._submit([job])
+        self._track(future, job)
+        return future
 
     def _submit(self, batch: Sequence[Job | VolumeBatch]) -> list[Future[Any]]:
         """One `client.map` per run of jobs of one kind (per stack, for shards: they differ in where they write)."""
@@ -209,11 +218,6 @@ class _Run:
         with self.ac.thread_condition:
             if self.ac.queue.empty():
                 self.ac.thread_condition.wait(timeout=_POLL_S)
-
-    def _submit_shard(self, shard: ShardTask) -> Future[Any]:
-        folder, records = self.targets[shard.stack.array]
-        return self.client.submit(convert_shard, shard, settings=self.settings, folder=folder, records=records,
-                                  key=job_keys(_STAGE, 1)[0])
 
     def _emit(self, rows: Sequence[Row]) -> None:
         for row in rows:
@@ -310,17 +314,13 @@ class _Run:
         """Redo a batch's items each as a task of its own (all at once: volumes are independent)."""
         log.warning("a batch of %d small volumes failed (%s); retrying them one by one", len(batch.tasks), why)
         for task in batch.tasks:
-            future = self.client.submit(convert_item, task, settings=self.settings, key=job_keys(_STAGE, 1)[0])
-            self.jobs[future.key] = (future, task)
-            self.ac.add(future)
+            self._resubmit(task)
 
     def _chain(self, singles: list[ShardTask]) -> None:
         if not singles:
             return
-        future = self._submit_shard(singles[0])
-        self.jobs[future.key] = (future, singles[0])
+        future = self._resubmit(singles[0])
         self.then[future.key] = singles[1:]
-        self.ac.add(future)
 
     def _next_in_chain(self, key: Hashable) -> None:
         if key in self.then:
