@@ -137,5 +137,6 @@ def test_cluster_killed_driver_rerun_equals_local_run(s3: S3Server, scheduler: s
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the suite's 300 s limit is for `make test`; 100,000 files take tens of minutes
 def test_cluster_at_100k_files(s3: S3Server, scheduler: str, tmp_path: Path) -> None:
     _scale_run(tmp_path, scheduler, s3, 100_000)
