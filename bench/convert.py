@@ -42,7 +42,8 @@ alone allows (every chunk is fsynced before an array is installed).
 
 A fourth and fifth group, the writer's C-order copy: a reoriented slab (x fastest in memory, x and y
 flipped) made C-contiguous whole and chunk by chunk, by numpy in one pass, tile by tile with the flips left
-in (labzarr before 2026-12-05), and by labzarr's copy.
+in (labzarr before 2026-12-05), and by labzarr's copies (the shard writer's: a job's 2x2x2 chunks gathered in
+memory order, then each C-ordered from cache into one reused buffer; `--copy` runs these two groups alone).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ from labzarr.convert.intensity import BLOCK, Accumulator
 from labzarr.convert.run.driver import execute, local_cluster_config
 from labzarr.convert.spec import StoreSpec, load_spec
 from labzarr.convert.write.arrays import codecs
-from labzarr.convert.write.writer import c_order_copy
+from labzarr.convert.write.writer import c_order_copy, copy_into, gather_copy
 from labzarr.readers import Slab
 
 NAME = "conversion: uncompressed MB/s, 4 x 512x512x300 int16 .nii.gz (629 MB), 64^3 blosc-zstd-5 + crc32c"
@@ -385,12 +386,17 @@ def _apart(base: float, value: float) -> str:
 def _copy_rows() -> list[Result]:
     """The C-order copy groups: a reoriented slab (x fastest in memory, x and y flipped as a radiological
     volume's are) made C-contiguous, as the writer does for unsharded arrays; and the same slab's 32^3 chunks
-    copied one by one, as the shard writer does. Each against numpy's one pass and against copying each tile in
-    its memory order with the flips left in (what labzarr did before it read flipped axes forwards)."""
+    copied one by one, as the shard writer did, or gathered a job (a 2x2x2 Morton run of chunks) at a time and
+    then C-ordered chunk by chunk into one reused buffer, as it does now. Each against numpy's one pass and
+    against copying each tile in its memory order with the flips left in (what labzarr did before it read
+    flipped axes forwards). Outputs are dropped as they are made, as the shard writer drops each chunk once
+    encoded."""
     slab = np.asfortranarray(_ct_planes((512, 512, 64), 0, 0, 64))[np.newaxis][:, ::-1, ::-1, :]
     mb = slab.nbytes / MB
     chunks = [slab[:, i:i + 32, j:j + 32, k:k + 32] for i in range(0, 512, 32) for j in range(0, 512, 32)
               for k in range(0, 64, 32)]
+    cubes = [slab[:, i:i + 64, j:j + 64, k:k + 64] for i in range(0, 512, 64) for j in range(0, 512, 64)
+             for k in range(0, 64, 64)]
 
     def flips_left_in(view: np.ndarray) -> np.ndarray:
         out = np.empty(view.shape, view.dtype)
@@ -399,16 +405,31 @@ def _copy_rows() -> list[Result]:
             out[sel] = view[sel].copy(order="K")
         return out
 
+    def each(copy: object) -> None:
+        for c in chunks:
+            copy(c)  # type: ignore[operator]
+
+    def by_job() -> None:
+        buffer = np.empty((1, 32, 32, 32), slab.dtype)
+        for cube in cubes:
+            box = gather_copy(cube)
+            for i, j, k in itertools.product((0, 32), repeat=3):
+                copy_into(box[:, i:i + 32, j:j + 32, k:k + 32], buffer)
+
     out: list[Result] = []
-    for group, run in (
-            ("C-order copy of a reoriented 512x512x64 int16 slab (convert/write/writer.py)", lambda f: f(slab)),
-            ("the same slab's 32^3 chunks made C-contiguous one by one (the shard writer's copy)",
-             lambda f: [f(c) for c in chunks])):
-        for label, copy in (("numpy ascontiguousarray (one pass)", np.ascontiguousarray),
-                            ("64^3 tiles in memory order, flips left in (before)", flips_left_in),
-                            ("labzarr c_order_copy (flipped axes read forwards)", c_order_copy)):
-            seconds, _ = median_p90(time_calls(lambda copy=copy, run=run: run(copy), 5))
-            out.append(Result(label, mb / seconds, "MB/s", baseline=copy is np.ascontiguousarray, group=group))
+    group = "C-order copy of a reoriented 512x512x64 int16 slab (convert/write/writer.py)"
+    for label, copy in (("numpy ascontiguousarray (one pass)", np.ascontiguousarray),
+                        ("64^3 tiles in memory order, flips left in (before)", flips_left_in),
+                        ("labzarr c_order_copy (flipped axes read forwards)", c_order_copy)):
+        seconds, _ = median_p90(time_calls(lambda copy=copy: copy(slab), 5))
+        out.append(Result(label, mb / seconds, "MB/s", baseline=copy is np.ascontiguousarray, group=group))
+    group = "the same slab's 32^3 chunks made C-contiguous (the shard writer's copy)"
+    for label, run in (("numpy ascontiguousarray, chunk by chunk", lambda: each(np.ascontiguousarray)),
+                       ("64^3 tiles in memory order, flips left in, chunk by chunk", lambda: each(flips_left_in)),
+                       ("c_order_copy chunk by chunk (the shard writer before 2026-12-07)", lambda: each(c_order_copy)),
+                       ("gather_copy of each job's 2x2x2 chunks, then copy_into a reused chunk (now)", by_job)):
+        seconds, _ = median_p90(time_calls(run, 5))
+        out.append(Result(label, mb / seconds, "MB/s", baseline=label.startswith("numpy"), group=group))
     return out
 
 
@@ -501,11 +522,16 @@ if __name__ == "__main__":  # one group alone, e.g. `python bench/convert.py --d
 
     from common import print_table
 
-    parser = argparse.ArgumentParser(description="bench/convert.py's decode-limit group alone")
-    parser.add_argument("--decode-limit", action="store_true", required=True, help="run the decode-limit group")
+    parser = argparse.ArgumentParser(description="bench/convert.py's decode-limit group, or its copy groups, alone")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--decode-limit", action="store_true", help="run the decode-limit group")
+    which.add_argument("--copy", action="store_true", help="run the two C-order copy groups")
     parser.add_argument("--size", default="x".join(map(str, PEAK)), help="each volume's shape, XxYxZ")
     parser.add_argument("--workdir", type=Path, default=Path("data/bench"), help="cached generated inputs")
     args = parser.parse_args()
+    if args.copy:
+        print_table(NAME, _copy_rows())
+        sys.exit(0)
     size = tuple(int(n) for n in args.size.split("x"))
     if len(size) != 3 or min(size) < 1:
         parser.error(f"--size {args.size}: three extents, e.g. 512x512x200")
