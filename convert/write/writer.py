@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -163,29 +163,9 @@ def seal_volume(store: Location, name: str, folder: Location, array: zarr.Array[
     return content
 
 
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
-
-
-class _Inline(Executor):
-    """Runs each job at once, in the thread that submits it: the shard writer's pool for a task whose share of
-    its host is one encoding thread. One other thread that the task's thread hands each job to and then waits
-    for adds a hand-off and a runnable thread per task (two workers on 2 cores ran four), and next to no
-    overlap: the slab loop waits for a slab's shards before it inflates the next. The stored bytes are the
-    same (tests/convert/test_writer.py, 1 thread and 3)."""
-
-    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
-        done: Future[_T] = Future()
-        try:
-            done.set_result(fn(*args, **kwargs))
-        except Exception as exc:  # raised where the result is taken, as from a pool
-            done.set_exception(exc)
-        return done
-
-
 class _SlabWriter:
     """Writes slabs into the array at `folder`: shard by shard when sharded, else through zarr in blocks of whole
-    chunks; hashes each chunk as it is written."""
+    chunks; hashes each chunk in worker threads."""
 
     def __init__(self, store: Location, name: str, header: VolumeHeader, array: zarr.Array[Any],
                  folder: Location, *, threads: int = DEFAULT_THREADS) -> None:
@@ -196,11 +176,8 @@ class _SlabWriter:
         self.unit = tuple(int(s) for s in array.shards) if array.shards is not None else self.chunks
         self._shard = ShardCodec.of(array)
         self._digests: ChunkDigests = {}
-        # A sharded array's chunks are encoded on the task's share of threads (its own thread when the share is
-        # one); an unsharded one is hashed on one thread while zarr-python encodes it on its own.
-        self._pool: Executor = (_Inline() if self._shard and self.threads == 1 else
-                                ThreadPoolExecutor(max_workers=self.threads if self._shard else 1,
-                                                   thread_name_prefix="labzarr-write"))
+        self._pool = ThreadPoolExecutor(max_workers=self.threads if self._shard else 1,
+                                        thread_name_prefix="labzarr-write")
         self._pending: Future[ChunkDigests] | None = None
         self._flush: ThreadPoolExecutor | None = None  # pre-flushes large shards (`_preflush`), started at the first
 

@@ -24,7 +24,7 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -92,7 +92,7 @@ class ShardCodec:
                    chunks=tuple(int(c) for c in array.chunks), shards=tuple(int(s) for s in array.shards),
                    steps=tuple(steps), keys=meta.encode_chunk_key)
 
-    def write(self, folder: Location, coords: Sequence[int], data: npt.NDArray[Any], *, pool: Executor,
+    def write(self, folder: Location, coords: Sequence[int], data: npt.NDArray[Any], *, pool: ThreadPoolExecutor,
               threads: int, gather: Gather, copy: CopyInto) -> ChunkDigests:
         """Write shard `coords` of the array at `folder` from `data` (its voxels, trimmed to the array's end; any
         strides), and return the chunks' digests. The chunks go to `pool` (of `threads`) a job at a time: a job's
