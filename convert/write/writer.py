@@ -21,7 +21,12 @@ in memory, the store wants C order, z fastest). numpy copies such a view
 element by element across the cache; copying tile by tile -- each tile first
 made compact in its own memory order, then transposed while it sits in cache --
 is faster, so the transposition costs little next to the codec
-(`make bench`, convert section, the "C-order copy" group).
+(`make bench`, convert section, the "C-order copy" group). The shard writer
+goes one step further: a job's chunks (a 2x2x2 Morton run) are gathered as one
+box in memory order (`gather_copy`: runs twice as long out of the slab), then
+each is C-ordered from cache into one reused buffer (`copy_into`), no chunk
+allocated (the group "the same slab's 32^3 chunks made C-contiguous";
+`python bench/convert.py --copy` runs both groups alone).
 """
 
 from __future__ import annotations
@@ -47,8 +52,8 @@ from labzarr.store.format.ngff import Pyramid
 from .arrays import Staged, StoreWriteError, begin_array, discard, install
 from .image import begin_image, install_image
 
-__all__ = ["AXES", "DEFAULT_THREADS", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "create_volume_array",
-           "open_volume_array", "seal_volume"]
+__all__ = ["AXES", "DEFAULT_THREADS", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "copy_into",
+           "create_volume_array", "gather_copy", "open_volume_array", "seal_volume"]
 
 _TILE = 64  # voxels per tile edge for the transposing copy: 64^3 x 8 B fits in L2
 _BLOCK_BYTES = 16 << 20  # voxels handed to zarr per call: enough chunks to keep its codec threads busy
@@ -80,15 +85,40 @@ def c_order_copy(view: npt.NDArray[Any], dtype: np.dtype[Any] | None = None) -> 
     if view.flags.c_contiguous:
         out[...] = view
         return out
-    flipped = tuple(axis for axis, stride in enumerate(view.strides) if stride < 0)
+    flipped = _flipped(view)
     source, target = (np.flip(view, flipped), np.flip(out, flipped)) if flipped else (view, out)
-    if all(n <= _TILE for n in view.shape):  # one tile: a chunk, as the shard writer copies them
+    if all(n <= _TILE for n in view.shape):  # one tile
         target[...] = source.copy(order="K")
         return out
     for starts in itertools.product(*(range(0, n, _TILE) for n in view.shape)):
         sel = tuple(slice(s, s + _TILE) for s in starts)
         target[sel] = source[sel].copy(order="K")
     return out
+
+
+def gather_copy(view: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A compact copy of `view` laid out in `view`'s own memory order and indexed as `view` (flipped axes read
+    forwards): the first half of `c_order_copy` for a region the shard writer then C-orders chunk by chunk
+    (`copy_into`), from cache."""
+    flipped = _flipped(view)
+    if not flipped:
+        return view.copy(order="K")
+    return np.flip(np.flip(view, flipped).copy(order="K"), flipped)
+
+
+def copy_into(view: npt.NDArray[Any], out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """`view` copied (cast to `out`'s dtype) into `out`, a C-contiguous array of its shape; flipped axes read
+    forwards. Returns `out`. Fast where `view` is compact and in cache (`gather_copy`'s)."""
+    flipped = _flipped(view)
+    if flipped:
+        np.flip(out, flipped)[...] = np.flip(view, flipped)
+    else:
+        out[...] = view
+    return out
+
+
+def _flipped(view: npt.NDArray[Any]) -> tuple[int, ...]:
+    return tuple(axis for axis, stride in enumerate(view.strides) if stride < 0)
 
 
 def create_volume_array(folder: Location, header: VolumeHeader, *, chunks: Sequence[int], shards: Sequence[int] | None,
@@ -184,7 +214,7 @@ class _SlabWriter:
             shard = slab.data[sel]
             with store_io(self.store, f"cannot write {self.name}"):
                 self._digests.update(codec.write(self.folder, coords, shard, pool=self._pool, threads=self.threads,
-                                                 copy=lambda view: c_order_copy(view, self.header.dtype)))
+                                                 gather=gather_copy, copy=copy_into))
             if shard.nbytes >= _PREFLUSH_BYTES:
                 self._preflush(codec.keys(tuple(int(k) for k in coords)))
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ..content import ChunkDigests
     from ..location import Location
 
-__all__ = ["ABSENT", "CRC", "INDEX_ENTRY", "ShardCodec", "decode_index", "index_nbytes"]
+__all__ = ["ABSENT", "CRC", "INDEX_ENTRY", "CopyInto", "Gather", "ShardCodec", "decode_index", "index_nbytes"]
 
 ABSENT = 2**64 - 1  # the index entry (offset and nbytes) of an inner chunk that is not stored
 INDEX_ENTRY = 16  # (offset, nbytes) as two little-endian uint64 per inner chunk
@@ -48,6 +48,8 @@ CRC = 4
 _IN_FLIGHT_BYTES = 16 << 20  # voxels of the inner chunks being encoded at once (each also has its encoded copy)
 _MIN_WINDOW = 4  # jobs in flight at least (memory allowing), whatever the thread count
 _JOB_CHUNKS, _JOB_BYTES = 8, 1 << 20  # inner chunks handed to an encoding thread at once: at most these
+Gather = Callable[[npt.NDArray[Any]], npt.NDArray[Any]]  # a region of the voxels, copied compact (any memory order)
+CopyInto = Callable[[npt.NDArray[Any], npt.NDArray[Any]], npt.NDArray[Any]]  # (view, C-ordered out) -> out
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +93,13 @@ class ShardCodec:
                    steps=tuple(steps), keys=meta.encode_chunk_key)
 
     def write(self, folder: Location, coords: Sequence[int], data: npt.NDArray[Any], *, pool: ThreadPoolExecutor,
-              threads: int, copy: Callable[[npt.NDArray[Any]], npt.NDArray[Any]]) -> ChunkDigests:
+              threads: int, gather: Gather, copy: CopyInto) -> ChunkDigests:
         """Write shard `coords` of the array at `folder` from `data` (its voxels, trimmed to the array's end; any
-        strides): each chunk is copied C-ordered by `copy`, hashed and encoded on `pool` (of `threads`), and
-        written in order. Returns the chunks' digests. Raises OSError (or the URL store's errors)."""
+        strides), and return the chunks' digests. The chunks go to `pool` (of `threads`) a job at a time: a job's
+        region is first copied compact by `gather` (in memory order: long runs out of the strided slab), then each
+        of its chunks C-ordered out of that copy by `copy(view, out)` (into `out`, a C-contiguous buffer of the
+        view's shape), hashed and encoded; the shard is written in order. Raises OSError (or the URL store's
+        errors)."""
         per = tuple(s // c for s, c in zip(self.shards, self.chunks))
         first = tuple(int(k) * p for k, p in zip(coords, per))  # the shard's first chunk, in array chunk indices
         grid = tuple(-(-n // c) for n, c in zip(self.shape, self.chunks))
@@ -111,13 +116,10 @@ class ShardCodec:
         digests: ChunkDigests = {}
         pending: deque[tuple[list[tuple[int, ...]], Future[list[tuple[bytes, bytes]]]]] = deque()
 
-        def views(job: list[tuple[int, ...]]) -> list[npt.NDArray[Any]]:
-            return [data[tuple(slice(i * c, (i + 1) * c) for i, c in zip(local, self.chunks))] for local in job]
-
         with (folder / self.keys(tuple(int(k) for k in coords))).write_stream() as write:
             out = _ShardFile(write)
             for job in jobs:
-                pending.append((job, pool.submit(self._encode_all, views(job), copy)))
+                pending.append((job, pool.submit(self._encode_job, data, job, gather, copy)))
                 if len(pending) >= window:
                     self._put(out, index, digests, first, *pending.popleft())
             while pending:
@@ -136,14 +138,27 @@ class ShardCodec:
             digests[tuple(f + i for f, i in zip(first, local))] = digest
         out.append(b"".join(chunk for _, chunk in encoded))
 
-    def _encode_all(self, views: list[npt.NDArray[Any]],
-                    copy: Callable[[npt.NDArray[Any]], npt.NDArray[Any]]) -> list[tuple[bytes, bytes]]:
-        return [self._encode(view, copy) for view in views]
+    def _encode_job(self, data: npt.NDArray[Any], job: list[tuple[int, ...]], gather: Gather,
+                    copy: CopyInto) -> list[tuple[bytes, bytes]]:
+        """Each chunk of `job` (local positions in the shard whose voxels are `data`), in order: (digest, encoded).
+        Chunks that tile a box (a Morton run of a whole shard does) are gathered as that one box: longer runs
+        out of the slab than chunk by chunk, and the transposition then reads from cache."""
+        lo, hi = [min(axis) for axis in zip(*job)], [max(axis) + 1 for axis in zip(*job)]
+        tiles = math.prod(h - low for h, low in zip(hi, lo)) == len(job)
+        boxes = [(lo, job)] if tiles else [(list(p), [p]) for p in job]
+        buffer = np.empty(self.chunks, dtype=self.dtype)  # every whole chunk of the job is copied here in turn
+        out: list[tuple[bytes, bytes]] = []
+        for start, chunks in boxes:
+            stop = [max(axis) + 1 for axis in zip(*chunks)]
+            box = gather(data[tuple(slice(s * c, e * c) for s, e, c in zip(start, stop, self.chunks))])
+            for local in chunks:
+                view = box[tuple(slice((i - s) * c, (i - s + 1) * c) for i, s, c in zip(local, start, self.chunks))]
+                target = buffer if view.shape == self.chunks else np.empty(view.shape, dtype=self.dtype)
+                out.append(self._encode(copy(view, target)))
+        return out
 
-    def _encode(self, view: npt.NDArray[Any],
-                copy: Callable[[npt.NDArray[Any]], npt.NDArray[Any]]) -> tuple[bytes, bytes]:
-        """(sha256 of the chunk's voxels as the array holds them, trimmed; the chunk's encoded bytes)."""
-        block = copy(view)
+    def _encode(self, block: npt.NDArray[Any]) -> tuple[bytes, bytes]:
+        """(sha256 of the chunk's voxels as the array holds them, trimmed: `block`, C-ordered; its encoded bytes)."""
         digest = hashlib.sha256(block.data).digest()
         if block.shape != self.chunks:  # an edge chunk: encoded at full size, as zarr pads it
             full = np.full(self.chunks, self.fill, dtype=self.dtype)

@@ -11,7 +11,7 @@ import zarr
 from labzarr.convert.plan.chunks import plan_chunks, plan_shards, slab_bytes
 from labzarr.convert.spec import StoreSpec
 from labzarr.convert.write.arrays import codecs
-from labzarr.convert.write.writer import VolumeWriter, c_order_copy
+from labzarr.convert.write.writer import VolumeWriter, c_order_copy, copy_into, gather_copy
 from labzarr.readers import Limits, NiftiReader, read_head
 from labzarr.store import Folder
 from labzarr.store.content import array_content_sha256
@@ -61,6 +61,28 @@ def test_c_order_copy_equals_numpy_for_every_flip_and_axis_order(shape: tuple[in
                 out = c_order_copy(view, dtype)
                 assert out.flags.c_contiguous and out.dtype == (dtype or view.dtype)
                 np.testing.assert_array_equal(out, np.ascontiguousarray(view, dtype=dtype))
+
+
+def test_gather_then_copy_into_equals_numpy_for_every_flip_and_axis_order() -> None:
+    """The shard writer's two-step copy: a region gathered in memory order (`gather_copy`) indexes as the view
+    it came from, and each chunk of it C-ordered into a reused buffer (`copy_into`, with a cast) is numpy's copy."""
+    import itertools
+
+    base = np.random.default_rng(2).integers(-2000, 2000, (2, 70, 40, 50)).astype(np.int16)
+    for order in ((0, 1, 2, 3), (0, 3, 2, 1), (2, 0, 3, 1)):
+        buffer = np.ascontiguousarray(base.transpose(order)).transpose(np.argsort(order))  # memory in `order`
+        for flips in itertools.product((1, -1), repeat=4):
+            view = buffer[tuple(slice(None, None, f) for f in flips)][:, 3:67, 5:37, 1:41]
+            box = gather_copy(view)
+            assert box.shape == view.shape and box.base is not view.base
+            np.testing.assert_array_equal(box, view)
+            for dtype in (np.dtype(np.int16), np.dtype(np.float32)):
+                out = np.empty((2, 32, 16, 20), dtype)
+                for sel in itertools.product(*(range(0, n, c) for n, c in zip(view.shape[1:], out.shape[1:]))):
+                    region = (slice(None), *(slice(s, s + c) for s, c in zip(sel, out.shape[1:])))
+                    got = copy_into(box[region], out)
+                    assert got is out and out.flags.c_contiguous
+                    np.testing.assert_array_equal(out, np.ascontiguousarray(view[region], dtype=dtype))
 
 
 @pytest.mark.parametrize("name", ["lps", "sagittal"])

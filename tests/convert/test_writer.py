@@ -31,9 +31,12 @@ SPECS = {
 }
 
 # (shape, chunks, shards): edge chunks, edge shards with inner chunks wholly outside the array, shards of a
-# number of chunks that is not a power of two (Morton order over a ragged grid), one chunk per shard.
+# number of chunks that is not a power of two (Morton order over a ragged grid), one chunk per shard; and shards
+# three chunks wide on two axes, where a job's Morton run of chunks does not fill a box (each chunk is then
+# gathered alone, where a run that fills a box is gathered as one).
 LAYOUTS = {
     "ragged": ((2, 37, 50, 23), (1, 8, 8, 8), (1, 16, 24, 16)),
+    "three-wide": ((1, 48, 44, 16), (1, 8, 8, 8), (1, 24, 24, 16)),
     "pow2": ((1, 64, 32, 40), (1, 8, 8, 8), (1, 32, 32, 16)),
     "one-chunk-shards": ((1, 20, 9, 7), (1, 4, 4, 4), (1, 4, 4, 4)),
 }
