@@ -26,6 +26,8 @@ define check_delivery
 endef
 PYTEST_ARGS ?=
 # Test processes for `make test` (pytest-xdist; each file runs whole in one of them). 0: one process.
+# --no-loadscope-reorder: files go out in collection order, which tests/conftest.py starts with the longest
+# files; xdist's own order (most tests first) left files of one long test to run alone at the end.
 TEST_JOBS ?= 2
 
 .PHONY: help install test-deps demo test typecheck lint stress init check convert report diff verify inspect bench clean
@@ -74,7 +76,7 @@ demo: $(STAMP)
 	$(BIN)/labzarr inspect data/stores/demo.zarr
 
 test: $(STAMP) test-deps
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # NAME and RAW are required; FORCE=1 overwrites an existing spec.
 init: $(STAMP)
