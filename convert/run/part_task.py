@@ -97,7 +97,7 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> 
         writer = PartWriter(store, part.task.array, h, as_location(part.folder, settings.store_options),
                             threads=settings.writer_threads())
         finite = FiniteCheck(h, settings.non_finite)
-        stats = Accumulator(h.dtype) if settings.store_spec.statistics else None
+        stats = Accumulator(h.dtype, values=math.prod(h.shape)) if settings.store_spec.statistics else None
         stop = source.slab_count(shards or chunks) if part.stop is None else part.stop
         progress = SlabReporter(settings.slab_events, part.task.source, part=part.index, size=part.task.size,
                                 voxels=math.prod(h.shape), slabs=stop - part.first)
@@ -126,7 +126,7 @@ def finish_parts(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
     base = task.base_row()
     finite = FiniteCheck(h, settings.non_finite)
     # The parts' statistics in file order: exactly those of the volume written by one task (convert/intensity.py).
-    stats = Accumulator(h.dtype) if settings.store_spec.statistics else None
+    stats = Accumulator(h.dtype, values=math.prod(h.shape)) if settings.store_spec.statistics else None
     sealed = False
     try:
         for o in outcomes:
