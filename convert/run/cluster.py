@@ -101,6 +101,11 @@ def local_cluster_config(crash_retries: int) -> dict[str, object]:
         "distributed.admin.low-level-log-length": MESSAGE_LOG,  # see MESSAGE_LOG
         **{f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()},
         "distributed.worker.multiprocessing-method": METHOD,  # workers forked with their imports done (worker_start)
+        # Sampling each worker's stack every 10 ms (for the dashboard, which a run has none of) and checking every
+        # server's event loop every 20 ms cost an idle 2-worker cluster 83 ms of CPU a second, 35 ms without them
+        # (docs/benchmarks.md, "Fixed cost"): CPU the workers' own tasks then lack.
+        "distributed.worker.profile.enabled": False,
+        "distributed.admin.tick.interval": "1s",
     }
 
 
