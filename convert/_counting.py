@@ -7,10 +7,12 @@ docs/benchmarks.md keeps the figures. Statistics are taken from every slab a wor
 volume this loop is on the conversion's critical path.
 
 Why not always the compiled loop: it is compiled by numba, and importing numba and loading the cached loop
-costs a process a fixed part of a second, more than the loop saves on anything but large slabs. So
-`counter(n)` hands out numpy's bincount for slabs under `COMPILED_FROM` values and the compiled loop from
-there on, importing numba at that first large slab only: a run of small items never loads it. A worker that has
-loaded it counts every slab with it.
+costs a process 0.4-0.5 CPU-s, as much as the loop saves on some 2^28 to 2^29 16-bit values (docs/benchmarks.md,
+"Statistics on and off"). So `counter(n)` hands out numpy's bincount for an item (a whole array) of under
+`COMPILED_FROM` values and the compiled loop from there on, importing numba at the first such item only: a
+delivery of small series (the dcm2niix QA corpora's are all under 2^24 values) never loads it, and one of large
+volumes loads it at the first, where the volumes after it repay it. A worker that has loaded it counts every
+slab with it.
 
 The loop is compiled for exactly two signatures (uint8 and uint16 codes, any strides, into a C-contiguous
 int64 array), cached on disk beside this file when that is writable; `_compiled` keeps the one loaded copy a
@@ -29,14 +31,15 @@ import numpy.typing as npt
 
 __all__ = ["COMPILED_FROM", "Count", "bincount_into", "count_into", "counter"]
 
-COMPILED_FROM = 1 << 22  # values in one slab from which the compiled loop is worth loading
+COMPILED_FROM = 1 << 26  # values in one item (a 512x512x256 volume) from which the compiled loop is loaded
 
 Count = Callable[[npt.NDArray[Any], npt.NDArray[np.int64]], None]
 
 
 def counter(values: int) -> Count:
-    """How to count a slab of `values` codes: `bincount_into` below `COMPILED_FROM`, else `count_into`; and
-    `count_into` whatever the size once this process has loaded the loop (the cost is then already paid)."""
+    """How to count the codes of an item of `values` codes in all: `bincount_into` below `COMPILED_FROM`, else
+    `count_into`; and `count_into` whatever the size once this process has loaded the loop (the cost is then
+    already paid)."""
     return count_into if values >= COMPILED_FROM or _compiled.cache_info().currsize else bincount_into
 
 

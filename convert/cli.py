@@ -12,12 +12,16 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from labzarr.store import Location, as_location, is_url
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .run.starting import StartingCluster
 
 __all__ = ["build_parser", "main"]
 
@@ -301,6 +305,15 @@ def _start_workers_early() -> None:
     start_worker_server(worker_environ(pre_spawn_environ()))
 
 
+def _start_cluster_early(workers: int | None) -> StartingCluster:
+    """Start the embedded cluster in a thread now (`run/starting.py`): its workers fork and register while this
+    process imports the driver, rather than after it."""
+    from .run.starting import StartingCluster
+
+    _quiet_dask()  # before the cluster's first log line
+    return StartingCluster(workers)
+
+
 def _shown(path: Path | Location) -> str:
     """`path` relative to the working directory when it lies below it: what the user typed, not /abs/olute."""
     return as_location(path).shown(Path.cwd())
@@ -312,8 +325,16 @@ def _positive(name: str, value: float | int, hint: str) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    starting = None
     if args.scheduler is None and not args.dry_run and args.spec.is_file():  # a mistyped path starts nothing
         _start_workers_early()
+        if not args.verify and (args.workers is None or args.workers >= 1) and args.progress_every > 0:
+            starting = _start_cluster_early(args.workers)
+    with starting or nullcontext():
+        return _convert_with(args, starting)
+
+
+def _convert_with(args: argparse.Namespace, starting: StartingCluster | None) -> int:
     from .console import progress_display, summary_table
     from .run.driver import convert_delivery
 
@@ -328,7 +349,8 @@ def _convert(args: argparse.Namespace) -> int:
         checked = (repair_delivery(args.spec, only_damaged=False, workers=args.workers, scheduler=args.scheduler,
                                    progress=progress) if args.verify else None)
         result = (checked.run if checked is not None and checked.run is not None else
-                  convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler, progress=progress))
+                  convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler, progress=progress,
+                                   cluster=starting))
     if not args.quiet:
         print(summary_table(result.summary, result.run_log))
         if result.repaired:

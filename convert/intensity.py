@@ -113,11 +113,13 @@ class Accumulator:
     """Per-channel statistics of one array of `dtype`, from its voxels in any order (`add`) or its slabs.
 
     `scratch` is a dense count buffer that several accumulators may share (one per class of a mask); it is only
-    used within a call.
+    used within a call. `values`: how many values the array holds in all, which decides how they are counted
+    (`_counting.counter`); 0: as many as each call adds.
     """
 
-    def __init__(self, dtype: npt.DTypeLike, *, scratch: Ints | None = None) -> None:
+    def __init__(self, dtype: npt.DTypeLike, *, scratch: Ints | None = None, values: int = 0) -> None:
         self.dtype = np.dtype(dtype)
+        self._values = values
         self._exact = _exact(self.dtype)
         self._bins = 1 << (8 * self.dtype.itemsize) if self._exact else BINS
         if scratch is None or len(scratch) < self._bins:
@@ -141,7 +143,7 @@ class Accumulator:
             values = values.astype(self.dtype)
         if self._exact:
             unsigned = np.dtype(f"u{self.dtype.itemsize}")
-            count = counter(values.size)
+            count = counter(max(values.size, self._values))
             for block in _blocks(values):
                 count(block.view(unsigned), dense)
             new = ChannelPartial(*_sparse(dense), slabs=old.slabs)

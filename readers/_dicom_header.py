@@ -582,10 +582,20 @@ def _classic_kind(ds: Dataset) -> dict[str, object]:
     return out
 
 
+def _import_nicom() -> None:
+    """Import nibabel.nicom under Python's default warning filter, not under the one a header is read under
+    (which ignores pydicom's notes on non-conformant values): its warning that its DICOM readers are experimental,
+    raised once per process at that import, is then shown (in a run: recorded in the run log, `warnings_log.py`)
+    wherever the first CSA header is read, in a worker's probe as in the driver."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        import nibabel.nicom  # noqa: F401
+
+
 def csa_items(ds: Dataset) -> dict[str, list[Any]]:
     """The items of every tag of a Siemens file's CSA image header, by name (nibabel's reader); {} when it has
     none or it cannot be read, since these values are optional extras (a mosaic's own CSA check is `_mosaic`'s)."""
-    # Importing nibabel.nicom warns that its DICOM readers are experimental: in a run, that goes to the run log.
+    _import_nicom()
     from nibabel.nicom import csareader
 
     try:
@@ -797,6 +807,7 @@ def _mosaic(ds: Dataset) -> tuple[int, tuple[Frame, ...]] | None:
     image_type = [str(v).upper() for v in _list(_get(ds, "ImageType"))]
     if "MOSAIC" not in image_type:
         return None
+    _import_nicom()
     from nibabel.nicom import csareader, dicomwrappers
 
     with warnings.catch_warnings():

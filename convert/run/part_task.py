@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from labzarr.readers import Rejected, StreamingReader, readers_with
+import numpy as np
+
+from labzarr.readers import Rejected, SeriesStack, StreamingReader, readers_with
 from labzarr.store import Location, as_location
 
 from ..intensity import Accumulator
@@ -51,6 +53,10 @@ def stage_parts(store: Location, task: VolumeTask, settings: TaskSettings, *, wo
     if task.stack is not None and parts_bytes > 0:
         parts_bytes = max(1, parts_bytes // DICOM_PARTS_DIVISOR)
     if parts_bytes <= 0 or workers < 2 or task.size * SCAN_RATIO < parts_bytes or not _streams(task, settings):
+        return ()
+    # A series that fits one part is one part whatever its header says (`part_slabs`), and opening it would cost
+    # the driver its first file's dataset and acquisition metadata, series after series.
+    if task.stack is not None and _decoded_bytes(task.stack) <= parts_bytes:
         return ()
     try:
         source = open_volume(task, settings)
@@ -91,7 +97,7 @@ def _convert_part(part: VolumePart, settings: TaskSettings, store: Location) -> 
         writer = PartWriter(store, part.task.array, h, as_location(part.folder, settings.store_options),
                             threads=settings.writer_threads())
         finite = FiniteCheck(h, settings.non_finite)
-        stats = Accumulator(h.dtype) if settings.store_spec.statistics else None
+        stats = Accumulator(h.dtype, values=math.prod(h.shape)) if settings.store_spec.statistics else None
         stop = source.slab_count(shards or chunks) if part.stop is None else part.stop
         progress = SlabReporter(settings.slab_events, part.task.source, part=part.index, size=part.task.size,
                                 voxels=math.prod(h.shape), slabs=stop - part.first)
@@ -120,7 +126,7 @@ def finish_parts(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
     base = task.base_row()
     finite = FiniteCheck(h, settings.non_finite)
     # The parts' statistics in file order: exactly those of the volume written by one task (convert/intensity.py).
-    stats = Accumulator(h.dtype) if settings.store_spec.statistics else None
+    stats = Accumulator(h.dtype, values=math.prod(h.shape)) if settings.store_spec.statistics else None
     sealed = False
     try:
         for o in outcomes:
@@ -147,6 +153,13 @@ def finish_parts(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
     finally:
         if not sealed:
             discard(folder.parent)  # the staged image group
+
+
+def _decoded_bytes(stack: SeriesStack) -> int:
+    """A streamed series' decoded size, as its source's header gives it (`DicomSource`: n_volumes x samples
+    channels of columns x rows x n_slices voxels of the stack's dtype), from the plan alone."""
+    voxels = stack.n_volumes * stack.samples * stack.columns * stack.rows * stack.n_slices
+    return voxels * np.dtype(stack.dtype).itemsize
 
 
 def _streams(task: VolumeTask, settings: TaskSettings) -> bool:

@@ -24,6 +24,7 @@ group's `complete` attr, a digest of every member's sha256, is written last.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -256,7 +257,7 @@ def _write_volume(store: Location, task: SampleTask, f: RoleFile, src: VolumeSou
     writer = VolumeWriter(store, role_path(task.group, f.role), h, chunks=chunks, shards=shards,
                           codecs=codecs(settings.store_spec), threads=settings.writer_threads(),
                           attrs=attrs_for(task.item_id, f.source, f.sha256, h) | {"role": f.role})
-    stats = Accumulator(h.dtype) if measure else None
+    stats = Accumulator(h.dtype, values=math.prod(h.shape)) if measure else None
     per_class = _ClassStats(store, mask, h.dtype) if measure and mask is not None else None
     try:
         # A slab holds whole shards along the stream axis.

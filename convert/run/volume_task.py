@@ -62,7 +62,7 @@ def _convert(task: VolumeTask, settings: TaskSettings, store: Location, defer: l
                               pyramid=settings.pyramid(), threads=settings.writer_threads())
         progress = SlabReporter(settings.slab_events, task.source, size=task.size, voxels=math.prod(h.shape),
                                 slabs=source.slab_count(shards or chunks))
-        stats = Accumulator(h.dtype) if settings.store_spec.statistics else None
+        stats = Accumulator(h.dtype, values=math.prod(h.shape)) if settings.store_spec.statistics else None
         # A slab holds whole shards along the stream axis.
         write_slabs(source.slabs(shards or chunks), finite=finite, writer=writer,
                     stats=() if stats is None else (stats,), progress=progress)

@@ -40,6 +40,12 @@ PRELOAD: tuple[str, ...] = (
     "labzarr.convert.run.part_task",
     "labzarr.convert.run.sample_task",
     "labzarr.convert.write.arrays",
+    # What every worker otherwise imported itself at its start or its first task (dask's worker, the tasks, the
+    # run's warning plugin): imported once here rather than once per worker.
+    "numpy.random",
+    "numpy.ma",
+    "statistics",
+    "labzarr.convert.run.warnings_log",
     "labzarr.convert.run._server_exit",  # the server's own quick exit: imported there and nowhere else
 )
 

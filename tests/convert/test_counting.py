@@ -1,5 +1,5 @@
 """The statistics' two ways of counting against numpy's bincount: the same counts for every code width, stride and
-order; and the compiled loop loaded only for a large slab."""
+order; and the compiled loop loaded only for a large item."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_refuses_what_it_would_count_out_of_bounds(codes: np.ndarray, dense: np.
             count(codes, dense)
 
 
-def test_the_compiled_loop_is_for_large_slabs_until_a_process_has_loaded_it() -> None:
+def test_the_compiled_loop_is_for_large_items_until_a_process_has_loaded_it() -> None:
     """In a fresh process: bincount below COMPILED_FROM values, the loop from there on; once loaded, the loop."""
     code = ("from labzarr.convert._counting import COMPILED_FROM, _compiled, bincount_into, count_into, counter\n"
             "print(counter(COMPILED_FROM - 1) is bincount_into, counter(COMPILED_FROM) is count_into, end=' ')\n"
@@ -70,3 +70,18 @@ def test_statistics_of_small_items_never_load_numba() -> None:
             "print('numba' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_whether_the_loop_loads_follows_the_items_size_not_its_slabs() -> None:
+    """An item of fewer than COMPILED_FROM values is counted by bincount however its slabs are cut (a small series
+    never pays numba's load); one of COMPILED_FROM values loads the loop at its first slab, however small."""
+    code = ("import sys\nimport numpy as np\n"
+            "from labzarr.convert._counting import COMPILED_FROM\n"
+            "from labzarr.convert.intensity import Accumulator\n"
+            "slab = np.arange(1 << 16, dtype=np.uint16)\n"
+            "Accumulator(np.uint16, values=COMPILED_FROM - 1).add(0, slab)\n"
+            "print('numba' in sys.modules, end=' ')\n"
+            "Accumulator(np.uint16, values=COMPILED_FROM).add(0, slab)\n"
+            "print('numba' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

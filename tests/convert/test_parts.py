@@ -19,6 +19,7 @@ import pytest
 
 from labzarr.convert import convert_delivery, load_spec
 from labzarr.convert.plan.parts import part_slabs
+from labzarr.convert.run import part_task
 from labzarr.convert.run.driver import execute
 from labzarr.convert.run.part_task import DICOM_PARTS_DIVISOR
 from labzarr.readers import Reason
@@ -223,3 +224,32 @@ def test_a_dicom_series_is_in_parts_from_a_32nd_of_parts_bytes(parts_and_whole, 
     assert {k: v for k, v in got_files.items() if k.split("/")[0] in dicom} == {
         k: v for k, v in whole_files.items() if k.split("/")[0] in dicom}
     assert any(k.startswith("case007/0/c/") for k in got_files)
+
+
+def test_a_dicom_series_that_fits_one_part_is_not_opened_on_the_driver(parts_and_whole, dask_client,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a series is worth parts follows from the plan's stack alone when it fits one part: the driver then
+    reads none of its files (each open reads a dataset and the acquisition metadata), and the store is the same."""
+    base, _, whole, _ = parts_and_whole
+    dicom = {r.item_id: math.prod(r.shape) * np.dtype(r.dtype).itemsize for r in whole.rows if r.kind == "dicom"}
+    raw = base / "raw-fits"
+    for item in dicom:
+        shutil.copytree(base / "raw" / item, raw / item)
+    opened: list[str] = []
+    real = part_task.open_volume
+
+    def counted(task, settings):
+        opened.append(task.item_id)
+        return real(task, settings)
+
+    monkeypatch.setattr(part_task, "open_volume", counted)  # stage_parts runs in this process, the tasks do not
+    smaller, larger = sorted(dicom, key=dicom.__getitem__)
+    assert dicom[smaller] < dicom[larger]
+    got = execute(load_spec(_spec(base / "fits", raw, parts_bytes=DICOM_PARTS_DIVISOR * dicom[smaller]), root=base),
+                  dask_client)
+    assert [r.status for r in got.rows] == ["ok"] * 2
+    assert opened == [larger]  # only the series over a part is looked at, and it is written in parts
+    assert got.run_log["run"]["parts"] == 1
+    whole_files = _volume_files(base / "whole" / "store.zarr")
+    assert _volume_files(base / "fits" / "store.zarr") == {k: v for k, v in whole_files.items()
+                                                           if k.split("/")[0] in {*dicom, "zarr.json"}}

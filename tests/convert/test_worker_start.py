@@ -107,3 +107,18 @@ def test_a_variable_set_after_the_server_started_reaches_the_workers(dask_client
             assert list(client.run(_variable, name).values()) == ["set after the server started"]
     finally:
         del os.environ[name]
+
+
+def test_the_embedded_clusters_workers_sample_no_profile() -> None:
+    """dask's statistical profiler, which samples a running task's stack every 10 ms for the dashboard, is off in
+    the embedded cluster: a task's run leaves no sample."""
+    import time
+
+    from distributed import Client
+
+    from labzarr.convert.run.driver import local_cluster
+
+    with local_cluster(1, crash_retries=1) as cluster, Client(cluster) as client:
+        client.submit(time.sleep, 0.3, pure=False).result()
+        time.sleep(1.5)  # past the end of the profiler's 1 s cycle, whose samples it then keeps
+        assert client.profile()["count"] == 0

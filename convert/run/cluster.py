@@ -1,0 +1,169 @@
+"""The embedded dask cluster and the client of a run: started for the run, or an existing scheduler's.
+
+`convert_delivery` and the test suite start the embedded cluster the same way (`local_cluster`), so that both
+convert with the same scheduler settings and the same forked workers (`worker_start.py`). The `labzarr` command
+starts it in a thread of its own (`StartingCluster`) while it imports the rest of the driver: starting it is
+mostly waiting for the worker processes, not work in this one (docs/benchmarks.md, "Fixed cost").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from multiprocessing import resource_tracker
+
+import dask
+import psutil
+from distributed import Client, LocalCluster
+
+from ..errors import UsageError
+from .starting import StartingCluster
+from .worker_start import METHOD, WORKER_MALLOC, start_worker_server, worker_environ
+
+__all__ = ["MESSAGE_LOG", "client_of", "default_workers", "local_cluster", "local_cluster_config", "started_cluster"]
+
+log = logging.getLogger(__name__)
+
+
+def default_workers() -> int:
+    """About three quarters of the physical cores, at least one."""
+    cores = psutil.cpu_count(logical=False) or 1
+    return max(1, round(0.75 * cores))
+
+
+def _refused(scheduler: str) -> None:
+    """Raise ConnectionRefusedError at once when nothing listens at a tcp:// address (distributed would retry
+    until its timeout); other schemes and addresses that do not parse are left to distributed."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, loc = parse_address(scheduler)
+    if scheme != "tcp":
+        return
+    host, port = parse_host_port(loc)
+    with socket.create_connection((host, port), timeout=5):
+        pass
+
+
+# dask keeps the last `distributed.admin.low-level-log-length` batches of every message stream for debugging (1000
+# by default): the client's to the scheduler and, in the embedded cluster, the scheduler's to each worker. Those
+# batches carry the tasks' arguments, so a delivery of a million small files had a thousand shards' worth of item
+# records (or probe batches) held in the driver besides the plan (docs/benchmarks.md, "scale").
+MESSAGE_LOG = 4
+
+
+@contextmanager
+def client_of(workers: int, scheduler: str | None, *, crash_retries: int,
+              starting: StartingCluster | None = None) -> Iterator[Client]:
+    """A client of the cluster `starting` (its start waited for), of the scheduler at `scheduler`, or of an
+    embedded cluster of `workers`; the driver's streams keep `MESSAGE_LOG` recent batches each, for the whole run
+    (a restarted worker's stream too)."""
+    started = starting.wait(crash_retries=crash_retries) if starting is not None else None
+    with dask.config.set({"distributed.admin.low-level-log-length": MESSAGE_LOG}):
+        if started is not None:
+            with started, Client(started) as client:
+                yield client
+            return
+        with _connected(workers, scheduler, crash_retries=crash_retries) as client:
+            yield client
+
+
+@contextmanager
+def _connected(workers: int, scheduler: str | None, *, crash_retries: int) -> Iterator[Client]:
+    if scheduler:
+        try:
+            _refused(scheduler)
+            client = Client(scheduler, timeout="10s")
+        except ValueError as exc:  # distributed's address parser: unknown scheme, missing port
+            raise UsageError(f"--scheduler {scheduler}: not a scheduler address ({exc})",
+                             "write it as tcp://HOST:PORT, e.g. --scheduler tcp://127.0.0.1:8786") from exc
+        except (OSError, TimeoutError) as exc:
+            raise UsageError(f"--scheduler {scheduler}: cannot connect ({exc})",
+                             "start one with `dask scheduler` and `dask worker`, or drop --scheduler") from exc
+        with client:
+            yield client
+        return
+    with local_cluster(workers, crash_retries=crash_retries) as cluster, Client(cluster) as client:
+        yield client
+
+
+def local_cluster_config(crash_retries: int) -> dict[str, object]:
+    """The dask config the embedded LocalCluster is started under (also what bench/convert.py uses)."""
+    return {
+        # The scheduler's own retry count bounds the attempts after a worker dies on an item; with saturation 1.0
+        # a worker holds only the task it runs, so a crash never counts against an innocent queued item.
+        "distributed.scheduler.allowed-failures": crash_retries,
+        "distributed.scheduler.worker-saturation": 1.0,
+        "distributed.admin.low-level-log-length": MESSAGE_LOG,  # see MESSAGE_LOG
+        **{f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()},
+        "distributed.worker.multiprocessing-method": METHOD,  # workers forked with their imports done (worker_start)
+        # Sampling each worker's stack every 10 ms (for the dashboard, which a run has none of) and checking every
+        # server's event loop every 20 ms cost an idle 2-worker cluster 83 ms of CPU a second, 35 ms without them
+        # (docs/benchmarks.md, "Fixed cost"): CPU the workers' own tasks then lack.
+        "distributed.worker.profile.enabled": False,
+        "distributed.admin.tick.interval": "1s",
+    }
+
+
+@contextmanager
+def local_cluster(workers: int, *, crash_retries: int) -> Iterator[LocalCluster]:
+    """The cluster `labzarr convert` starts for itself: `workers` single-threaded worker processes, started
+    under `local_cluster_config`, stopped on exit (the test suite shares one between conversions)."""
+    with started_cluster(workers, crash_retries=crash_retries) as cluster:
+        yield cluster
+
+
+def started_cluster(workers: int, *, crash_retries: int) -> LocalCluster:
+    """`local_cluster`'s cluster, started and not yet entered (the caller closes it: `with cluster:`)."""
+    with dask.config.set(local_cluster_config(crash_retries)), _sigint_blocked():
+        start_worker_server(worker_environ(dask.config.get("distributed.nanny.pre-spawn-environ")))
+        return _local_cluster(workers)
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while the cluster starts.
+
+    Ctrl-C on a terminal signals the whole process group, worker processes included, and each would print
+    its own KeyboardInterrupt traceback (while importing, or from inside a task). The threads created here,
+    the cluster's event loop among them, inherit the blocked mask, and so does every worker process they
+    spawn, restarted ones too: only this process sees Ctrl-C, and it stops the workers as it closes the
+    cluster. A Ctrl-C while the cluster starts is held until it has started, so it never leaves half a
+    cluster behind. Outside the main thread (which alone sees KeyboardInterrupt) nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # multiprocessing starts its resource tracker at the first spawn and then unblocks SIGINT in the thread
+    # that spawned (the event loop's), whatever its mask was: started here first, it leaves the mask alone.
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _local_cluster(workers: int) -> LocalCluster:
+    """Start the embedded cluster; a worker killed while starting (e.g. by the OOM killer) gets one more try."""
+    for attempt in (1, 2):
+        try:
+            # The scheduler serves HTTP even without a dashboard, on 8787 unless told otherwise; a second run on
+            # the same machine would then warn "Port 8787 is already in use". Port 0: any free port, no noise.
+            # Worker deaths and hangs end as rows (boundary.py); dask's ERROR lines about them would only alarm.
+            # env: a worker forked from the worker server starts with the server's environment, which is this
+            # process's as it was when the server started (a library caller may have set credentials since, e.g.
+            # AWS_* for an s3 store); the nanny sets these in each worker before it runs anything.
+            return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                scheduler_kwargs={"dashboard": False}, silence_logs=logging.CRITICAL,
+                                env=dict(os.environ))
+        except RuntimeError as exc:  # distributed's "Nanny failed to start."
+            if attempt == 2:
+                raise UsageError(f"the local dask cluster ({workers} workers) did not start: {exc}",
+                                 "rerun; if it keeps failing, check free memory or pass a smaller --workers") from exc
+            log.warning("the local dask cluster did not start (%s); trying once more", exc)
+    raise AssertionError("unreachable")
