@@ -9,7 +9,7 @@ workers all open their own.
 A sampler can carry the epoch inside the index (`ds[(epoch, i)]`), so workers
 that outlive an epoch (`persistent_workers=True`) still draw that epoch's patches, and a
 repeat of sample `i` within the epoch (`ds[(epoch, i, r)]`, r >= 1: oversampling) draws its
-own origin: an item's draws in an epoch walk its origins without repeats (`walk_origin`). A seeded
+own origin: an item's draws in an epoch walk its origins without repeats (`Walk`). A seeded
 transform (`labzarr.loaders.augment`) gets a generator keyed the same way.
 """
 
@@ -41,7 +41,8 @@ from labzarr.store import (
 )
 from labzarr.store.format.items import IndexItems
 
-from ._regions import Region, around, grid_axis, region, walk_origin
+from ._recent import Recent
+from ._regions import Region, Walk, around, grid_axis, region
 from ._sample import Sample
 from ._threads import Threads
 from .annotations import patch_annotations
@@ -63,6 +64,7 @@ Key = int | tuple[int, int] | tuple[int, int, int]
 _REPEAT_STREAM = 0x5B1
 _AUGMENT_STREAM = 0x5B2
 _WALK_STREAM = 0x5B3
+_RECENT = 256  # items (and walks) kept per process
 
 
 def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
@@ -189,6 +191,10 @@ class PatchDataset(Dataset[Sample]):
         # Opens nothing; per process (a child reopens its files).
         self._reader = read.reader(self.store, slots=stack_slots(self.items))
         self._threads = Threads(read.threads)  # started on first use, per process
+        # Building an item from the index's columns, or an item's walk, costs more than reading its patch's
+        # chunks' Python: each is kept while recently used, per process (a pickle carries none).
+        self._items: Recent[int, IndexItem] = Recent(_RECENT)
+        self._walks: Recent[tuple[int, int], Walk] = Recent(_RECENT)
 
     # -- configuration -------------------------------------------------------------------------------------
 
@@ -318,6 +324,11 @@ class PatchDataset(Dataset[Sample]):
         `key` is an index (in the epoch `set_epoch` chose), an `(epoch, index)` pair, or `(epoch, index, repeat)`:
         a sampler that draws sample `index` again within the epoch gives each repeat its own origin.
         """
+        k, _, reg = self._locate(key)
+        return k, reg
+
+    def _locate(self, key: Key) -> tuple[int, IndexItem, Region]:
+        """`locate`, with the item itself (built once: an item of the index is built from its columns on access)."""
         epoch, i, repeat = self._key(key)
         if self._tiles is not None:
             k = bisect_right(self._tile_ends, i)
@@ -326,23 +337,36 @@ class PatchDataset(Dataset[Sample]):
             pos = np.unravel_index(local, [len(a) for a in axes])
             assert self.patch_size is not None
             tile = tuple(int(a[j]) for a, j in zip(axes, pos))
-            return k, region(self.items[k].shape[1:], tile, self.patch_size)
+            item = self._item(k)
+            return k, item, region(item.shape[1:], tile, self.patch_size)
         k = i // self.patches_per_item
-        spatial = self.items[k].shape[1:]
+        item = self._item(k)
+        spatial = item.shape[1:]
         if self.patch_size is None:
-            return k, region(spatial, (0,) * len(spatial), spatial)
-        # Keyed, never global: the same in every process. The first draw keeps the key (seed, epoch, i).
-        rng = np.random.default_rng([self.seed, epoch, i] if not repeat else
-                                    [self.seed, epoch, i, _REPEAT_STREAM, repeat])
+            return k, item, region(spatial, (0,) * len(spatial), spatial)
         origin: tuple[int, ...] | None = None
-        if self.foreground and rng.random() < self.foreground:  # no draw at all when foreground is 0
-            origin = self._centred(self.items[k], rng, self.patch_size)
+        if self.foreground:  # no draw at all when foreground is 0
+            # Keyed, never global: the same in every process. The first draw keeps the key (seed, epoch, i).
+            rng = np.random.default_rng([self.seed, epoch, i] if not repeat else
+                                        [self.seed, epoch, i, _REPEAT_STREAM, repeat])
+            if rng.random() < self.foreground:
+                origin = self._centred(item, rng, self.patch_size)
         if origin is None:  # an item's draws this epoch (its samples, then their repeats: what the samplers
             # yield) are the steps of one walk over its origins, each a new patch while the item has one left
-            walk = np.random.default_rng([self.seed, epoch, k, _WALK_STREAM])
             step = i % self.patches_per_item + repeat * self.patches_per_item
-            origin = walk_origin(walk, spatial, self.patch_size, step)
-        return k, region(spatial, origin, self.patch_size)
+            origin = self._walks.get((epoch, k), self._walk).origin(step)
+        return k, item, region(spatial, origin, self.patch_size)
+
+    def _item(self, k: int) -> IndexItem:
+        """`items[k]`, built from the index's columns once while it is among the recently used."""
+        return self._items.get(k, self.items.__getitem__)
+
+    def _walk(self, key: tuple[int, int]) -> Walk:
+        """The walk over the origins of item `k` in `epoch` (`key`): keyed by (seed, epoch, k), never global."""
+        epoch, k = key
+        assert self.patch_size is not None
+        return Walk.draw(np.random.default_rng([self.seed, epoch, k, _WALK_STREAM]), self._item(k).shape[1:],
+                         self.patch_size)
 
     def _centred(self, item: IndexItem, rng: np.random.Generator, patch: tuple[int, ...]) -> tuple[int, ...] | None:
         """An origin that puts an annotation (one drawn uniformly) or else a stored location of a chosen
@@ -433,27 +457,26 @@ class PatchDataset(Dataset[Sample]):
         stored chunk decoded once, in `ReadOptions.threads` threads, into one `(B, C, *patch)` tensor per role
         (in pinned memory when CUDA is available, outside DataLoader workers) whose rows are the samples'
         tensors; items of different channel counts or dtypes get a tensor each."""
-        located = [self.locate(key) for key in keys]
+        located = [self._locate(key) for key in keys]
         requests: list[tuple[IndexItem, Region, str]] = []
         outs: list[npt.NDArray[Any]] = []
         tensors: dict[str, list[torch.Tensor]] = {}
         for role in self.roles:
-            layouts = [(*self._layout(self.items[k], role), reg.size) for k, reg in located]
+            layouts = [(*self._layout(item, role), reg.size) for _, item, reg in located]
             channels, dtype, size = layouts[0]
             if all(lay == layouts[0] for lay in layouts):
                 batch = _batch_buffer((len(located), channels, *size), _torch_dtype(dtype))
-                tensors[role] = [batch[b] for b in range(len(located))]
+                tensors[role] = list(batch.unbind())
                 outs += list(batch.numpy())
             else:
-                self._mixed(role, [self.items[k].item_id for k, _ in located], layouts)
+                self._mixed(role, [item.item_id for _, item, _ in located], layouts)
                 arrays = [np.empty((c, *sz), dtype=dt) for c, dt, sz in layouts]
                 tensors[role] = [torch.from_numpy(a) for a in arrays]
                 outs += arrays
-            requests += [(self.items[k], reg, role) for k, reg in located]
+            requests += [(item, reg, role) for _, item, reg in located]
         self._fill(requests, outs)
         samples = []
-        for b, (key, (k, reg)) in enumerate(zip(keys, located)):
-            item = self.items[k]
+        for b, (key, (k, item, reg)) in enumerate(zip(keys, located)):
             sample: Sample = {role: tensors[role][b] for role in self.roles}
             sample.update({"item_id": item.item_id, "origin": reg.origin,
                            "valid": tuple((v.start, v.stop) for v in reg.valid)})

@@ -16,8 +16,9 @@ Invariants:
   voxels lie there and the chunk. zarr-python's path checks the same record before each read.
 - Per process: nothing opened before a fork (descriptors, filesystems, zarr handles) is used after it, and a
   pickled `StoreReader` carries only its configuration. No threads or event loops are started here: a batch of
-  reads (`StoreReader.read_many`) fetches its bytes in the calling thread and may hand its decodes to the
-  caller's thread pool, each stored chunk decoded once however many regions share it.
+  reads (`StoreReader.read_many`) runs one task per file read (a chunk file, or a shard's touched chunks:
+  fetch, decode, place) through the caller's `map`, which may be a thread pool's, each stored chunk decoded
+  once however many regions share it.
 - A shard's index is fetched once per reader and kept; then each read fetches only the byte ranges of the
   chunks it touches (contiguous ranges merged into one request), never a whole shard. A reader therefore sees a
   shard as it was when first touched; open a new reader to see a rewritten store.
@@ -185,8 +186,8 @@ class _Chunk:
 
 
 class _Batch:
-    """The stored chunks a set of region reads touches: each fetched once (in the calling thread: contiguous
-    chunks of a shard in one range) and decoded once, then copied into every region that needs it."""
+    """The stored chunks a set of region reads touches: each fetched once (contiguous chunks of a shard in one
+    range) and decoded once, then copied into every region that needs it."""
 
     def __init__(self) -> None:
         self._chunks: dict[tuple[int, tuple[int, ...]], _Chunk] = {}
@@ -199,25 +200,26 @@ class _Batch:
         chunk.parts.append(part)
 
     def run(self, mapper: Mapper) -> None:
-        """Fetch every chunk (a file, or a shard's chunks in one go), then decode and place each, both through
-        `mapper`: reads release the GIL as decodes do, so a thread pool overlaps them too. Raises ChecksumError
-        for damage."""
+        """Fetch every chunk (a file, or a shard's chunks in one go), then decode and place each, one task per file
+        through `mapper`: reads release the GIL as decodes do, so a thread pool overlaps them, and a task per shard
+        keeps a thread's chunks together. Raises ChecksumError for damage."""
         fetches: dict[tuple[int, str | tuple[int, ...]], list[_Chunk]] = {}
         for chunk in self._chunks.values():
             fetches.setdefault((id(chunk.direct), chunk.coords if chunk.key is None else chunk.key), []).append(chunk)
-        for _ in mapper(_fetch, list(fetches.values())):
-            pass  # consumed for the errors, as below
-        for _ in mapper(_place, [c for c in self._chunks.values() if c.data is not None]):
-            pass  # consumed for the errors: a decode that raised re-raises here, in the caller's thread
+        for _ in mapper(_read, list(fetches.values())):
+            pass  # consumed for the errors: a read or decode that raised re-raises here, in the caller's thread
 
 
-def _fetch(chunks: list[_Chunk]) -> None:
-    """The stored bytes of one chunk file, or of the chunks of one shard (each in a separate fetch task)."""
+def _read(chunks: list[_Chunk]) -> None:
+    """Fetch the stored bytes of one chunk file, or of the chunks of one shard, then decode and place each."""
     first = chunks[0]
     if first.key is None:
         first.direct.fetch_file(first)
     else:
         first.direct.fetch_shard(first.key, chunks)
+    for chunk in chunks:
+        if chunk.data is not None:
+            _place(chunk)
 
 
 def _place(chunk: _Chunk) -> None:
@@ -287,26 +289,27 @@ class _Direct:
             return
         box = out[tuple(None if one else slice(None) for one in region.picked)]  # a view: int axes kept as 1
         axes = [self._axis_hits(a, lo, hi) for a, (lo, hi) in enumerate(zip(region.start, region.stop))]
-        keys: dict[tuple[int, ...], str] = {}  # a region's chunks lie in few shards: each key spelled once
-        for hits in itertools.product(*axes):
-            coords, target = tuple(h[0] for h in hits), tuple(h[4] for h in hits)
-            part = (box, target, tuple(h[3] for h in hits))
-            if not lay.sharded:
+        # Each field of every touched chunk, as products of one field's values per axis: built in C, in step.
+        fields = [itertools.product(*([h[f] for h in hits] for hits in axes)) for f in range(5)]
+        if not lay.sharded:
+            for coords, _, _, inner, target in zip(*fields):
                 if self.stored is not None and self.stored.size(coords) == 0:
                     box[target] = lay.fill_value
                 else:
-                    batch.add(self, coords, None, None, (0, 0), part)
-                continue
-            shard = tuple(h[1] for h in hits)
-            key = keys.get(shard)
-            if key is None:
-                key = keys[shard] = self._prefix + lay.key(shard)
-            index = self._index(key, shard)
-            offset, nbytes = (ABSENT, 0) if index is None else index[sum(h[2] for h in hits)]
+                    batch.add(self, coords, None, None, (0, 0), (box, target, inner))
+            return
+        keys: dict[tuple[int, ...], tuple[str, list[list[int]] | None]] = {}  # few shards: each spelled once
+        for coords, shard, local, inner, target in zip(*fields):
+            known = keys.get(shard)
+            if known is None:
+                key = self._prefix + lay.key(shard)
+                known = keys[shard] = (key, self._index(key, shard))
+            key, index = known
+            offset, nbytes = (ABSENT, 0) if index is None else index[sum(local)]
             if offset == ABSENT:
                 box[target] = lay.fill_value
             else:
-                batch.add(self, coords, key, shard, (offset, nbytes), part)
+                batch.add(self, coords, key, shard, (offset, nbytes), (box, target, inner))
 
     def _axis_hits(self, axis: int, lo: int, hi: int) -> list[_AxisHit]:
         c = self.layout.chunks[axis]
