@@ -81,7 +81,9 @@ def _batch_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         # What default_collate does (torch has no public call that allocates straight into shared memory).
         storage = elem._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
             int(np.prod(shape)), device=elem.device)
-        return elem.new(storage).view(shape)
+        # Set, not viewed: the samples' rows must have the batch itself as their base, for `Collate` to hand it
+        # on (a view's rows have the view's base, and would be stacked into a copy).
+        return elem.set_(storage, 0, shape)
     return torch.empty(shape, dtype=dtype, pin_memory=torch.cuda.is_available())
 
 

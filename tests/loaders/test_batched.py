@@ -78,11 +78,13 @@ def test_a_batch_is_one_tensor_whose_rows_collate_uncopied(volumes: Path) -> Non
 
 
 class SharedAtCollate(Collate):
-    """Collate, also telling whether the batch it hands on was in shared memory already in the worker."""
+    """Collate, also telling whether the batch it hands on was in shared memory already in the worker, and is
+    the very memory the samples were read into (not a copy)."""
 
     def __call__(self, batch):  # type: ignore[no-untyped-def]
         out = super().__call__(batch)
-        return {**out, "shared_in_worker": out["image"].is_shared()}
+        return {**out, "shared_in_worker": out["image"].is_shared(),
+                "uncopied": out["image"].data_ptr() == batch[0]["image"].data_ptr()}
 
 
 @pytest.mark.timeout(120)
@@ -94,8 +96,10 @@ def test_a_worker_reads_its_batch_into_shared_memory(volumes: Path) -> None:
     loader = DataLoader(ds, batch_size=4, sampler=keys, num_workers=2, collate_fn=SharedAtCollate())
     batches = list(loader)
     assert [b["shared_in_worker"] for b in batches] == [True] * 3
+    assert [b["uncopied"] for b in batches] == [True] * 3
     assert_same_bytes(batches, one_by_one(ds, keys))
-    assert SharedAtCollate()(ds.__getitems__(keys[:4]))["shared_in_worker"] is False
+    in_main = SharedAtCollate()(ds.__getitems__(keys[:4]))
+    assert in_main["shared_in_worker"] is False and in_main["uncopied"] is True
 
 
 def test_batch_size_and_batch_sampler_read_in_the_main_process(volumes: Path) -> None:
