@@ -20,7 +20,7 @@ import warnings
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
@@ -41,7 +41,6 @@ from labzarr.store import (
 )
 from labzarr.store.format.items import IndexItems
 
-from ._recent import Recent
 from ._regions import Region, Walk, around, grid_axis, region
 from ._sample import Sample
 from ._threads import Threads
@@ -64,7 +63,7 @@ Key = int | tuple[int, int] | tuple[int, int, int]
 _REPEAT_STREAM = 0x5B1
 _AUGMENT_STREAM = 0x5B2
 _WALK_STREAM = 0x5B3
-_RECENT = 256  # items (and walks) kept per process
+_RECENT = 256  # items, and walks, kept per process
 
 
 def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
@@ -193,10 +192,22 @@ class PatchDataset(Dataset[Sample]):
         # Opens nothing; per process (a child reopens its files).
         self._reader = read.reader(self.store, slots=stack_slots(self.items))
         self._threads = Threads(read.threads)  # started on first use, per process
-        # Building an item from the index's columns, or an item's walk, costs more than reading its patch's
-        # chunks' Python: each is kept while recently used, per process (a pickle carries none).
-        self._items: Recent[int, IndexItem] = Recent(_RECENT)
-        self._walks: Recent[tuple[int, int], Walk] = Recent(_RECENT)
+        self._keep_recent()
+
+    def _keep_recent(self) -> None:
+        """Building an item from the index's columns, or an item's walk (a seeded generator's draws), costs as much
+        as planning its patch's reads: both pure, each is kept while among the recently used, per process."""
+        self._item = lru_cache(_RECENT)(self._build_item)
+        self._walk = lru_cache(_RECENT)(self._draw_walk)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_item"], state["_walk"]  # a pickle carries no kept results: each process keeps its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._keep_recent()
 
     # -- configuration -------------------------------------------------------------------------------------
 
@@ -330,7 +341,7 @@ class PatchDataset(Dataset[Sample]):
         return k, reg
 
     def _locate(self, key: Key) -> tuple[int, IndexItem, Region]:
-        """`locate`, with the item itself (built once: an item of the index is built from its columns on access)."""
+        """`locate`, with the item (which a batch then builds once)."""
         epoch, i, repeat = self._key(key)
         if self._tiles is not None:
             k = bisect_right(self._tile_ends, i)
@@ -356,16 +367,14 @@ class PatchDataset(Dataset[Sample]):
         if origin is None:  # an item's draws this epoch (its samples, then their repeats: what the samplers
             # yield) are the steps of one walk over its origins, each a new patch while the item has one left
             step = i % self.patches_per_item + repeat * self.patches_per_item
-            origin = self._walks.get((epoch, k), self._walk).origin(step)
+            origin = self._walk(epoch, k).origin(step)
         return k, item, region(spatial, origin, self.patch_size)
 
-    def _item(self, k: int) -> IndexItem:
-        """`items[k]`, built from the index's columns once while it is among the recently used."""
-        return self._items.get(k, self.items.__getitem__)
+    def _build_item(self, k: int) -> IndexItem:
+        return self.items[k]
 
-    def _walk(self, key: tuple[int, int]) -> Walk:
-        """The walk over the origins of item `k` in `epoch` (`key`): keyed by (seed, epoch, k), never global."""
-        epoch, k = key
+    def _draw_walk(self, epoch: int, k: int) -> Walk:
+        """The walk over the origins of item `k` in `epoch`: keyed by (seed, epoch, k), never global."""
         assert self.patch_size is not None
         return Walk.draw(np.random.default_rng([self.seed, epoch, k, _WALK_STREAM]), self._item(k).shape[1:],
                          self.patch_size)

@@ -4,6 +4,8 @@ workers of a parent that read (and so started its pool) first; and the messages 
 
 from __future__ import annotations
 
+import pickle
+import threading
 import warnings
 from pathlib import Path
 
@@ -100,6 +102,24 @@ def test_a_worker_reads_its_batch_into_shared_memory(volumes: Path) -> None:
     assert_same_bytes(batches, one_by_one(ds, keys))
     in_main = SharedAtCollate()(ds.__getitems__(keys[:4]))
     assert in_main["shared_in_worker"] is False and in_main["uncopied"] is True
+
+
+def test_reads_and_decodes_run_in_the_pool_and_a_pickle_carries_no_kept_items(volumes: Path) -> None:
+    """The calling thread only waits (numcodecs decodes blosc in a main thread with its global context); what a
+    dataset keeps of recently built items stays in its process."""
+    ds = PatchDataset(volumes, (4, 4, 2), kind="volume", patches_per_item=2, seed=1, read=ReadOptions(threads=1))
+    fresh = len(pickle.dumps(ds))
+    on_main: list[bool] = []
+    for _ in ds._threads.map(lambda _: on_main.append(threading.current_thread() is threading.main_thread()),
+                             list(range(5))):
+        pass
+    assert on_main == [False] * 5
+    samples = ds.__getitems__(list(range(len(ds))))
+    assert ds._item.cache_info().currsize == len(ds.items)
+    again = pickle.loads(pickle.dumps(ds))
+    assert len(pickle.dumps(ds)) == fresh and again._item.cache_info().currsize == 0
+    assert [s["image"].tolist() for s in again.__getitems__(list(range(len(ds))))] == \
+        [s["image"].tolist() for s in samples]
 
 
 def test_batch_size_and_batch_sampler_read_in_the_main_process(volumes: Path) -> None:
