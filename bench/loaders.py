@@ -810,14 +810,14 @@ def threads_rows(workdir: Path, rounds: int = THREAD_ROUNDS, cap_s: float = THRE
     load = os.getloadavg()[0]
     (p50, p90, bare_cpu), _ = _in_fresh_process(_limit_trial, str(store))
     limit = cores * 1000 / (p50 * 1e3)
-    cases = [_Case(f"labzarr, ReadOptions(threads={t})", partial(_threaded, threads=t), w, runs=rounds, cap_s=cap_s)
-             for w in THREAD_WORKERS for t in (1, cores)]
+    cases = [_Case(f"labzarr, ReadOptions(threads={t})", partial(_threaded, threads=t), w, runs=rounds,
+                   cap_s=cap_s) for w in THREAD_WORKERS for t in (1, cores)]
     runs = _runs(cases, inputs, store, store)
     rows = [Result(f"decode limit: {cores} cores x 1000 / p50 ms of a bare pread + decode", limit, "samples/s",
                    group=THREADS_GROUP, baseline=True,
                    note=f"bare read of a random 64³ patch's chunks: p50 {p50 * 1e3:.3f} ms, p90 {p90 * 1e3:.3f} ms, "
-                        f"CPU {bare_cpu * 1e3:.3f} ms a patch ({LATENCY_CALLS} patches); load average {load:.1f} before the group, "
-                        f"{os.getloadavg()[0]:.1f} after ({cores} cores)")]
+                        f"CPU {bare_cpu * 1e3:.3f} ms a patch ({LATENCY_CALLS} patches); load average {load:.1f} "
+                        f"before the group, {os.getloadavg()[0]:.1f} after ({cores} cores)")]
     measured = [_loader_row(f"{case.name}, num_workers={case.workers}", case_runs, THREADS_GROUP, baseline=False)
                for case, case_runs in zip(cases, runs)]
     best = max(measured, key=lambda r: r.value)

@@ -14,7 +14,8 @@ from itertools import product
 
 import numpy as np
 
-__all__ = ["Region", "Walk", "around", "centered_origin", "grid_axis", "grid_origins", "random_origin", "region", "walk_origin"]
+__all__ = ["Region", "Walk", "around", "centered_origin", "grid_axis", "grid_origins", "random_origin", "region",
+           "walk_origin"]
 
 
 @dataclass(frozen=True, slots=True)

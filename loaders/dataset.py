@@ -16,6 +16,7 @@ transform (`labzarr.loaders.augment`) gets a generator keyed the same way.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from bisect import bisect_right
 from collections import Counter
@@ -78,11 +79,11 @@ def _batch_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     if get_worker_info() is not None:
         elem = torch.empty(0, dtype=dtype)
         # What default_collate does (torch has no public call that allocates straight into shared memory).
-        storage = elem._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
+        storage: torch.TypedStorage = elem._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
             int(np.prod(shape)), device=elem.device)
         # Set, not viewed: the samples' rows must have the batch itself as their base, for `Collate` to hand it
         # on (a view's rows have the view's base, and would be stacked into a copy).
-        return elem.set_(storage, 0, shape)
+        return elem.set_(storage, 0, shape, [math.prod(shape[a + 1:]) for a in range(len(shape))])
     return torch.empty(shape, dtype=dtype, pin_memory=torch.cuda.is_available())
 
 
