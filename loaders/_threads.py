@@ -9,7 +9,8 @@ forkserver) carries only its size.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
@@ -40,16 +41,15 @@ class Threads:
             self._pid = os.getpid()
         return self._pool
 
-    def map(self, fn: Callable[[Any], None], tasks: Sequence[Any]) -> Iterable[None]:
-        """`fn` over every task in the pool's threads, each thread taking the next task when it is free (a future
-        per task would cost more than many a task); returns when all are done, raising the first exception of
-        the threads. The calling thread only waits: a decode in a process's main thread would run blosc's global
-        context (its own threads, a lock), which numcodecs uses there and nowhere else."""
-        if not tasks:
-            return ()
+    def map(self, fn: Callable[[Any], None], tasks: Iterable[Any]) -> Iterable[None]:
+        """`fn` over every task in the pool's threads, each thread taking the next task when it is free (under a
+        lock: `tasks` may be a generator doing work of its own between tasks, which then overlaps the other
+        threads' tasks); returns when all are done, raising the first exception of the threads. The calling
+        thread only waits: a decode in a process's main thread would run blosc's global context (its own
+        threads, a lock), which numcodecs uses there and nowhere else."""
         pool = self._executor()
-        queue = iter(tasks)  # shared by the threads: a list iterator hands each item out once under the GIL
-        futures = [pool.submit(_drain, fn, queue) for _ in range(min(self._here, len(tasks)))]
+        queue, lock = iter(tasks), threading.Lock()
+        futures = [pool.submit(_drain, fn, queue, lock) for _ in range(self._here)]
         wait(futures)  # no thread still writing into the batch once this returns, even after an error
         for future in futures:
             future.result()
@@ -68,6 +68,13 @@ class Threads:
         self.size, self._pool, self._pid, self._here = state["size"], None, 0, 1
 
 
-def _drain(fn: Callable[[Any], None], queue: Iterator[Any]) -> None:
-    for task in queue:
+def _drain(fn: Callable[[Any], None], queue: Iterator[Any], lock: threading.Lock) -> None:
+    while True:
+        with lock:
+            task = next(queue, _END)
+        if task is _END:
+            return
         fn(task)
+
+
+_END = object()

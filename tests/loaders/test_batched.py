@@ -152,7 +152,7 @@ def test_overlapping_regions_read_as_separate_reads(volumes: Path) -> None:
     requests = [(name, (0, slice(0, 4), slice(1, 5), slice(0, 3))), (name, (0, slice(2, 6), slice(0, 5), 1)),
                 (name, (slice(None), 3)), (name, (0, slice(0, 4), slice(1, 5), slice(0, 3)))]
     alone = [StoreReader(volumes).read(n, s) for n, s in requests]
-    got = reader.read_many(requests, mapper=lambda fn, tasks: list(map(fn, reversed(tasks))))
+    got = reader.read_many(requests, mapper=lambda fn, tasks: list(map(fn, list(tasks)[::-1])))
     assert all(a.shape == b.shape and a.tobytes() == b.tobytes() for a, b in zip(got, alone))
     out = np.full((4, 4, 3), -1, np.int16)[:, :, :]
     (same,) = reader.read_many(requests[:1], out=[out])
