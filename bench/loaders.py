@@ -38,7 +38,9 @@ is its own):
 - batched reads (`THREAD_VOLUMES` volumes of their own, default layout): num_workers
   0, 2 and 4, each with `ReadOptions(threads=1)` and with one decode thread per
   core in every process, against the decode limit (cores x 1000 / p50 ms of a
-  bare pread + decode of the same chunks), and each row's process-tree RSS.
+  bare pread + decode of the same chunks), each row's CPU per sample and the
+  rate it allows on every core, and its process-tree RSS (`THREAD_ROUNDS` runs
+  of `THREAD_CAP_S` seconds each, in turns).
 """
 
 from __future__ import annotations
@@ -751,6 +753,10 @@ THREAD_VOLUMES = 2  # the issue's setup: 2 volumes, one run
 OF_LIMIT = 0.85  # the best loader row reaches at least this fraction of the decode limit
 THREAD_WORKERS = (0, 2, 4)
 THREADS_GROUP = "batched reads, 2 volumes, batch 8 (samples/s)"
+# Short by default (a normal `make bench`: about 2 minutes): runs of each row, in turns, each timed this long;
+# `python bench/loaders.py --threads --rounds 3 --cap 10` for a closer look.
+THREAD_ROUNDS = 2
+THREAD_CAP_S = 4.0
 
 
 def _cores() -> int:
@@ -758,7 +764,8 @@ def _cores() -> int:
 
 
 def _limit_trial(store: str, out: Any) -> None:
-    """Runs in a spawned process: p50 of the bare pread + decode of the chunks of random 64³ patches."""
+    """Runs in a spawned process: (p50, p90, CPU seconds per patch) of the bare pread + decode of the chunks of
+    random 64³ patches."""
     from labzarr import PatchDataset
 
     ds = PatchDataset(Path(store), PATCH, patches_per_item=LATENCY_CALLS, seed=0)
@@ -769,9 +776,10 @@ def _limit_trial(store: str, out: Any) -> None:
         bare[k].read((0, 0, 0, 0), (1, *PATCH))
     k0, reg0 = located[0]
     np.testing.assert_array_equal(bare[k0].read((0, *reg0.origin), (1, *PATCH)), ds[keys[0]]["image"].numpy())
+    cpu = time.process_time()
     times = _interleaved({"bare": lambda j: bare[located[j][0]].read((0, *located[j][1].origin), (1, *PATCH))},
                          LATENCY_CALLS)["bare"]
-    out.put(median_p90(times))
+    out.put((*median_p90(times), (time.process_time() - cpu) / LATENCY_CALLS))
 
 
 def _threaded(inputs: Inputs, workers: int, store: Path, _: Path, threads: int = 1) -> Callable[[], Iterable[Any]]:
@@ -788,32 +796,41 @@ def _threaded(inputs: Inputs, workers: int, store: Path, _: Path, threads: int =
     return lambda: loader
 
 
-def threads_rows(workdir: Path) -> list[Result]:
+def threads_rows(workdir: Path, rounds: int = THREAD_ROUNDS, cap_s: float = THREAD_CAP_S) -> list[Result]:
     """num_workers 0, 2, 4, each without threads (`ReadOptions(threads=1)`) and with one decode thread per core
-    in every process, against the decode limit: cores x 1000 / p50 ms of the bare read of the same chunks."""
+    in every process, against the decode limit: cores x 1000 / p50 ms of the bare read of the same chunks.
+
+    The machine may be shared: each row also gives its CPU per sample (the process tree's, least of its runs)
+    against the bare read's CPU per patch, and the rate that CPU allows on every core (cores x 1000 / CPU ms),
+    the figures the load moves least; the load average before and after is in the limit row's note."""
     inputs = Inputs(workdir, THREAD_VOLUMES)
     inputs.ensure()
     store = inputs.store("default")
     cores = _cores()
-    (p50, p90), _ = _in_fresh_process(_limit_trial, str(store))
+    load = os.getloadavg()[0]
+    (p50, p90, bare_cpu), _ = _in_fresh_process(_limit_trial, str(store))
     limit = cores * 1000 / (p50 * 1e3)
-    cases = [_Case(f"labzarr, ReadOptions(threads={t})", partial(_threaded, threads=t), w, runs=ROUNDS)
-             for w in THREAD_WORKERS for t in (1, cores)]
+    cases = [_Case(f"labzarr, ReadOptions(threads={t})", partial(_threaded, threads=t), w, runs=rounds,
+                   cap_s=cap_s) for w in THREAD_WORKERS for t in (1, cores)]
     runs = _runs(cases, inputs, store, store)
     rows = [Result(f"decode limit: {cores} cores x 1000 / p50 ms of a bare pread + decode", limit, "samples/s",
                    group=THREADS_GROUP, baseline=True,
-                   note=f"bare read of a random 64³ patch's chunks: p50 {p50 * 1e3:.3f} ms, p90 {p90 * 1e3:.3f} ms "
-                        f"({LATENCY_CALLS} patches)")]
+                   note=f"bare read of a random 64³ patch's chunks: p50 {p50 * 1e3:.3f} ms, p90 {p90 * 1e3:.3f} ms, "
+                        f"CPU {bare_cpu * 1e3:.3f} ms a patch ({LATENCY_CALLS} patches); load average {load:.1f} "
+                        f"before the group, {os.getloadavg()[0]:.1f} after ({cores} cores)")]
     measured = [_loader_row(f"{case.name}, num_workers={case.workers}", case_runs, THREADS_GROUP, baseline=False)
                for case, case_runs in zip(cases, runs)]
     best = max(measured, key=lambda r: r.value)
     for row, case_runs in zip(measured, runs):
         rss = max(peak.rss for _, peak in case_runs)
+        cpu = min(res["cpu_ms"] for res, _ in case_runs)
         of = f"{row.value / limit:.0%} of the limit"
         if row is best:
             of = f"the best row: {of} (target >= {OF_LIMIT:.0%}: {_verdict(row.value >= OF_LIMIT * limit)})"
-        rows.append(dataclasses.replace(row, note=f"{of}; tree RSS under 1 GB: {_verdict(rss < TREE_RSS)}; "
-                                                  f"{row.note}"))
+        rows.append(dataclasses.replace(row, note=f"{of}; CPU per sample {cpu / (bare_cpu * 1e3):.2f}x the bare "
+                                                  f"read's, so {cores} free cores would give at most "
+                                                  f"{cores * 1000 / cpu:,.0f} samples/s; tree RSS under 1 GB: "
+                                                  f"{_verdict(rss < TREE_RSS)}; {row.note}"))
     return rows
 
 
@@ -888,7 +905,9 @@ if __name__ == "__main__":  # one group alone, e.g. `python bench/loaders.py --t
     parser.add_argument("--threads", action="store_true", required=True,
                         help="run the batched-reads group (num_workers 0, 2, 4 with and without threads)")
     parser.add_argument("--workdir", type=Path, default=Path("data/bench"), help="cached generated inputs")
+    parser.add_argument("--rounds", type=int, default=THREAD_ROUNDS, help="runs of each row, in turns")
+    parser.add_argument("--cap", type=float, default=THREAD_CAP_S, help="seconds each run is timed for")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     _progress_to_stderr()
-    print_table(NAME, threads_rows(args.workdir.resolve()))
+    print_table(NAME, threads_rows(args.workdir.resolve(), args.rounds, args.cap))

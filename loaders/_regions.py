@@ -14,7 +14,8 @@ from itertools import product
 
 import numpy as np
 
-__all__ = ["Region", "around", "centered_origin", "grid_axis", "grid_origins", "random_origin", "region", "walk_origin"]
+__all__ = ["Region", "Walk", "around", "centered_origin", "grid_axis", "grid_origins", "random_origin", "region",
+           "walk_origin"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,37 @@ def around(rng: np.random.Generator, voxel: Sequence[int], shape: Sequence[int],
     return tuple(origin)
 
 
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """A walk over every origin `random_origin` can give in an item, without repeats (see `walk_origin`)."""
+
+    shape: tuple[int, ...]
+    size: tuple[int, ...]
+    extents: tuple[int, ...]
+    start: int
+    stride: int
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, shape: Sequence[int], size: Sequence[int]) -> Walk:
+        """The walk `rng` fixes: a uniform start and a stride coprime to the number of origins."""
+        extents = tuple(n - p + 1 if n >= p else 1 for n, p in zip(shape, size))
+        total = math.prod(extents)
+        start = int(rng.integers(total))
+        stride = 1
+        if total > 2:
+            while True:  # a stride coprime to total is what makes the walk visit every origin once
+                stride = int(rng.integers(1, total))
+                if math.gcd(stride, total) == 1:
+                    break
+        return cls(tuple(shape), tuple(size), extents, start, stride)
+
+    def origin(self, step: int) -> tuple[int, ...]:
+        """The walk's `step`-th origin."""
+        flat = (self.start + step * self.stride) % math.prod(self.extents)  # Python ints: no overflow
+        pos = np.unravel_index(flat, self.extents)
+        return tuple(int(q) if n >= p else centered_origin(n, p) for q, n, p in zip(pos, self.shape, self.size))
+
+
 def walk_origin(rng: np.random.Generator, shape: Sequence[int], size: Sequence[int], step: int) -> tuple[int, ...]:
     """The `step`-th origin of a walk over every origin `random_origin` can give, without repeats.
 
@@ -74,18 +106,7 @@ def walk_origin(rng: np.random.Generator, shape: Sequence[int], size: Sequence[i
     steps cycle. Oversampling an item draws each repeat from the next step: a repeat is a new patch
     while the item has one left.
     """
-    extents = [n - p + 1 if n >= p else 1 for n, p in zip(shape, size)]
-    total = math.prod(extents)
-    start = int(rng.integers(total))
-    stride = 1
-    if total > 2:
-        while True:  # a stride coprime to total is what makes the walk visit every origin once
-            stride = int(rng.integers(1, total))
-            if math.gcd(stride, total) == 1:
-                break
-    flat = (start + step * stride) % total  # Python ints: no overflow however long the walk
-    pos = np.unravel_index(flat, extents)
-    return tuple(int(q) if n >= p else centered_origin(n, p) for q, n, p in zip(pos, shape, size))
+    return Walk.draw(rng, shape, size).origin(step)
 
 
 def grid_axis(n: int, p: int, overlap: int) -> tuple[int, ...]:

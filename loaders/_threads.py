@@ -9,7 +9,8 @@ forkserver) carries only its size.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
@@ -26,42 +27,37 @@ def default_threads() -> int:
 
 
 class Threads:
-    """`map` over a batch's decodes: in `size` threads (None: `default_threads()` in each process), or, with one
-    thread or one task, in the calling thread."""
+    """`map` over a batch's reads and decodes, in `size` threads (None: `default_threads()` in each process)."""
 
     def __init__(self, size: int | None) -> None:
         self.size = size
         self._pool: ThreadPoolExecutor | None = None
         self._pid, self._here = 0, 1
 
-    def _executor(self) -> ThreadPoolExecutor | None:
-        if self._pid != os.getpid():  # a new process: the parent's threads did not come along
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pid != os.getpid() or self._pool is None:  # a new process: the parent's threads did not come along
             self._here = self.size if self.size is not None else default_threads()
-            # The calling thread decodes a share too: the pool holds the other threads.
-            self._pool = (ThreadPoolExecutor(self._here - 1, thread_name_prefix="labzarr-decode")
-                          if self._here > 1 else None)
+            self._pool = ThreadPoolExecutor(self._here, thread_name_prefix="labzarr-decode")
             self._pid = os.getpid()
         return self._pool
 
-    def map(self, fn: Callable[[Any], None], tasks: Sequence[Any]) -> Iterable[None]:
-        """`fn` over every task, in shares of one per thread (a future per task would cost more than many a
-        decode); returns when all are done, raising the first exception of the shares in order."""
-        pool = self._executor() if len(tasks) > 1 else None
-        if pool is None:
-            return map(fn, tasks)
-        shares = [tasks[k::self._here] for k in range(self._here)]
-        futures = [pool.submit(_each, fn, share) for share in shares[1:] if share]
-        try:
-            _each(fn, shares[0])
-        finally:
-            wait(futures)  # no share still writing into the batch once this returns, even after an error
+    def map(self, fn: Callable[[Any], None], tasks: Iterable[Any]) -> Iterable[None]:
+        """`fn` over every task in the pool's threads, each thread taking the next task when it is free (under a
+        lock: `tasks` may be a generator doing work of its own between tasks, which then overlaps the other
+        threads' tasks); returns when all are done, raising the first exception of the threads. The calling
+        thread only waits: a decode in a process's main thread would run blosc's global context (its own
+        threads, a lock), which numcodecs uses there and nowhere else."""
+        pool = self._executor()
+        queue, lock = iter(tasks), threading.Lock()
+        futures = [pool.submit(_drain, fn, queue, lock) for _ in range(self._here)]
+        wait(futures)  # no thread still writing into the batch once this returns, even after an error
         for future in futures:
             future.result()
         return ()
 
     @property
     def workers(self) -> int:
-        """Threads this process decodes in (1: the calling thread)."""
+        """Threads this process decodes in."""
         self._executor()
         return self._here
 
@@ -72,6 +68,13 @@ class Threads:
         self.size, self._pool, self._pid, self._here = state["size"], None, 0, 1
 
 
-def _each(fn: Callable[[Any], None], tasks: Sequence[Any]) -> None:
-    for task in tasks:
+def _drain(fn: Callable[[Any], None], queue: Iterator[Any], lock: threading.Lock) -> None:
+    while True:
+        with lock:
+            task = next(queue, _END)
+        if task is _END:
+            return
         fn(task)
+
+
+_END = object()

@@ -19,6 +19,7 @@ from functools import reduce
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch.utils.data import default_collate
 
@@ -54,7 +55,8 @@ class Collate:
     ``variable="list"``, listed unpadded).
     `dtypes`: tensors under one key of different dtypes are refused ("refuse", the default) or promoted to
     a common one ("promote", `torch.promote_types`: int16 with float32 gives float32).
-    Numbers become a tensor, tuples of numbers (`origin`, `valid`) a tensor with one row per sample,
+    Numbers become a tensor, tuples of numbers (`origin`, `valid`) a tensor with one row per sample (these
+    small tensors of one dtype are views of one buffer: one shared-memory trip from a worker, not one each),
     strings and anything else a list.
     `ragged`: keys whose tensors hold a varying number of rows (PatchDataset's ``points`` and ``boxes``):
     always padded along their first axis to the batch's most (with `pad_value`), plus a boolean
@@ -82,6 +84,7 @@ class Collate:
             if list(sample) != keys:
                 raise ValueError(f"sample {n} has keys {sorted(sample)}, sample 0 has {sorted(keys)}")
         out: dict[str, Any] = {}
+        small: dict[str, npt.NDArray[Any]] = {}
         for key in keys:
             values = [sample[key] for sample in batch]
             if key in self.ragged and all(isinstance(v, torch.Tensor) for v in values):
@@ -91,6 +94,9 @@ class Collate:
                 out.update(self._tensors(key, values))
             else:
                 out[key] = _other(values)
+                if isinstance(out[key], np.ndarray):
+                    small[key] = out[key]
+        out.update(_one_buffer(small))
         return out
 
     def _check_mix(self, key: str, values: list[torch.Tensor], batch: Sequence[Mapping[str, Any]]) -> None:
@@ -171,13 +177,30 @@ def _groups(names: Sequence[str], values: Sequence[Any]) -> dict[Any, str]:
 
 
 def _other(values: list[Any]) -> Any:
+    """Numbers and tuples of numbers as an array (made a tensor by `_one_buffer`), anything else as a list."""
     if all(_is_number(v) for v in values):
-        return torch.tensor(values)
+        return torch.tensor(values).numpy()  # torch's dtypes: Python floats become float32
     if all(isinstance(v, tuple | list) for v in values):
         arrays = [np.asarray(v) for v in values]
         if all(a.dtype.kind in "biuf" and a.shape == arrays[0].shape for a in arrays):
-            return torch.from_numpy(np.stack(arrays))
+            return np.stack(arrays)
     return list(values)
+
+
+def _one_buffer(arrays: Mapping[str, npt.NDArray[Any]]) -> dict[str, torch.Tensor]:
+    """`arrays` as tensors, those of one dtype views of one buffer: from a DataLoader worker, each buffer is a
+    shared-memory segment whose descriptor torch passes to the main process, and a batch's `origin`, `valid` and
+    labels then cost one such trip, not one each."""
+    out: dict[str, torch.Tensor] = {}
+    for dtype in dict.fromkeys(a.dtype for a in arrays.values()):
+        keys = [k for k, a in arrays.items() if a.dtype == dtype]
+        flat = torch.from_numpy(np.concatenate([arrays[k].ravel() for k in keys]))
+        at = 0
+        for k in keys:
+            a = arrays[k]
+            out[k] = flat[at:at + a.size].view(a.shape)
+            at += a.size
+    return out
 
 
 def _is_number(v: object) -> bool:

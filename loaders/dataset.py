@@ -9,18 +9,19 @@ workers all open their own.
 A sampler can carry the epoch inside the index (`ds[(epoch, i)]`), so workers
 that outlive an epoch (`persistent_workers=True`) still draw that epoch's patches, and a
 repeat of sample `i` within the epoch (`ds[(epoch, i, r)]`, r >= 1: oversampling) draws its
-own origin: an item's draws in an epoch walk its origins without repeats (`walk_origin`). A seeded
+own origin: an item's draws in an epoch walk its origins without repeats (`Walk`). A seeded
 transform (`labzarr.loaders.augment`) gets a generator keyed the same way.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
@@ -41,7 +42,7 @@ from labzarr.store import (
 )
 from labzarr.store.format.items import IndexItems
 
-from ._regions import Region, around, grid_axis, region, walk_origin
+from ._regions import Region, Walk, around, grid_axis, region
 from ._sample import Sample
 from ._threads import Threads
 from .annotations import patch_annotations
@@ -63,6 +64,7 @@ Key = int | tuple[int, int] | tuple[int, int, int]
 _REPEAT_STREAM = 0x5B1
 _AUGMENT_STREAM = 0x5B2
 _WALK_STREAM = 0x5B3
+_RECENT = 256  # items, and walks, kept per process
 
 
 def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
@@ -77,9 +79,11 @@ def _batch_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     if get_worker_info() is not None:
         elem = torch.empty(0, dtype=dtype)
         # What default_collate does (torch has no public call that allocates straight into shared memory).
-        storage = elem._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
+        storage: torch.TypedStorage = elem._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
             int(np.prod(shape)), device=elem.device)
-        return elem.new(storage).view(shape)
+        # Set, not viewed: the samples' rows must have the batch itself as their base, for `Collate` to hand it
+        # on (a view's rows have the view's base, and would be stacked into a copy).
+        return elem.set_(storage, 0, shape, [math.prod(shape[a + 1:]) for a in range(len(shape))])
     return torch.empty(shape, dtype=dtype, pin_memory=torch.cuda.is_available())
 
 
@@ -189,6 +193,22 @@ class PatchDataset(Dataset[Sample]):
         # Opens nothing; per process (a child reopens its files).
         self._reader = read.reader(self.store, slots=stack_slots(self.items))
         self._threads = Threads(read.threads)  # started on first use, per process
+        self._keep_recent()
+
+    def _keep_recent(self) -> None:
+        """Building an item from the index's columns, or an item's walk (a seeded generator's draws), costs as much
+        as planning its patch's reads: both pure, each is kept while among the recently used, per process."""
+        self._item = lru_cache(_RECENT)(self._build_item)
+        self._walk = lru_cache(_RECENT)(self._draw_walk)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_item"], state["_walk"]  # a pickle carries no kept results: each process keeps its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._keep_recent()
 
     # -- configuration -------------------------------------------------------------------------------------
 
@@ -318,6 +338,11 @@ class PatchDataset(Dataset[Sample]):
         `key` is an index (in the epoch `set_epoch` chose), an `(epoch, index)` pair, or `(epoch, index, repeat)`:
         a sampler that draws sample `index` again within the epoch gives each repeat its own origin.
         """
+        k, _, reg = self._locate(key)
+        return k, reg
+
+    def _locate(self, key: Key) -> tuple[int, IndexItem, Region]:
+        """`locate`, with the item (which a batch then builds once)."""
         epoch, i, repeat = self._key(key)
         if self._tiles is not None:
             k = bisect_right(self._tile_ends, i)
@@ -326,23 +351,34 @@ class PatchDataset(Dataset[Sample]):
             pos = np.unravel_index(local, [len(a) for a in axes])
             assert self.patch_size is not None
             tile = tuple(int(a[j]) for a, j in zip(axes, pos))
-            return k, region(self.items[k].shape[1:], tile, self.patch_size)
+            item = self._item(k)
+            return k, item, region(item.shape[1:], tile, self.patch_size)
         k = i // self.patches_per_item
-        spatial = self.items[k].shape[1:]
+        item = self._item(k)
+        spatial = item.shape[1:]
         if self.patch_size is None:
-            return k, region(spatial, (0,) * len(spatial), spatial)
-        # Keyed, never global: the same in every process. The first draw keeps the key (seed, epoch, i).
-        rng = np.random.default_rng([self.seed, epoch, i] if not repeat else
-                                    [self.seed, epoch, i, _REPEAT_STREAM, repeat])
+            return k, item, region(spatial, (0,) * len(spatial), spatial)
         origin: tuple[int, ...] | None = None
-        if self.foreground and rng.random() < self.foreground:  # no draw at all when foreground is 0
-            origin = self._centred(self.items[k], rng, self.patch_size)
+        if self.foreground:  # no draw at all when foreground is 0
+            # Keyed, never global: the same in every process. The first draw keeps the key (seed, epoch, i).
+            rng = np.random.default_rng([self.seed, epoch, i] if not repeat else
+                                        [self.seed, epoch, i, _REPEAT_STREAM, repeat])
+            if rng.random() < self.foreground:
+                origin = self._centred(item, rng, self.patch_size)
         if origin is None:  # an item's draws this epoch (its samples, then their repeats: what the samplers
             # yield) are the steps of one walk over its origins, each a new patch while the item has one left
-            walk = np.random.default_rng([self.seed, epoch, k, _WALK_STREAM])
             step = i % self.patches_per_item + repeat * self.patches_per_item
-            origin = walk_origin(walk, spatial, self.patch_size, step)
-        return k, region(spatial, origin, self.patch_size)
+            origin = self._walk(epoch, k).origin(step)
+        return k, item, region(spatial, origin, self.patch_size)
+
+    def _build_item(self, k: int) -> IndexItem:
+        return self.items[k]
+
+    def _draw_walk(self, epoch: int, k: int) -> Walk:
+        """The walk over the origins of item `k` in `epoch`: keyed by (seed, epoch, k), never global."""
+        assert self.patch_size is not None
+        return Walk.draw(np.random.default_rng([self.seed, epoch, k, _WALK_STREAM]), self._item(k).shape[1:],
+                         self.patch_size)
 
     def _centred(self, item: IndexItem, rng: np.random.Generator, patch: tuple[int, ...]) -> tuple[int, ...] | None:
         """An origin that puts an annotation (one drawn uniformly) or else a stored location of a chosen
@@ -433,27 +469,26 @@ class PatchDataset(Dataset[Sample]):
         stored chunk decoded once, in `ReadOptions.threads` threads, into one `(B, C, *patch)` tensor per role
         (in pinned memory when CUDA is available, outside DataLoader workers) whose rows are the samples'
         tensors; items of different channel counts or dtypes get a tensor each."""
-        located = [self.locate(key) for key in keys]
+        located = [self._locate(key) for key in keys]
         requests: list[tuple[IndexItem, Region, str]] = []
         outs: list[npt.NDArray[Any]] = []
         tensors: dict[str, list[torch.Tensor]] = {}
         for role in self.roles:
-            layouts = [(*self._layout(self.items[k], role), reg.size) for k, reg in located]
+            layouts = [(*self._layout(item, role), reg.size) for _, item, reg in located]
             channels, dtype, size = layouts[0]
             if all(lay == layouts[0] for lay in layouts):
                 batch = _batch_buffer((len(located), channels, *size), _torch_dtype(dtype))
-                tensors[role] = [batch[b] for b in range(len(located))]
+                tensors[role] = list(batch.unbind())
                 outs += list(batch.numpy())
             else:
-                self._mixed(role, [self.items[k].item_id for k, _ in located], layouts)
+                self._mixed(role, [item.item_id for _, item, _ in located], layouts)
                 arrays = [np.empty((c, *sz), dtype=dt) for c, dt, sz in layouts]
                 tensors[role] = [torch.from_numpy(a) for a in arrays]
                 outs += arrays
-            requests += [(self.items[k], reg, role) for k, reg in located]
+            requests += [(item, reg, role) for _, item, reg in located]
         self._fill(requests, outs)
         samples = []
-        for b, (key, (k, reg)) in enumerate(zip(keys, located)):
-            item = self.items[k]
+        for b, (key, (k, item, reg)) in enumerate(zip(keys, located)):
             sample: Sample = {role: tensors[role][b] for role in self.roles}
             sample.update({"item_id": item.item_id, "origin": reg.origin,
                            "valid": tuple((v.start, v.stop) for v in reg.valid)})

@@ -16,8 +16,10 @@ Invariants:
   voxels lie there and the chunk. zarr-python's path checks the same record before each read.
 - Per process: nothing opened before a fork (descriptors, filesystems, zarr handles) is used after it, and a
   pickled `StoreReader` carries only its configuration. No threads or event loops are started here: a batch of
-  reads (`StoreReader.read_many`) fetches its bytes in the calling thread and may hand its decodes to the
-  caller's thread pool, each stored chunk decoded once however many regions share it.
+  reads (`StoreReader.read_many`) runs one task per file read (a chunk file, or a shard's touched chunks:
+  fetch, decode, place) through the caller's `map`, which may be a thread pool's; the tasks come from an
+  iterator that plans the regions, each file's task yielded once the last region touching it is planned, so
+  each stored chunk is decoded once however many regions share it.
 - A shard's index is fetched once per reader and kept; then each read fetches only the byte ranges of the
   chunks it touches (contiguous ranges merged into one request), never a whole shard. A reader therefore sees a
   shard as it was when first touched; open a new reader to see a rewritten store.
@@ -32,7 +34,7 @@ import operator
 import os
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import EllipsisType
@@ -166,9 +168,10 @@ _AxisHit = tuple[int, int, int, slice, slice]
 
 
 _Part = tuple[npt.NDArray[Any], tuple[slice, ...], tuple[slice, ...]]  # (box, where in it, which part of the chunk)
-Mapper = Callable[[Callable[[Any], None], Sequence[Any]], Iterable[None]]
-"""How a batch runs its decodes: the builtin `map`, or a thread pool's (`Executor.map`): decoding is numcodecs
-and numpy, which release the GIL."""
+Mapper = Callable[[Callable[[Any], None], Iterable[Any]], Iterable[None]]
+"""How a batch runs its reads: the builtin `map`, or a thread pool's that pulls the tasks (an iterator that plans
+the next regions as it goes) under a lock: reads, decodes and copies are `pread`, numcodecs and numpy, which
+release the GIL."""
 
 
 @dataclass(slots=True)
@@ -185,39 +188,57 @@ class _Chunk:
 
 
 class _Batch:
-    """The stored chunks a set of region reads touches: each fetched once (in the calling thread: contiguous
-    chunks of a shard in one range) and decoded once, then copied into every region that needs it."""
+    """The stored chunks a set of region reads touches: each fetched once (contiguous chunks of a shard in one
+    range) and decoded once, then copied into every region that needs it. Chunks are grouped by the file they
+    are stored in (a shard, or a chunk file): a group is one read task."""
 
     def __init__(self) -> None:
         self._chunks: dict[tuple[int, tuple[int, ...]], _Chunk] = {}
+        self._files: dict[tuple[int, tuple[int, ...]], list[_Chunk]] = {}
 
     def add(self, direct: _Direct, coords: tuple[int, ...], key: str | None, shard: tuple[int, ...] | None,
             span: tuple[int, int], part: _Part) -> None:
         chunk = self._chunks.get((id(direct), coords))
         if chunk is None:
             chunk = self._chunks[(id(direct), coords)] = _Chunk(direct, coords, key, shard, span, [])
+            self._files.setdefault((id(direct), coords if shard is None else shard), []).append(chunk)
         chunk.parts.append(part)
 
-    def run(self, mapper: Mapper) -> None:
-        """Fetch every chunk (a file, or a shard's chunks in one go), then decode and place each, both through
-        `mapper`: reads release the GIL as decodes do, so a thread pool overlaps them too. Raises ChecksumError
-        for damage."""
-        fetches: dict[tuple[int, str | tuple[int, ...]], list[_Chunk]] = {}
-        for chunk in self._chunks.values():
-            fetches.setdefault((id(chunk.direct), chunk.coords if chunk.key is None else chunk.key), []).append(chunk)
-        for _ in mapper(_fetch, list(fetches.values())):
-            pass  # consumed for the errors, as below
-        for _ in mapper(_place, [c for c in self._chunks.values() if c.data is not None]):
-            pass  # consumed for the errors: a decode that raised re-raises here, in the caller's thread
+    def take(self, file: tuple[int, tuple[int, ...]]) -> list[_Chunk] | None:
+        """The chunks of `file` ((id of its array's reader, its grid position)) added so far, now handed out."""
+        return self._files.pop(file, None)
+
+    def rest(self) -> list[list[_Chunk]]:
+        """Every group not handed out yet, now handed out."""
+        groups = list(self._files.values())
+        self._files.clear()
+        return groups
 
 
-def _fetch(chunks: list[_Chunk]) -> None:
-    """The stored bytes of one chunk file, or of the chunks of one shard (each in a separate fetch task)."""
+def _tasks(plans: Sequence[tuple[ArrayReader, Selection, _Region, npt.NDArray[Any]]],
+           due: Mapping[int, Sequence[tuple[int, tuple[int, ...]]]]) -> Iterator[list[_Chunk]]:
+    """The read tasks of a batch, one per file, each as soon as the last region needing that file is planned:
+    a pool's threads read the first files while the later regions are planned (each chunk still read once)."""
+    batch = _Batch()
+    for n, (array, selection, region, dest) in enumerate(plans):
+        array._plan(selection, region, dest, batch)
+        for file in due.get(n, ()):
+            group = batch.take(file)
+            if group is not None:
+                yield group
+    yield from batch.rest()
+
+
+def _read(chunks: list[_Chunk]) -> None:
+    """Fetch the stored bytes of one chunk file, or of the chunks of one shard, then decode and place each."""
     first = chunks[0]
     if first.key is None:
         first.direct.fetch_file(first)
     else:
         first.direct.fetch_shard(first.key, chunks)
+    for chunk in chunks:
+        if chunk.data is not None:
+            _place(chunk)
 
 
 def _place(chunk: _Chunk) -> None:
@@ -275,8 +296,14 @@ class _Direct:
         out = np.empty(region.shape, dtype=self.layout.dtype)
         batch = _Batch()
         self.plan(region, out, batch)
-        batch.run(map)
+        for group in batch.rest():
+            _read(group)
         return out
+
+    def files(self, region: _Region) -> Iterable[tuple[int, tuple[int, ...]]]:
+        """The files (as `_Batch` groups them) that `region` may touch: every grid cell its box meets."""
+        ranges = [range(lo // g, (hi - 1) // g + 1) for lo, hi, g in zip(region.start, region.stop, self.layout.grid)]
+        return ((id(self), cell) for cell in itertools.product(*ranges))
 
     def plan(self, region: _Region, out: npt.NDArray[Any], batch: _Batch) -> None:
         """Put `region`'s voxels into `out` (of the region's shape, any strides): fill values now, stored chunks
@@ -287,26 +314,27 @@ class _Direct:
             return
         box = out[tuple(None if one else slice(None) for one in region.picked)]  # a view: int axes kept as 1
         axes = [self._axis_hits(a, lo, hi) for a, (lo, hi) in enumerate(zip(region.start, region.stop))]
-        keys: dict[tuple[int, ...], str] = {}  # a region's chunks lie in few shards: each key spelled once
-        for hits in itertools.product(*axes):
-            coords, target = tuple(h[0] for h in hits), tuple(h[4] for h in hits)
-            part = (box, target, tuple(h[3] for h in hits))
-            if not lay.sharded:
+        # Each field of every touched chunk, as products of one field's values per axis: built in C, in step.
+        fields = [itertools.product(*([h[f] for h in hits] for hits in axes)) for f in range(5)]
+        if not lay.sharded:
+            for coords, _, _, inner, target in zip(*fields):
                 if self.stored is not None and self.stored.size(coords) == 0:
                     box[target] = lay.fill_value
                 else:
-                    batch.add(self, coords, None, None, (0, 0), part)
-                continue
-            shard = tuple(h[1] for h in hits)
-            key = keys.get(shard)
-            if key is None:
-                key = keys[shard] = self._prefix + lay.key(shard)
-            index = self._index(key, shard)
-            offset, nbytes = (ABSENT, 0) if index is None else index[sum(h[2] for h in hits)]
+                    batch.add(self, coords, None, None, (0, 0), (box, target, inner))
+            return
+        keys: dict[tuple[int, ...], tuple[str, list[list[int]] | None]] = {}  # few shards: each spelled once
+        for coords, shard, local, inner, target in zip(*fields):
+            known = keys.get(shard)
+            if known is None:
+                key = self._prefix + lay.key(shard)
+                known = keys[shard] = (key, self._index(key, shard))
+            key, index = known
+            offset, nbytes = (ABSENT, 0) if index is None else index[sum(local)]
             if offset == ABSENT:
                 box[target] = lay.fill_value
             else:
-                batch.add(self, coords, key, shard, (offset, nbytes), part)
+                batch.add(self, coords, key, shard, (offset, nbytes), (box, target, inner))
 
     def _axis_hits(self, axis: int, lo: int, hi: int) -> list[_AxisHit]:
         c = self.layout.chunks[axis]
@@ -570,20 +598,22 @@ class ArrayReader:
     def __getitem__(self, selection: Selection) -> npt.NDArray[Any]:
         return self.read(selection)
 
-    def _plan(self, selection: Selection, out: npt.NDArray[Any] | None, batch: _Batch) -> npt.NDArray[Any]:
-        """`out` (or a new array) that `batch.run` fills with the region `selection` picks; zarr-python's path
-        reads it now."""
+    def _prepare(self, selection: Selection, out: npt.NDArray[Any] | None) -> tuple[_Region, npt.NDArray[Any]]:
+        """The region `selection` picks, and `out` (or a new array) to read it into."""
         region = _region(selection, self.shape)
         if out is None:
             out = np.empty(region.shape, dtype=self.dtype)
         elif out.shape != region.shape or out.dtype != self.dtype:
             raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}; the region read is {region.shape} "
                              f"of {self.dtype}")
+        return region, out
+
+    def _plan(self, selection: Selection, region: _Region, out: npt.NDArray[Any], batch: _Batch) -> None:
+        """Add `region`'s stored chunks to `batch` (fill values written now); zarr-python's path reads it now."""
         if self._direct is not None:
             self._direct.plan(region, out, batch)
         else:
             out[...] = self.read(selection)
-        return out
 
     def __getstate__(self) -> dict[str, Any]:
         # Only labzarr's path pickles (its transport drops its handles); zarr-python's is reopened by a StoreReader.
@@ -667,15 +697,25 @@ class StoreReader:
                   ) -> list[npt.NDArray[Any]]:
         """`read` for each (name, selection), in order, each stored chunk fetched and decoded once however many
         of the regions share it. `out`: per request, an array of the region's shape and dtype (any strides, e.g.
-        a view of a batch) to read into, or None for a new one. `mapper` runs the decodes (the builtin `map`, or
-        a thread pool's, which the caller owns: this module starts no threads)."""
+        a view of a batch) to read into, or None for a new one. `mapper` runs the read tasks from an iterator
+        that plans the regions as it goes (the builtin `map`, or a thread pool's, which the caller owns: this
+        module starts no threads)."""
         if out is not None and len(out) != len(requests):
             raise ValueError(f"{len(out)} out arrays for {len(requests)} requests")
-        batch = _Batch()
-        arrays = [self.array(name)._plan(selection, None if out is None else out[n], batch)
-                  for n, (name, selection) in enumerate(requests)]
-        batch.run(mapper)
-        return arrays
+        plans = []
+        last: dict[tuple[int, tuple[int, ...]], int] = {}  # each file's last request: its chunks are then all known
+        for n, (name, selection) in enumerate(requests):
+            array = self.array(name)
+            region, dest = array._prepare(selection, None if out is None else out[n])
+            plans.append((array, selection, region, dest))
+            if array._direct is not None:
+                last.update((file, n) for file in array._direct.files(region))
+        due: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+        for file, n in last.items():
+            due.setdefault(n, []).append(file)
+        for _ in mapper(_read, _tasks(plans, due)):
+            pass  # consumed for the errors: a read or decode that raised re-raises here, in the caller's thread
+        return [dest for *_, dest in plans]
 
     def path_used(self, name: str) -> Literal["labzarr", "zarr"]:
         """Which path serves array `name` in this process: the labzarr reader or zarr-python."""

@@ -4,6 +4,8 @@ workers of a parent that read (and so started its pool) first; and the messages 
 
 from __future__ import annotations
 
+import pickle
+import threading
 import warnings
 from pathlib import Path
 
@@ -78,11 +80,13 @@ def test_a_batch_is_one_tensor_whose_rows_collate_uncopied(volumes: Path) -> Non
 
 
 class SharedAtCollate(Collate):
-    """Collate, also telling whether the batch it hands on was in shared memory already in the worker."""
+    """Collate, also telling whether the batch it hands on was in shared memory already in the worker, and is
+    the very memory the samples were read into (not a copy)."""
 
     def __call__(self, batch):  # type: ignore[no-untyped-def]
         out = super().__call__(batch)
-        return {**out, "shared_in_worker": out["image"].is_shared()}
+        return {**out, "shared_in_worker": out["image"].is_shared(),
+                "uncopied": out["image"].data_ptr() == batch[0]["image"].data_ptr()}
 
 
 @pytest.mark.timeout(120)
@@ -94,8 +98,28 @@ def test_a_worker_reads_its_batch_into_shared_memory(volumes: Path) -> None:
     loader = DataLoader(ds, batch_size=4, sampler=keys, num_workers=2, collate_fn=SharedAtCollate())
     batches = list(loader)
     assert [b["shared_in_worker"] for b in batches] == [True] * 3
+    assert [b["uncopied"] for b in batches] == [True] * 3
     assert_same_bytes(batches, one_by_one(ds, keys))
-    assert SharedAtCollate()(ds.__getitems__(keys[:4]))["shared_in_worker"] is False
+    in_main = SharedAtCollate()(ds.__getitems__(keys[:4]))
+    assert in_main["shared_in_worker"] is False and in_main["uncopied"] is True
+
+
+def test_reads_and_decodes_run_in_the_pool_and_a_pickle_carries_no_kept_items(volumes: Path) -> None:
+    """The calling thread only waits (numcodecs decodes blosc in a main thread with its global context); what a
+    dataset keeps of recently built items stays in its process."""
+    ds = PatchDataset(volumes, (4, 4, 2), kind="volume", patches_per_item=2, seed=1, read=ReadOptions(threads=1))
+    fresh = len(pickle.dumps(ds))
+    on_main: list[bool] = []
+    for _ in ds._threads.map(lambda _: on_main.append(threading.current_thread() is threading.main_thread()),
+                             list(range(5))):
+        pass
+    assert on_main == [False] * 5
+    samples = ds.__getitems__(list(range(len(ds))))
+    assert ds._item.cache_info().currsize == len(ds.items)
+    again = pickle.loads(pickle.dumps(ds))
+    assert len(pickle.dumps(ds)) == fresh and again._item.cache_info().currsize == 0
+    assert [s["image"].tolist() for s in again.__getitems__(list(range(len(ds))))] == \
+        [s["image"].tolist() for s in samples]
 
 
 def test_batch_size_and_batch_sampler_read_in_the_main_process(volumes: Path) -> None:
@@ -128,7 +152,7 @@ def test_overlapping_regions_read_as_separate_reads(volumes: Path) -> None:
     requests = [(name, (0, slice(0, 4), slice(1, 5), slice(0, 3))), (name, (0, slice(2, 6), slice(0, 5), 1)),
                 (name, (slice(None), 3)), (name, (0, slice(0, 4), slice(1, 5), slice(0, 3)))]
     alone = [StoreReader(volumes).read(n, s) for n, s in requests]
-    got = reader.read_many(requests, mapper=lambda fn, tasks: list(map(fn, reversed(tasks))))
+    got = reader.read_many(requests, mapper=lambda fn, tasks: list(map(fn, list(tasks)[::-1])))
     assert all(a.shape == b.shape and a.tobytes() == b.tobytes() for a, b in zip(got, alone))
     out = np.full((4, 4, 3), -1, np.int16)[:, :, :]
     (same,) = reader.read_many(requests[:1], out=[out])

@@ -28,6 +28,19 @@ def test_same_shapes_stack_and_mixed_types_batch_by_kind() -> None:
     assert "image_mask" not in b
 
 
+def test_small_tensors_of_one_dtype_share_one_buffer() -> None:
+    """`origin`, `valid` and the labels (int64) are views of one buffer: from a worker, one shared-memory trip."""
+    b = collate([sample((1, 4, 4, 4), 1, "a"), sample((1, 4, 4, 4), 2, "b")])
+    ints = [b["label"], b["origin"], b["valid"]]
+    assert {t.dtype for t in ints} == {torch.int64}
+    assert len({t.untyped_storage().data_ptr() for t in ints}) == 1
+    assert b["image"].untyped_storage().data_ptr() != b["label"].untyped_storage().data_ptr()
+    assert b["valid"].tolist() == [[[0, 4], [0, 4], [1, 3]]] * 2 and b["label"].tolist() == [1, 2]
+    floats = collate([{"w": 0.5, "origin": (1, 2)}, {"w": 1.5, "origin": (3, 4)}])
+    assert floats["w"].dtype == torch.float32 and floats["w"].tolist() == [0.5, 1.5]  # as torch.tensor types it
+    assert floats["origin"].tolist() == [[1, 2], [3, 4]]
+
+
 def test_variable_spatial_sizes_are_padded_with_a_mask_by_default() -> None:
     small, big = sample((1, 2, 3, 4), 5, "a"), sample((1, 4, 3, 1), 6, "b")
     b = Collate(pad_value=-1)([small, big])
