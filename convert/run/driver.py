@@ -168,7 +168,8 @@ def _running(store: Location,
              client: AbstractContextManager[Client]) -> Iterator[tuple[Client, LockInfo, RunWarnings]]:
     """What a run holds while it converts, the same for `convert_delivery` and `execute` so that both write the
     same store bytes: the store's folder, its write errors as usage errors, its lock, then `client` entered (the
-    lock first: a second run on this store fails at once, before starting a cluster), zarr's compact metadata
+    lock first: a second run on this store fails before it starts a cluster of its own; the `labzarr` command has
+    started its cluster already, `starting.py`, and stops it then), zarr's compact metadata
     documents and the frozen heap (after the cluster started, so that its objects are frozen too), and the record of
     the run's third-party warnings (`warnings_log.py`)."""
     _create_folder(store)
