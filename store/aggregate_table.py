@@ -29,7 +29,7 @@ from .aggregate import ClassFrequency, DatasetStats, Geometry, IntensityStats, S
 from .format.index import IndexItem
 from .format.items import IndexItems
 from .format.stats import BINS, ChannelStats, Histogram
-from .format.stats_table import RecordTable, StatsTable
+from .format.stats_table import Bins, RecordTable, StatsTable
 from .format.table import flat_positions
 
 __all__ = ["table_stats"]
@@ -118,7 +118,7 @@ class _Merge:
                     out[divmod(c, len(self.keys))] = Histogram(keep + _LOWEST, counts[keep])
         return out
 
-    def _dense(self, hist: tuple[Ints, npt.NDArray[np.int16], npt.NDArray[Any]], cell: Ints, times: Ints,
+    def _dense(self, hist: tuple[Ints, Bins, Bins], cell: Ints, times: Ints,
                cells: int) -> npt.NDArray[np.int64]:
         """Every bin's count per cell (`cell`: per table row, -1 for none) over the table's rows."""
         ends, ordinals, counts = hist

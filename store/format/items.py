@@ -40,7 +40,10 @@ Rows = npt.NDArray[np.int64]
 
 
 def index_columns(items: Iterable[IndexItem]) -> tuple[dict[str, Any], dict[str, Array]]:
-    """(table attrs, columns) of `items`, in order: what `IndexItems` reads back."""
+    """(table attrs, columns) of `items`, in order: what `IndexItems` reads back (for a whole table's view, the
+    columns it was read from)."""
+    if isinstance(items, IndexItems) and items.whole and items._c.digest is not None:
+        return items._c.attrs, items._c.columns
     items = items if isinstance(items, Sequence) else list(items)
     labels = list(dict.fromkeys(k for i in items for k in i.labels))
     roles = list(dict.fromkeys(k for i in items for k in i.roles))
@@ -87,6 +90,7 @@ class _Columns:
 
     def __init__(self, attrs: Mapping[str, Any], columns: Mapping[str, Array], name: str | None = None) -> None:
         self.name = name  # the table's name in the store: a digest of its content (`table.write_table`)
+        self.attrs, self.columns = dict(attrs), dict(columns)  # as given: what `index_columns` of the whole gives
         self.digest: Rows | None = columns.get("digest")  # absent from tables written before it was recorded
         self.label_names = [str(n) for n in attrs.get("labels", [])]
         self.role_names = [str(n) for n in attrs.get("roles", [])]
@@ -255,12 +259,16 @@ class IndexItems(Sequence[IndexItem]):
         return out
 
     @property
+    def whole(self) -> bool:
+        """Whether the view is of every item of its table, in order."""
+        c = self._c
+        return len(self._rows) == c.rows and bool(np.array_equal(self._rows, np.arange(c.rows)))
+
+    @property
     def table_digest(self) -> str | None:
         """The name of the store's table these items are all of, in order: a digest of the whole index's content;
         None for a view of some of them, or items not read from a store."""
-        c = self._c
-        whole = len(self._rows) == c.rows and bool(np.array_equal(self._rows, np.arange(c.rows)))
-        return c.name if whole else None
+        return self._c.name if self.whole else None
 
     def digests(self) -> list[str]:
         """Each item's `IndexItem.digest()[:16]`: read from the table where its writer recorded them, else computed
