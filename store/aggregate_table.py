@@ -17,7 +17,6 @@ this is linear in numpy passes plus one fsum per group.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -28,7 +27,7 @@ import numpy.typing as npt
 from .aggregate import ClassFrequency, DatasetStats, Geometry, IntensityStats, Spread
 from .format.index import IndexItem
 from .format.items import IndexItems
-from .format.stats import BINS, ChannelStats, Histogram
+from .format.stats import BINS, ChannelStats, Histogram, exact_sum
 from .format.stats_table import Bins, RecordTable, StatsTable
 from .format.table import flat_positions
 
@@ -200,9 +199,9 @@ class _Merge:
                                 max=float(highs[0]), histogram=histogram, nan=nan, inf=inf, integral=integral)
         counts = count[full].astype(np.float64)  # as Python turns an int times a float into float times float
         with np.errstate(over="ignore", invalid="ignore"):
-            mean = math.fsum((counts * means).tolist()) / n
+            mean = exact_sum((counts * means).tolist(), n)
             d = means - mean
-            m2 = math.fsum(col("m2")[used].tolist()) + math.fsum((counts * d * d).tolist())
+            m2 = exact_sum(col("m2")[used].tolist()) + exact_sum((counts * d * d).tolist())
         return ChannelStats(count=n, mean=mean, m2=m2, min=_first(lows, np.min(lows)),
                             max=_first(highs, np.max(highs)), histogram=histogram, nan=nan, inf=inf,
                             integral=integral)

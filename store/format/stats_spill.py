@@ -37,7 +37,7 @@ _ROWS: dict[str, type[np.generic]] = {"mean": np.float64, "m2": np.float64, "min
                                       "kind": np.uint8, "integral": np.uint8, "bins": np.int64}
 _BINS: dict[str, type[np.generic]] = {"ordinals": np.int16, "counts": np.int64}
 _FLUSH = 2048  # records buffered before they are appended to the files
-_BATCH_ROWS = 4096  # channel rows whose bins are gathered at a time when reading back
+_BATCH_ROWS = 512  # channel rows whose bins are gathered at a time when reading back (a few MB of temporaries)
 
 
 class StatsSpill:
