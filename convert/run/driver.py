@@ -36,7 +36,7 @@ from distributed import Client, LocalCluster, as_completed
 from labzarr.readers import LabelSheet, Reason, readers_with
 from labzarr.store import Location, StoreIndex, table_stats
 from labzarr.store.format.index import item_key
-from labzarr.store.format.items import IndexItems
+from labzarr.store.format.items import IndexColumns, IndexItems
 from labzarr.store.format.stats_spill import StatsSpill, write_spilled
 
 from ..discover import Candidate, discover, walk
@@ -65,7 +65,7 @@ from ..survey import readable
 from ..write.annotations import annotate_rows
 from ..write.arrays import (
     compact_metadata,
-    index_items,
+    index_entries,
     open_root,
     remove_array,
     remove_stale,
@@ -441,10 +441,7 @@ def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, sp
                               split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
                               spec.manifest.metadata, index=index)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
-    listed = index_items(rows)
-    keys = [i.key for i in listed if i.stats is not None]  # the items whose records go in the statistics table
-    items = IndexItems.of(listed)  # the index's columns: written as they are, and merged for summary.json
-    del listed
+    items, keys = _index(rows)
     write_spilled(store, spill, keys)
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
                                   tool_version=tool_version(), items=items))
@@ -589,6 +586,18 @@ def _write_array_labels(client: Client, store: Location, rows: Sequence[Row], *,
         return
     batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
     client.gather(client.map(set_array_labels, [store] * len(batches), batches, pure=False))
+
+
+def _index(rows: Sequence[Row]) -> tuple[IndexItems, list[str]]:
+    """The store index's columns of the ok `rows` (written as they are, and merged for summary.json), built an
+    item at a time; and the keys of the items with statistics, whose records go in the statistics table."""
+    columns = IndexColumns()
+    keys: list[str] = []
+    for item in index_entries(rows):
+        columns.add(item)
+        if item.stats is not None:
+            keys.append(item.key)
+    return IndexItems.read(*columns.columns()), keys
 
 
 def _statistics(items: IndexItems, spill: StatsSpill) -> dict[str, Any]:
