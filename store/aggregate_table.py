@@ -34,7 +34,7 @@ from .format.table import flat_positions
 __all__ = ["table_stats"]
 
 _LOWEST = -(BINS // 2)  # the lowest bin ordinal: dense position = ordinal - _LOWEST
-_BATCH_BINS = 1 << 20  # histogram bins added at a time: temporaries that stay in cache (6x faster than 16M)
+_BATCH_BINS = 1 << 18  # histogram bins added at a time: temporaries that stay in cache (6x faster than 16M), a few MB
 _CELLS = 128  # (kind, key) cells whose dense counts are held at once: 64 MiB
 _EMPTY = Histogram()
 _EXACT = 1 << 53  # float64 sums of integers below this are exact: `np.bincount`'s weights are float64

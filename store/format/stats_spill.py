@@ -36,7 +36,7 @@ _ROWS: dict[str, type[np.generic]] = {"mean": np.float64, "m2": np.float64, "min
                                       "count": np.int64, "nan": np.int64, "inf": np.int64, "cls": np.int64,
                                       "kind": np.uint8, "integral": np.uint8, "bins": np.int64}
 _BINS: dict[str, type[np.generic]] = {"ordinals": np.int16, "counts": np.int64}
-_FLUSH = 2048  # records buffered before they are appended to the files
+_FLUSH = 512  # records buffered before they are appended to the files
 _BATCH_ROWS = 512  # channel rows whose bins are gathered at a time when reading back (a few MB of temporaries)
 
 
