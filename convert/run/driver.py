@@ -75,7 +75,7 @@ from ..write.arrays import (
 from ..write.lock import LockInfo, store_lock
 from ..write.outcomes import read_outcomes, write_outcomes
 from ..write.stacks import install_stack, records_in_use, stage_stacks
-from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, sweep
+from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, spill_dir, sweep
 from .batches import batch_volumes
 from .part_task import stage_parts
 from .settings import TaskSettings, threads_per_task, usable_cores
@@ -357,17 +357,7 @@ def _create_folder(store: Location) -> None:
 
 def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *, progress: Progress | None,
              started: float | None, labels: LabelSheet | None, repair: Mapping[str, Damage]) -> RunResult:
-    # Every ok item's full statistics record waits on disk, not in the driver, until the table is written.
-    with StatsSpill() as spill:
-        return _convert(spec, client, lock, warned, spill, progress=progress, started=started, labels=labels,
-                        repair=repair)
-
-
-def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, *,
-             progress: Progress | None, started: float | None, labels: LabelSheet | None,
-             repair: Mapping[str, Damage]) -> RunResult:
     t_start = time.perf_counter()
-    t0 = started if started is not None else t_start  # spec parsing and cluster start-up count as `start_s`
     if spec.labels is not None and labels is None:
         labels = load_labels(spec)
     store = spec.delivery.store
@@ -376,6 +366,18 @@ def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, sp
         log.warning("%s: an earlier run was interrupted; removed %d unfinished array(s) and %d partial file(s)",
                     store, left.staged, left.partial)
     ensure_state(store)
+    # Every ok item's full statistics record waits on disk, not in the driver, until the table is written: beside
+    # a folder store, in the temporary folder for a URL store.
+    with StatsSpill(_spill_folder(store)) as spill:
+        return _convert(spec, client, lock, warned, spill, progress=progress, started=started, labels=labels,
+                        repair=repair, t_start=t_start)
+
+
+def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, *,
+             progress: Progress | None, started: float | None, labels: LabelSheet | None,
+             repair: Mapping[str, Damage], t_start: float) -> RunResult:
+    t0 = started if started is not None else t_start  # spec parsing and cluster start-up count as `start_s`
+    store = spec.delivery.store
     candidates = discover(walk(spec.delivery.raw), spec.items)
     t_discover = time.perf_counter()
     probes = _probe(client, candidates, spec, progress)
@@ -586,6 +588,14 @@ def _write_array_labels(client: Client, store: Location, rows: Sequence[Row], *,
         return
     batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
     client.gather(client.map(set_array_labels, [store] * len(batches), batches, pure=False))
+
+
+def _spill_folder(store: Location) -> Path | None:
+    if store.remote:
+        return None
+    folder = spill_dir(store).local_path()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _index(rows: Sequence[Row]) -> tuple[IndexItems, list[str]]:

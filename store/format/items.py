@@ -118,8 +118,8 @@ class IndexColumns:
         self.shape.add(item.shape)
         self.spacing.add(item.spacing)
         ordered = sorted(item.classes.items())
-        for k, column in enumerate(self.classes):
-            column.add([(v, c.voxels, c.start, c.stop)[k] for v, c in ordered])
+        for k, field in enumerate(self.classes):
+            field.add([(v, c.voxels, c.start, c.stop)[k] for v, c in ordered])
         self.stats.add(item.stats)
         # each entry's digest (`IndexItem.digest`, its first 64 bits), recorded once: a checkpoint compares them
         self.digest.append(int(item.digest()[:16], 16))
@@ -137,8 +137,8 @@ class IndexColumns:
         out["fold"] = np.array(self.fold, dtype=np.int64)
         out |= self.shape.columns("shape") | self.spacing.columns("spacing")
         out["classes.ends"] = np.array(self.classes[0].ends, dtype=np.int64)
-        for f, column in zip(_CLASS_FIELDS, self.classes):
-            out[f"classes.{f}"] = np.array(column.values, dtype=np.int64)
+        for f, values in zip(_CLASS_FIELDS, self.classes):
+            out[f"classes.{f}"] = np.array(values.values, dtype=np.int64)
         out |= self.stats.columns()
         out["digest"] = np.array(self.digest, dtype=np.uint64).view(np.int64)
         return {"labels": list(self.labels), "roles": list(self.roles)}, out

@@ -272,16 +272,17 @@ def _fixed_width(column: Strings) -> npt.NDArray[np.bytes_]:
 
 
 def read_record_table(transport: Transport) -> RecordTable:
-    """The store's statistics table as `write_records` wrote it; FileNotFoundError where the store has none
-    (converted without statistics), ValueError/KeyError/TypeError on a damaged table."""
+    """The store's statistics table as `write_records` wrote it, its histogram bins read a slice at a time as they
+    are used (`table.read_sliced`); FileNotFoundError where the store has none (converted without statistics),
+    ValueError/KeyError/TypeError on a damaged table."""
     from .nodes import read_node
-    from .table import read_table
+    from .table import read_sliced
 
     pointer = read_node(transport, STATISTICS).get("attributes", {}).get(STATS, {})
     table = pointer.get("table") if isinstance(pointer, Mapping) else None
     if not isinstance(table, str) or "/" in table:
         raise ValueError(f"attr {STATS!r} names no statistics table ({table!r})")
-    _, columns = read_table(transport, f"{STATISTICS}/{table}")
+    _, columns = read_sliced(transport, f"{STATISTICS}/{table}", ("stats.hist.ordinals", "stats.hist.counts"))
     return RecordTable(Strings(columns, "key"), StatsTable(columns, "stats"))
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,9 +28,10 @@ import numpy.typing as npt
 
 if TYPE_CHECKING:
     from ..location import Location, Transport
+    from ..read import ArrayReader
 
 __all__ = ["TABLE", "Chunked", "Column", "Ragged", "Strings", "encode_ragged", "encode_strings", "flat_positions",
-           "read_table", "remove_tables", "write_table"]
+           "read_sliced", "read_table", "remove_tables", "TableSlices", "write_table"]
 
 TABLE = "labzarr_table"  # the attribute of a table's array: its rows and its directory of columns
 _CODECS = ("zstd", 3)  # compressor and level: decoding speed matters more than size
@@ -133,7 +134,7 @@ class _Layout:
             for piece in _pieces(data):
                 values = np.ascontiguousarray(piece, dtype=dtype)
                 written += values.nbytes
-                yield memoryview(values).cast("B")
+                yield values.data.cast("B")
             if written % _ALIGN:
                 yield memoryview(bytes(-written % _ALIGN))
 
@@ -194,6 +195,84 @@ def read_table(transport: Transport, path: str) -> tuple[dict[str, Any], dict[st
             raise ValueError(f"{path}: column {name!r} lies outside the table's {len(packed):,} bytes")
         columns[str(name)] = packed[offset:offset + length * kind.itemsize].view(kind)
     return dict(attrs), columns
+
+
+def read_sliced(transport: Transport, path: str, sliced: Collection[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`read_table`, but the columns named in `sliced` are `TableSlices`, read a slice at a time as they are
+    used: a table's large columns (a statistics table's histogram bins) are never in memory whole, and the
+    others are read a chunk at a time (the last two chunks decoded are kept)."""
+    from ..read import ArrayReader
+
+    reader = ArrayReader.open(transport, path)
+    attrs = reader.attrs.get(TABLE)
+    if not isinstance(attrs, Mapping) or not isinstance(attrs.get("columns"), Mapping):
+        raise ValueError(f"{path}: not a table (no {TABLE!r} attribute listing its columns)")
+    if reader.dtype != np.uint8 or reader.ndim != 1:
+        raise ValueError(f"{path}: a table is one array of bytes, not {reader.dtype} of {reader.ndim} dimensions")
+    packed = _Chunks(reader, path)
+    columns: dict[str, Any] = {}
+    for name, (dtype, offset, length) in attrs["columns"].items():
+        kind = np.dtype(dtype)
+        if offset % _ALIGN or offset + length * kind.itemsize > packed.size:
+            raise ValueError(f"{path}: column {name!r} lies outside the table's {packed.size:,} bytes")
+        column = TableSlices(packed, offset, length, kind)
+        columns[str(name)] = column if name in sliced else column[0:length]
+    return dict(attrs), columns
+
+
+class _Chunks:
+    """A table's packed bytes, read a chunk at a time through the read path; the last two chunks decoded kept
+    (a merge reads two columns, a bin's ordinals and its counts, turn about)."""
+
+    __slots__ = ("reader", "path", "size", "chunk", "_decoded")
+
+    def __init__(self, reader: ArrayReader, path: str) -> None:
+        self.reader, self.path = reader, path
+        self.size, self.chunk = int(reader.shape[0]), max(1, int(reader.chunks[0]))
+        self._decoded: dict[int, npt.NDArray[np.uint8]] = {}
+
+    def read(self, lo: int, hi: int) -> npt.NDArray[np.uint8]:
+        """Bytes [lo, hi) of the table."""
+        out = np.empty(max(0, hi - lo), dtype=np.uint8)
+        for k in range(lo // self.chunk, -(-hi // self.chunk)):
+            first = k * self.chunk
+            a, b = max(lo, first), min(hi, first + self.chunk)
+            out[a - lo:b - lo] = self._chunk(k)[a - first:b - first]
+        return out
+
+    def _chunk(self, k: int) -> npt.NDArray[np.uint8]:
+        from ..read import ChecksumError
+
+        data = self._decoded.pop(k, None)
+        if data is None:
+            if len(self._decoded) >= 2:
+                self._decoded.pop(next(iter(self._decoded)))
+            try:
+                data = self.reader.read((slice(k * self.chunk, min(self.size, (k + 1) * self.chunk)),))
+            except ChecksumError as exc:  # the table is derived data: the message says what, the caller what to do
+                raise ValueError(f"{self.path}: {exc.detail}") from exc
+        self._decoded[k] = data  # the most recent last
+        return data
+
+
+class TableSlices:
+    """One column of a table read by `read_sliced`: its length, and a contiguous slice of it as an array (read
+    when asked for)."""
+
+    __slots__ = ("_packed", "_offset", "_length", "dtype")
+
+    def __init__(self, packed: _Chunks, offset: int, length: int, dtype: np.dtype[Any]) -> None:
+        self._packed, self._offset, self._length, self.dtype = packed, offset, length, dtype
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, at: slice, /) -> Array:
+        start, stop, step = at.indices(self._length)
+        if step != 1:
+            raise ValueError("a table column is read in contiguous slices")
+        size = self.dtype.itemsize
+        return self._packed.read(self._offset + start * size, self._offset + max(start, stop) * size).view(self.dtype)
 
 
 def remove_tables(folder: Location, *, keep: str) -> None:

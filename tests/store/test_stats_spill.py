@@ -1,5 +1,6 @@
 """The statistics spill: records spilled as they arrive write the table `write_records` writes, to the byte, and
-merge as that table does; tables are written a chunk at a time, whatever their columns are read from."""
+merge as that table does; tables are written a chunk at a time, whatever their columns are read from, and a
+statistics table's bins are read a slice at a time."""
 
 from __future__ import annotations
 
@@ -10,13 +11,22 @@ import numpy as np
 import pytest
 
 from labzarr.convert.write.arrays import write_index, write_statistics
-from labzarr.store import Folder, ItemStats, StoreIndex, open_store, read_statistics, table_stats
+from labzarr.store import (
+    Folder,
+    ItemStats,
+    StoreIndex,
+    dataset_stats,
+    open_store,
+    read_statistics,
+    read_statistics_table,
+    table_stats,
+)
 from labzarr.store.format import stats_spill
 from labzarr.store.format import table as table_module
 from labzarr.store.format.index import STATISTICS
 from labzarr.store.format.items import IndexItems
 from labzarr.store.format.stats_spill import StatsSpill, write_spilled
-from labzarr.store.format.table import Chunked, read_table, write_table
+from labzarr.store.format.table import Chunked, TableSlices, read_table, write_table
 from labzarr.store.read import open_transport
 
 from .test_aggregate_table import assert_identical, synthetic_items
@@ -101,3 +111,22 @@ def test_a_table_is_written_a_chunk_at_a_time_from_arrays_or_pieces(tmp_path: Pa
     for key, values in columns.items():
         assert np.array_equal(back[key], values)
     assert (back["small"].dtype, back["wide"].dtype, back["empty"].dtype) == (np.int8, np.int64, np.int64)
+
+
+def test_a_statistics_table_of_many_chunks_is_read_a_slice_at_a_time(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The histogram bins are `TableSlices` over the stored chunks (two kept decoded), never read whole: the
+    records and the merge equal those of the records written, across chunk boundaries."""
+    monkeypatch.setattr(table_module, "_CHUNK", 4096)
+    items, records = synthetic_items(300, seed=13)
+    store = tmp_path / "chunked.zarr"
+    write_statistics(Folder(store), records)
+    write_index(Folder(store), StoreIndex(delivery="c", spec_sha256="", manifest_sha256="", tool_version="t",
+                                          items=items))
+    table = read_statistics_table(store)
+    assert table is not None
+    hist = table.stats.histograms
+    assert hist is not None and isinstance(hist[1], TableSlices) and isinstance(hist[2], TableSlices)
+    assert len([p for p in (store / STATISTICS).rglob("*") if p.is_file() and "/c/" in str(p)]) > 20
+    assert read_statistics(store) == records
+    assert_identical(open_store(store).stats(), dataset_stats(items, records))
