@@ -89,9 +89,8 @@ def write_table(parent: Location, columns: Mapping[str, Column], *, rows: int,
                                dimension_names=None, attributes={TABLE: table}, config={"write_empty_chunks": True})
     if size:
         # Whole chunks, one at a time: each is encoded alone, so the files equal those of one write of the whole.
-        put = _chunk_writer(folder, array)
-        buffer = np.zeros(chunk, dtype=np.uint8)
-        filled = index = 0
+        buffer = np.empty(chunk, dtype=np.uint8)
+        filled = written = 0
         for piece in layout.bytes():
             view = np.frombuffer(piece, dtype=np.uint8)
             while view.size:
@@ -99,39 +98,13 @@ def write_table(parent: Location, columns: Mapping[str, Column], *, rows: int,
                 buffer[filled:filled + take] = view[:take]
                 filled, view = filled + take, view[take:]
                 if filled == chunk:
-                    put(index, buffer)
-                    index, filled = index + 1, 0
+                    array[written:written + chunk] = buffer
+                    written, filled = written + chunk, 0
         if filled:
-            buffer[filled:] = 0  # zarr stores an edge chunk whole, padded with the fill value
-            put(index, buffer)
+            array[written:written + filled] = buffer[:filled]
     # The record of stored files last: a table's node that has it is whole (`_whole`).
     nodes.update_attributes(folder, array, {STORED: StoredFiles.of_array(array, folder.sizes()).encode()})
     return name
-
-
-def _chunk_writer(folder: Location, array: Any) -> Callable[[int, npt.NDArray[np.uint8]], None]:
-    """Writes chunk `k` of a table's array (uint8, 1-D) from its bytes: each of its bytes-to-bytes codecs encoded as
-    zarr-python encodes them (`store.chunks.codecs.encoder`; the shard writer's, tested equal), into the chunk's
-    file. zarr-python would first copy the whole chunk (64 MiB); this holds the chunk and its encoded bytes."""
-    from ..chunks.codecs import encoder
-
-    codecs = array.metadata.to_dict()["codecs"]
-    steps = [encoder(c) for c in codecs[1:]]
-    first = codecs[0].get("name") if isinstance(codecs[0], Mapping) else None
-    if first != "bytes" or any(step is None for step in steps):  # a chain not encoded here: zarr writes it
-        def through_zarr(k: int, data: npt.NDArray[np.uint8]) -> None:
-            n = len(data)
-            array[k * n:min((k + 1) * n, array.shape[0])] = data[:min(n, array.shape[0] - k * n)]
-        return through_zarr
-
-    def put(k: int, data: npt.NDArray[np.uint8]) -> None:
-        blob: Any = data
-        for step in steps:
-            assert step is not None
-            blob = step(blob)
-        with (folder / array.metadata.encode_chunk_key((k,))).write_stream() as write:
-            write(bytes(blob))
-    return put
 
 
 class _Layout:
