@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 
 from labzarr.convert.write.arrays import write_index, write_statistics
 from labzarr.store import (
@@ -21,7 +22,8 @@ from labzarr.store import (
     read_statistics_table,
     table_stats,
 )
-from labzarr.store.format import stats_spill
+from labzarr.store.chunks.codecs import zarr_codecs
+from labzarr.store.format import nodes, stats_spill
 from labzarr.store.format import table as table_module
 from labzarr.store.format.index import STATISTICS
 from labzarr.store.format.items import IndexItems
@@ -105,7 +107,15 @@ def test_a_table_is_written_a_chunk_at_a_time_from_arrays_or_pieces(tmp_path: Pa
     pieces = Folder(tmp_path / "pieces")
     assert write_table(pieces, {k: _pieces(v, 100) for k, v in columns.items()}, rows=7, attrs={"what": "test"}) == name
     assert _files(tmp_path / "pieces") == _files(tmp_path / "whole")
-    assert len([f for f in _files(tmp_path / "whole") if "/c/" in f]) > 10  # many chunk files
+    chunks = {f: b for f, b in _files(tmp_path / "whole").items() if "/c/" in f}
+    assert len(chunks) > 10  # many chunk files, the last an edge chunk
+    # each chunk file as zarr-python writes the same bytes in one call
+    packed = zarr.open_array(str(tmp_path / "whole" / name), mode="r")[:]
+    ref = nodes.create_array(Folder(tmp_path / "zarr" / name), shape=packed.shape, dtype=np.dtype(np.uint8),
+                             chunks=(1000,), shards=None, codecs=zarr_codecs("zstd", level=3, checksum=True),
+                             dimension_names=None, attributes={}, config={"write_empty_chunks": True})
+    ref[:] = packed
+    assert {f: b for f, b in _files(tmp_path / "zarr").items() if "/c/" in f} == chunks
     attrs, back = read_table(open_transport(str(tmp_path / "whole"), None), name)
     assert attrs["what"] == "test" and attrs["rows"] == 7
     for key, values in columns.items():
