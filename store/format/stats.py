@@ -211,6 +211,9 @@ def exact_sum(terms: Sequence[float], divisor: int = 1) -> float:
         return math.nan
 
 
+_NO_BINS = Histogram()  # one object for every histogram-less record (`ItemStats.moments`): it is immutable
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelStats:
     """Statistics of one channel's voxels (of one item, or merged over many): moments of the finite values,
@@ -345,5 +348,5 @@ class ItemStats:
         """The same without histograms: what the store's index keeps of every item (its full record, histograms
         and all, is in the item's array attributes and the store's `statistics` group)."""
         def bare(cs: tuple[ChannelStats, ...]) -> tuple[ChannelStats, ...]:
-            return tuple(replace(c, histogram=Histogram()) for c in cs)
+            return tuple(replace(c, histogram=_NO_BINS) for c in cs)
         return ItemStats(channels=bare(self.channels), classes={k: bare(v) for k, v in self.classes.items()})
