@@ -96,7 +96,8 @@ class Row:
     # A DICOM item's acquisition metadata (readers/_dicom_meta.py), sorted (name, value) pairs; the columns
     # `meta.<name>` that `[manifest] metadata` names.
     metadata: tuple[tuple[str, Any], ...] = ()
-    # An ok item's intensity statistics (convert/intensity.py; of the image role for a sample); not a column.
+    # An ok item's intensity statistics (convert/intensity.py; of the image role for a sample); not a column. In a
+    # run's result, their moments only: the full records (histograms) are in the store's statistics table.
     stats: ItemStats | None = None
     # An ok volume's `[labels] annotations`, placed on its canonical grid (convert/annotations.py); not a column.
     annotations: tuple[Annotation, ...] = ()

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,7 +27,10 @@ from typing import Any, TypeVar
 from distributed import Client, as_completed
 
 from labzarr.readers import LabelSheet, Reason, readers_with
-from labzarr.store import Location, StoreIndex, open_store
+from labzarr.store import Location, StoreIndex, table_stats
+from labzarr.store.format.index import item_key
+from labzarr.store.format.items import IndexColumns, IndexItems
+from labzarr.store.format.stats_spill import StatsSpill, write_spilled
 
 from ..discover import Candidate, discover, walk
 from ..errors import UsageError
@@ -54,19 +58,17 @@ from ..survey import readable
 from ..write.annotations import annotate_rows
 from ..write.arrays import (
     compact_metadata,
-    index_items,
-    item_statistics,
+    index_entries,
     open_root,
     remove_array,
     remove_stale,
     set_array_labels,
     write_index,
-    write_statistics,
 )
 from ..write.lock import LockInfo, store_lock
 from ..write.outcomes import read_outcomes, write_outcomes
 from ..write.stacks import install_stack, records_in_use, stage_stacks
-from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, sweep
+from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, spill_dir, sweep
 from .batches import batch_volumes
 from .cluster import MESSAGE_LOG, client_of, default_workers, local_cluster, local_cluster_config
 from .part_task import stage_parts
@@ -235,7 +237,6 @@ def _create_folder(store: Location) -> None:
 def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *, progress: Progress | None,
              started: float | None, labels: LabelSheet | None, repair: Mapping[str, Damage]) -> RunResult:
     t_start = time.perf_counter()
-    t0 = started if started is not None else t_start  # spec parsing and cluster start-up count as `start_s`
     if spec.labels is not None and labels is None:
         labels = load_labels(spec)
     store = spec.delivery.store
@@ -244,6 +245,18 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *,
         log.warning("%s: an earlier run was interrupted; removed %d unfinished array(s) and %d partial file(s)",
                     store, left.staged, left.partial)
     ensure_state(store)
+    # Every ok item's full statistics record waits on disk, not in the driver, until the table is written: beside
+    # a folder store, in the temporary folder for a URL store.
+    with StatsSpill(_spill_folder(store)) as spill:
+        return _convert(spec, client, lock, warned, spill, progress=progress, started=started, labels=labels,
+                        repair=repair, t_start=t_start)
+
+
+def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, *,
+             progress: Progress | None, started: float | None, labels: LabelSheet | None,
+             repair: Mapping[str, Damage], t_start: float) -> RunResult:
+    t0 = started if started is not None else t_start  # spec parsing and cluster start-up count as `start_s`
+    store = spec.delivery.store
     candidates = discover(walk(spec.delivery.raw), spec.items)
     t_discover = time.perf_counter()
     probes = _probe(client, candidates, spec, progress)
@@ -274,10 +287,11 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *,
                     targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
                     samples=the_plan.samples, parts=in_parts)
         converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout,
-                              window=spec.run.window, progress=progress)
+                              window=spec.run.window, progress=progress, keep=partial(_spilled, spill))
     t_convert = time.perf_counter()
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
-    decoded = _drop_duplicates([*converted, *the_plan.unchanged], store, splits=spec.splits)
+    unchanged = [_spilled(spill, r) for r in the_plan.unchanged]
+    decoded = _drop_duplicates([*converted, *unchanged], store, splits=spec.splits)
     rows = sort_rows([*decoded, *the_plan.rows])
     label_names: tuple[str, ...] = ()
     label_summary: dict[str, Any] = {}
@@ -308,15 +322,14 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *,
                               split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
                               spec.manifest.metadata, index=index)
     manifest_sha = hashlib.sha256(manifest).hexdigest()
-    items = index_items(rows)
-    records = item_statistics(items, rows)
-    write_statistics(store, records)
+    items, keys = _index(rows)
+    write_spilled(store, spill, keys)
     write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
                                   tool_version=tool_version(), items=items))
     t_end = time.perf_counter()
     summary = (_summary(spec, rows, manifest_sha, files_bytes) | label_summary | _class_summary(spec, rows)
                | _dicom_mask_summary(rows) | splits
-               | _statistics(store) | {"next_index": next_index})
+               | _statistics(items, spill) | {"next_index": next_index})
     # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
     run_log = {
         "delivery": spec.delivery.name,
@@ -456,10 +469,40 @@ def _write_array_labels(client: Client, store: Location, rows: Sequence[Row], *,
     client.gather(client.map(set_array_labels, [store] * len(batches), batches, pure=False))
 
 
-def _statistics(store: Location) -> dict[str, Any]:
-    """`statistics`: the delivery's fingerprint, merged from the index and statistics tables just written (from
-    their columns, `labzarr.store.table_stats`: what `inspect --stats`, the report and `ds.stats()` give)."""
-    return {"statistics": open_store(store).stats().summary()}
+def _spill_folder(store: Location) -> Path | None:
+    if store.remote:
+        return None
+    folder = spill_dir(store).local_path()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _index(rows: Sequence[Row]) -> tuple[IndexItems, list[str]]:
+    """The store index's columns of the ok `rows` (written as they are, and merged for summary.json), built an
+    item at a time; and the keys of the items with statistics, whose records go in the statistics table."""
+    columns = IndexColumns()
+    keys: list[str] = []
+    for item in index_entries(rows):
+        columns.add(item)
+        if item.stats is not None:
+            keys.append(item.key)
+    return IndexItems.read(*columns.columns()), keys
+
+
+def _statistics(items: IndexItems, spill: StatsSpill) -> dict[str, Any]:
+    """`statistics`: the delivery's fingerprint, merged from the index's columns and the spilled records the
+    statistics table was written from (`labzarr.store.table_stats`: what `inspect --stats`, the report and
+    `ds.stats()` give from the tables), without reading either table back."""
+    return {"statistics": table_stats(items, spill.record_table()).summary()}
+
+
+def _spilled(spill: StatsSpill, row: Row) -> Row:
+    """`row` as the driver keeps it: an ok item's full statistics record goes to `spill` (by its `IndexItem.key`),
+    and the row keeps only their moments (what the index holds)."""
+    if row.stats is None or row.status != "ok":
+        return row
+    spill.add(item_key(row.array, row.slot), row.stats)
+    return replace(row, stats=row.stats.moments())
 
 
 def _role_names(spec: Spec, rows: Sequence[Row]) -> list[str]:

@@ -113,19 +113,20 @@ _TASKS: dict[type, Callable[..., Any]] = {VolumeTask: convert_item, VolumeBatch:
 
 
 def run_tasks(client: Client, jobs: Jobs, settings: TaskSettings, *, item_timeout: float, window: int = 0,
-              progress: Progress | None = None) -> list[Row]:
+              progress: Progress | None = None, keep: Callable[[Row], Row] | None = None) -> list[Row]:
     """Run every job on `client` (a volume's parts staged by `part_task.stage_parts`); one row per item.
 
     At most `window` jobs are in flight at once (0: `window.window_size`'s default), the next submitted in plan
-    order as earlier ones finish; retries of failed shards and batches come on top of it."""
-    return _Run(client, settings, item_timeout, jobs, progress, window_size(client, window)).run()
+    order as earlier ones finish; retries of failed shards and batches come on top of it. `keep`: what the
+    driver keeps of each row as it arrives (default: all of it), e.g. the row without what went to disk."""
+    return _Run(client, settings, item_timeout, jobs, progress, window_size(client, window), keep).run()
 
 
 class _Run:
     """The driver's side of one conversion: futures in flight, chains of single images, rows so far."""
 
     def __init__(self, client: Client, settings: TaskSettings, item_timeout: float, jobs: Jobs,
-                 progress: Progress | None, window: int) -> None:
+                 progress: Progress | None, window: int, keep: Callable[[Row], Row] | None = None) -> None:
         # A token of this run's own: its slab events cannot mix with another run's on a shared cluster.
         settings = replace(settings, slab_events=uuid.uuid4().hex) if progress is not None else settings
         self.client, self.settings, self.item_timeout = client, settings, item_timeout
@@ -144,6 +145,7 @@ class _Run:
         self.part_outcomes: dict[str, dict[int, PartResult | Row]] = {}
         self.window = window
         self.shared: dict[object, object] = {}  # values many rows repeat (kind, array, shape ...), held once
+        self.keep = keep
         self.feeder: Feeder[Job | VolumeBatch] = Feeder((), self._submit, window)
 
     def run(self) -> list[Row]:
@@ -221,7 +223,7 @@ class _Run:
 
     def _emit(self, rows: Sequence[Row]) -> None:
         for row in rows:
-            self.rows.append(row)
+            self.rows.append(row if self.keep is None else self.keep(row))
             self.bytes.finished(row.source)
             if self.progress:
                 self.progress(ProgressEvent("convert", len(self.rows), self.total, self.bytes.shown, self.bytes.total,

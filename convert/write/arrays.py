@@ -49,7 +49,7 @@ from .state import STATE, staging_dir, trash_dir
 
 __all__ = ["STACK_AXES", "Staged", "StoreWriteError", "Superseded", "array_nodes", "begin_array",
            "carry_shard", "codecs", "compact_metadata", "create_stack", "discard", "fill_missing_shards",
-           "index_items", "install", "item_statistics", "open_root", "publish", "remove_array",
+           "index_entries", "index_items", "install", "item_statistics", "open_root", "publish", "remove_array",
            "remove_stale", "sealed_record", "set_array_labels", "staging_folder", "write_index", "write_slots",
            "write_statistics"]
 
@@ -285,7 +285,12 @@ def set_array_labels(store: Location, items: Sequence[tuple[str, Mapping[str, st
 
 def index_items(rows: Sequence[Row]) -> tuple[IndexItem, ...]:
     """The ok rows, in manifest order, as the store index's items (a sample with its roles, classes, locations)."""
-    return tuple(
+    return tuple(index_entries(rows))
+
+
+def index_entries(rows: Iterable[Row]) -> Iterator[IndexItem]:
+    """`index_items`, one item at a time (for `IndexColumns`: the items are never all held)."""
+    return (
         IndexItem(item_id=r.item_id, array=r.array, slot=r.slot, kind=r.kind, source=r.source, shape=tuple(r.shape),
                   dtype=r.dtype, spacing=tuple(r.spacing), labels=dict(r.labels),
                   roles={x.role: x.array for x in r.roles},

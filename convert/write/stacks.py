@@ -23,11 +23,10 @@ from labzarr.store.format.nodes import read_node_at
 
 from ..manifest import Row
 from ..plan.build import Plan
-from ..plan.records import SHARD_RECORDS
+from ..plan.records import SHARD_RECORDS, parse_shard_digests
 from ..plan.stacks import STACKS, Stack
 from ..spec import Spec
 from .arrays import carry_shard, create_stack, fill_missing_shards, install, open_stack, staging_folder
-from .outcomes import read_shard_record
 from .state import records_dir
 
 __all__ = ["StagedStack", "install_stack", "records_in_use", "stage_stacks"]
@@ -77,8 +76,8 @@ def install_stack(store: Location, staged: StagedStack, decoded: Sequence[Row], 
     empty = fill_missing_shards(staged.folder, array)
     digests: dict[tuple[int, ...], bytes] = {}
     for path in sorted_glob(staged.records, SHARD_RECORDS):
-        rec = read_shard_record(path)
-        for slot, digest in zip(range(rec.first, rec.stop), rec.digests):
+        first, stop, recorded = parse_shard_digests(path.name, path.read_bytes())
+        for slot, digest in zip(range(first, stop), recorded):
             digests[(slot, 0, 0, 0)] = bytes.fromhex(digest)
     zero = chunk_digest(np.zeros(array.chunks, dtype=array.dtype))
     for slot in range(array.shape[0]):  # slots no task recorded (its worker died): zeros

@@ -20,7 +20,7 @@ from labzarr.store.format.nodes import ZARR_JSON
 AnyStore = TypeVar("AnyStore", bound=Location)
 
 __all__ = ["STATE", "Swept", "crash_dir", "ensure_state", "lock_path", "outcomes_path", "prune_records",
-           "records_dir", "run_log_path", "staging_dir", "sweep", "trash_dir"]
+           "records_dir", "run_log_path", "spill_dir", "staging_dir", "sweep", "trash_dir"]
 
 _PURPOSE = "labzarr run bookkeeping (lock, staged arrays, crash reports, outcomes); not data"
 
@@ -49,6 +49,12 @@ def trash_dir(store: AnyStore) -> AnyStore:
 def crash_dir(store: AnyStore) -> AnyStore:
     """Per-item fault reports written by workers (faulthandler), read when a worker dies or hangs."""
     return _state(store, "crash")
+
+
+def spill_dir(store: AnyStore) -> AnyStore:
+    """Where a run's driver spills what it would otherwise hold per item (`labzarr.store.format.stats_spill`):
+    beside the store, on its disk, rather than in a temporary folder that may be memory."""
+    return _state(store, "spill")
 
 
 def records_dir(store: AnyStore) -> AnyStore:
@@ -99,7 +105,7 @@ class Swept:
 
 
 def sweep(store: Location) -> Swept:
-    """Remove what a killed run left: staged and trashed arrays, zarr `*.partial` files, crash reports.
+    """Remove what a killed run left: staged and trashed arrays, its spill, zarr `*.partial` files, crash reports.
 
     Call only while holding the store's lock. A URL store has only staged stacks to sweep (found by
     listing): an object is written whole or not at all, and its crash reports stay on the driver.
@@ -110,6 +116,9 @@ def sweep(store: Location) -> Swept:
             for leftover in folder.iterdir():
                 leftover.remove_tree()
                 staged += 1
+    if spill_dir(store).is_dir():  # a killed run's spill: no array, nothing to count
+        for leftover in spill_dir(store).iterdir():
+            leftover.remove_tree()
     partial = 0
     for path in store.partial_files():
         path.unlink(missing_ok=True)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COMPLETE", "CONTENT_SHA256", "FORMAT_VERSION", "INDEX", "INDEX_KEY", "STATE", "STATISTICS", "STATS",
            "ClassInfo", "FormatError", "IndexItem", "StoreIndex", "VolumeAttrs", "class_names", "decode_stats",
-           "encode_stats", "stack_slots"]
+           "encode_stats", "item_key", "stack_slots"]
 
 # 2: every volume an OME-Zarr image group, its array at level `0` (store/ngff.py). 3: every array records which
 # storage files it wrote (`written.STORED`), so a lost file is an error, not fill values. A store of version 2
@@ -52,6 +52,11 @@ STATISTICS = "statistics"
 
 class FormatError(ValueError):
     """A store whose index or attributes do not follow this format (another version, or damaged)."""
+
+
+def item_key(array: str, slot: int | None) -> str:
+    """`IndexItem.key` of the item at `array` (and `slot`, for an image of a stack)."""
+    return array if slot is None else f"{array}/{slot}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +109,7 @@ class IndexItem:
     @property
     def key(self) -> str:
         """The item's unique name in the store: its array path, with its slot for an image of a stack."""
-        return self.array if self.slot is None else f"{self.array}/{self.slot}"
+        return item_key(self.array, self.slot)
 
     @property
     def split_group(self) -> str:

@@ -18,6 +18,7 @@ as int64; absent from tables written before it was recorded, where `IndexItems.d
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
@@ -27,9 +28,9 @@ import numpy.typing as npt
 from .annotations import decode_annotations, encode_annotations
 from .index import ClassInfo, IndexItem
 from .stats_table import StatsColumns, StatsTable
-from .table import Ragged, Strings, encode_ragged, encode_strings
+from .table import Ragged, Strings
 
-__all__ = ["TEXT", "IndexItems", "index_columns"]
+__all__ = ["TEXT", "IndexColumns", "IndexItems", "index_columns"]
 
 TEXT = ("item_id", "array", "kind", "source", "dtype", "locations", "split", "group", "orientation")
 _CLASS_FIELDS = ("value", "voxels", "start", "stop")
@@ -40,36 +41,107 @@ Rows = npt.NDArray[np.int64]
 
 
 def index_columns(items: Iterable[IndexItem]) -> tuple[dict[str, Any], dict[str, Array]]:
-    """(table attrs, columns) of `items`, in order: what `IndexItems` reads back."""
-    items = items if isinstance(items, Sequence) else list(items)
-    labels = list(dict.fromkeys(k for i in items for k in i.labels))
-    roles = list(dict.fromkeys(k for i in items for k in i.roles))
-    out: dict[str, Array] = {}
-    for name in TEXT:
-        out |= encode_strings(name, (getattr(i, name) for i in items))
-    out |= encode_strings("metadata", (_metadata_text(i.metadata) for i in items))
-    out |= encode_strings("annotations", (json.dumps(encode_annotations(i.annotations)) if i.annotations else ""
-                                          for i in items))
-    for n, name in enumerate(labels):
-        out |= encode_strings(f"label.{n}", (i.labels.get(name) for i in items))
-    for n, name in enumerate(roles):
-        out |= encode_strings(f"role.{n}", (i.roles.get(name) for i in items))
-    out["slot"] = np.fromiter((-1 if i.slot is None else i.slot for i in items), dtype=np.int64, count=len(items))
-    out["fold"] = np.fromiter((-1 if i.fold is None else i.fold for i in items), dtype=np.int64, count=len(items))
-    out |= encode_ragged("shape", (i.shape for i in items), np.int64)
-    out |= encode_ragged("spacing", (i.spacing for i in items), np.float64)
-    classes = encode_ragged("classes", ([(v, c.voxels, c.start, c.stop) for v, c in sorted(i.classes.items())]
-                                        for i in items), np.int64)
-    flat = classes.pop("classes.values").reshape(-1, len(_CLASS_FIELDS))
-    out |= classes | {f"classes.{f}": np.ascontiguousarray(flat[:, k]) for k, f in enumerate(_CLASS_FIELDS)}
-    stats = StatsColumns("stats", histograms=False)
-    for i in items:
-        stats.add(i.stats)
-    out |= stats.columns()
-    # each entry's digest (`IndexItem.digest`, its first 64 bits), recorded once: a checkpoint compares them
-    out["digest"] = np.fromiter((int(i.digest()[:16], 16) for i in items), dtype=np.uint64,
-                                count=len(items)).view(np.int64)
-    return {"labels": labels, "roles": roles}, out
+    """(table attrs, columns) of `items`, in order: what `IndexItems` reads back (for a whole table's view, the
+    columns it was read from)."""
+    if isinstance(items, IndexItems) and items.whole and items._c.digest is not None:
+        return items._c.attrs, items._c.columns
+    columns = IndexColumns()
+    for item in items:
+        columns.add(item)
+    return columns.columns()
+
+
+class _Text:
+    """One text column being built (`encode_strings`' codes and distinct values), starting with `none` Nones."""
+
+    __slots__ = ("codes", "distinct")
+
+    def __init__(self, none: int = 0) -> None:
+        self.codes = array("q", [-1]) * none
+        self.distinct: dict[str, int] = {}
+
+    def add(self, value: str | None) -> None:
+        self.codes.append(-1 if value is None else self.distinct.setdefault(value, len(self.distinct)))
+
+    def columns(self, prefix: str) -> dict[str, Array]:
+        blobs = [v.encode() for v in self.distinct]
+        ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
+        return {f"{prefix}.codes": np.array(self.codes, dtype=np.int64),
+                f"{prefix}.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8), f"{prefix}.ends": ends}
+
+
+class _List:
+    """One list-per-row column being built (`encode_ragged`)."""
+
+    __slots__ = ("ends", "values", "dtype")
+
+    def __init__(self, kind: str, dtype: type[np.generic]) -> None:
+        self.ends, self.values, self.dtype = array("q"), array(kind), dtype
+
+    def add(self, values: Iterable[Any]) -> None:
+        self.values.extend(values)
+        self.ends.append(len(self.values))
+
+    def columns(self, prefix: str) -> dict[str, Array]:
+        return {f"{prefix}.ends": np.array(self.ends, dtype=np.int64),
+                f"{prefix}.values": np.array(self.values, dtype=self.dtype)}
+
+
+class IndexColumns:
+    """The index table's columns, built one item at a time (`add`), in order: `index_columns` of the items
+    added, to the bit, with a few machine numbers per item held instead of the items."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.text = {name: _Text() for name in (*TEXT, "metadata", "annotations")}
+        self.labels: dict[str, _Text] = {}
+        self.roles: dict[str, _Text] = {}
+        self.slot, self.fold, self.digest = array("q"), array("q"), array("Q")
+        self.shape, self.spacing = _List("q", np.int64), _List("d", np.float64)
+        self.classes = [_List("q", np.int64) for _ in _CLASS_FIELDS]
+        self.stats = StatsColumns("stats", histograms=False)
+
+    def add(self, item: IndexItem) -> None:
+        """The next item."""
+        for name in TEXT:
+            self.text[name].add(getattr(item, name))
+        self.text["metadata"].add(_metadata_text(item.metadata))
+        self.text["annotations"].add(json.dumps(encode_annotations(item.annotations)) if item.annotations else "")
+        for named, values in ((self.labels, item.labels), (self.roles, item.roles)):
+            for name in values:
+                if name not in named:
+                    named[name] = _Text(self.rows)
+            for name, column in named.items():
+                column.add(values.get(name))
+        self.slot.append(-1 if item.slot is None else item.slot)
+        self.fold.append(-1 if item.fold is None else item.fold)
+        self.shape.add(item.shape)
+        self.spacing.add(item.spacing)
+        ordered = sorted(item.classes.items())
+        for k, field in enumerate(self.classes):
+            field.add([(v, c.voxels, c.start, c.stop)[k] for v, c in ordered])
+        self.stats.add(item.stats)
+        # each entry's digest (`IndexItem.digest`, its first 64 bits), recorded once: a checkpoint compares them
+        self.digest.append(int(item.digest()[:16], 16))
+        self.rows += 1
+
+    def columns(self) -> tuple[dict[str, Any], dict[str, Array]]:
+        """(table attrs, columns) of the items added."""
+        out: dict[str, Array] = {}
+        for name, text in self.text.items():
+            out |= text.columns(name)
+        for kind, named in (("label", self.labels), ("role", self.roles)):
+            for n, column in enumerate(named.values()):
+                out |= column.columns(f"{kind}.{n}")
+        out["slot"] = np.array(self.slot, dtype=np.int64)
+        out["fold"] = np.array(self.fold, dtype=np.int64)
+        out |= self.shape.columns("shape") | self.spacing.columns("spacing")
+        out["classes.ends"] = np.array(self.classes[0].ends, dtype=np.int64)
+        for f, values in zip(_CLASS_FIELDS, self.classes):
+            out[f"classes.{f}"] = np.array(values.values, dtype=np.int64)
+        out |= self.stats.columns()
+        out["digest"] = np.array(self.digest, dtype=np.uint64).view(np.int64)
+        return {"labels": list(self.labels), "roles": list(self.roles)}, out
 
 
 def _metadata_text(metadata: Mapping[str, Any]) -> str:
@@ -87,6 +159,7 @@ class _Columns:
 
     def __init__(self, attrs: Mapping[str, Any], columns: Mapping[str, Array], name: str | None = None) -> None:
         self.name = name  # the table's name in the store: a digest of its content (`table.write_table`)
+        self.attrs, self.columns = dict(attrs), dict(columns)  # as given: what `index_columns` of the whole gives
         self.digest: Rows | None = columns.get("digest")  # absent from tables written before it was recorded
         self.label_names = [str(n) for n in attrs.get("labels", [])]
         self.role_names = [str(n) for n in attrs.get("roles", [])]
@@ -255,12 +328,16 @@ class IndexItems(Sequence[IndexItem]):
         return out
 
     @property
+    def whole(self) -> bool:
+        """Whether the view is of every item of its table, in order."""
+        c = self._c
+        return len(self._rows) == c.rows and bool(np.array_equal(self._rows, np.arange(c.rows)))
+
+    @property
     def table_digest(self) -> str | None:
         """The name of the store's table these items are all of, in order: a digest of the whole index's content;
         None for a view of some of them, or items not read from a store."""
-        c = self._c
-        whole = len(self._rows) == c.rows and bool(np.array_equal(self._rows, np.arange(c.rows)))
-        return c.name if whole else None
+        return self._c.name if self.whole else None
 
     def digests(self) -> list[str]:
         """Each item's `IndexItem.digest()[:16]`: read from the table where its writer recorded them, else computed

@@ -15,8 +15,9 @@ the values its bin can hold (`ChannelStats.percentiles`).
 Moments are the count, mean and M2 (the sum of squared deviations from the
 mean) of the finite values. `ChannelStats.merge` combines any number of them at
 once with the parallel formula of Chan et al., each sum taken with `math.fsum`
-(exactly rounded), so the merged moments do not depend on the order of the
-parts: an incremental rerun and a full recompute agree to the last bit.
+(exactly rounded; `exact_sum`, which also sums past the largest float), so the merged
+moments do not depend on the order of the parts: an incremental rerun and a full
+recompute agree to the last bit.
 
 Only numpy: the store layer's encoding of these records is `format.py`.
 """
@@ -31,8 +32,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BINS", "ChannelStats", "Histogram", "ItemStats", "bin_edges", "codes_to_ordinals", "merge_channels",
-           "ordinals"]
+__all__ = ["BINS", "ChannelStats", "Histogram", "ItemStats", "bin_edges", "codes_to_ordinals", "exact_sum",
+           "merge_channels", "ordinals"]
 
 BINS = 1 << 16  # bfloat16 codes: every bin a value can fall in
 NONFINITE = 0x7F80  # a code's exponent bits all set: NaN or infinity (with either sign)
@@ -194,6 +195,25 @@ class Histogram:
         return cls(keep + _LOWEST, dense[keep])
 
 
+def exact_sum(terms: Sequence[float], divisor: int = 1) -> float:
+    """`math.fsum(terms) / divisor`: the exactly rounded sum, then one division.
+
+    Also where finite terms sum past the largest float, where `math.fsum` raises OverflowError: the sum is then
+    taken of the terms scaled down by a power of two (exact) and scaled back after the division, so the result is
+    finite wherever the quotient is, and +-inf where it is not, as float arithmetic overflows. +inf and -inf
+    together give nan, as their float sum does (`math.fsum` raises ValueError)."""
+    try:
+        return math.fsum(terms) / divisor
+    except OverflowError:
+        scale = 2.0 ** len(terms).bit_length()  # the partial sums of the scaled terms stay below the largest float
+        return math.fsum(t / scale for t in terms) / divisor * scale
+    except ValueError:
+        return math.nan
+
+
+_NO_BINS = Histogram()  # one object for every histogram-less record (`ItemStats.moments`): it is immutable
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelStats:
     """Statistics of one channel's voxels (of one item, or merged over many): moments of the finite values,
@@ -295,9 +315,9 @@ class ChannelStats:
             p = full[0]
             return cls(count=p.count, mean=p.mean, m2=p.m2, min=p.min, max=p.max, histogram=p.histogram, nan=nan,
                        inf=inf, integral=integral)
-        mean = math.fsum(p.count * p.mean for p in full) / n
+        mean = exact_sum([p.count * p.mean for p in full], n)
         # `*`, not `**`: a float64 beyond 1e154 then squares to inf instead of raising OverflowError
-        m2 = math.fsum(p.m2 for p in full) + math.fsum(p.count * (p.mean - mean) * (p.mean - mean) for p in full)
+        m2 = exact_sum([p.m2 for p in full]) + exact_sum([p.count * (p.mean - mean) * (p.mean - mean) for p in full])
         return cls(count=n, mean=mean, m2=m2, min=min(p.min for p in full), max=max(p.max for p in full),
                    histogram=Histogram.merge(p.histogram for p in full), nan=nan, inf=inf, integral=integral)
 
@@ -328,5 +348,5 @@ class ItemStats:
         """The same without histograms: what the store's index keeps of every item (its full record, histograms
         and all, is in the item's array attributes and the store's `statistics` group)."""
         def bare(cs: tuple[ChannelStats, ...]) -> tuple[ChannelStats, ...]:
-            return tuple(replace(c, histogram=Histogram()) for c in cs)
+            return tuple(replace(c, histogram=_NO_BINS) for c in cs)
         return ItemStats(channels=bare(self.channels), classes={k: bare(v) for k, v in self.classes.items()})

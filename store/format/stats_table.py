@@ -11,25 +11,35 @@ measured. With histograms, `hist.ends` ends each row's bins in `hist.ordinals` (
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from .index import STATISTICS, STATS
 from .stats import ChannelStats, Histogram, ItemStats
-from .table import Strings, encode_strings
+from .table import Column, Strings, encode_strings
 
 if TYPE_CHECKING:
     from ..location import Location, Transport
 
-__all__ = ["RecordTable", "StatsColumns", "StatsTable", "read_record_table", "read_records", "write_records"]
+__all__ = ["Bins", "RecordTable", "StatsColumns", "StatsTable", "read_record_table", "read_records", "write_columns",
+           "write_records"]
 
 _FLOATS = ("mean", "m2", "min", "max")
 _INTS = ("count", "nan", "inf", "cls")
 _BYTES = ("kind", "integral")
 _EMPTY = Histogram()
 _BATCH = 8192  # items converted to records at a time
+
+
+class Bins(Protocol):
+    """A histogram column as `StatsTable` reads it: its length, and a contiguous slice of it as an array (a numpy
+    column, or one read from a file a slice at a time)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, at: slice, /) -> npt.NDArray[Any]: ...
 
 
 class StatsColumns:
@@ -96,7 +106,8 @@ class StatsTable:
         self.rows: npt.NDArray[np.int64] = columns[f"{p}.rows"]
         self._v = {name: columns[f"{p}.{name}"] for name in (*_FLOATS, *_INTS, *_BYTES)}
         ends = columns.get(f"{p}.hist.ends")
-        self._hist = None if ends is None else (ends, columns[f"{p}.hist.ordinals"], columns[f"{p}.hist.counts"])
+        self._hist: tuple[npt.NDArray[np.int64], Bins, Bins] | None = (
+            None if ends is None else (ends, columns[f"{p}.hist.ordinals"], columns[f"{p}.hist.counts"]))
         n = len(self._v["count"])
         if len(self.has) != len(self.rows) or (len(self.rows) and int(self.rows[-1]) != n) or any(
                 len(c) != n for c in self._v.values()) or (self._hist is not None and len(self._hist[0]) != n):
@@ -111,7 +122,7 @@ class StatsTable:
         return self._v[name]
 
     @property
-    def histograms(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int16], npt.NDArray[Any]] | None:
+    def histograms(self) -> tuple[npt.NDArray[np.int64], Bins, Bins] | None:
         """(end of each channel row's bins, every bin's ordinal, its count), or None for moments alone."""
         return self._hist
 
@@ -169,18 +180,24 @@ class StatsTable:
 def write_records(store: Location, records: Mapping[str, ItemStats] | Iterable[tuple[str, ItemStats]]) -> None:
     """Write every item's full statistics record (by `IndexItem.key`; a mapping is written in key order) as a new
     table under the group `STATISTICS`, then point the group's `STATS` attr at it, then remove earlier tables."""
-    from . import nodes
-    from .table import remove_tables, write_table
-
     pairs = sorted(records.items()) if isinstance(records, Mapping) else records
     keys: list[str] = []
     columns = StatsColumns("stats", histograms=True)
     for key, stats in pairs:
         keys.append(key)
         columns.add(stats)
+    write_columns(store, {**encode_strings("key", keys), **columns.columns()}, len(keys))
+
+
+def write_columns(store: Location, columns: Mapping[str, Column], records: int) -> None:
+    """Write the statistics table of `records` records from its `columns` (`write_records`'), then point the
+    group's `STATS` attr at it, then remove earlier tables."""
+    from . import nodes
+    from .table import remove_tables, write_table
+
     folder = store / STATISTICS
-    name = write_table(folder, encode_strings("key", keys) | columns.columns(), rows=len(keys))
-    nodes.create_group(folder, {STATS: {"table": name, "items": len(keys)}}, atomic=True)
+    name = write_table(folder, columns, rows=records)
+    nodes.create_group(folder, {STATS: {"table": name, "items": records}}, atomic=True)
     remove_tables(folder, keep=name)
 
 
@@ -255,16 +272,17 @@ def _fixed_width(column: Strings) -> npt.NDArray[np.bytes_]:
 
 
 def read_record_table(transport: Transport) -> RecordTable:
-    """The store's statistics table as `write_records` wrote it; FileNotFoundError where the store has none
-    (converted without statistics), ValueError/KeyError/TypeError on a damaged table."""
+    """The store's statistics table as `write_records` wrote it, its histogram bins read a slice at a time as they
+    are used (`table.read_sliced`); FileNotFoundError where the store has none (converted without statistics),
+    ValueError/KeyError/TypeError on a damaged table."""
     from .nodes import read_node
-    from .table import read_table
+    from .table import read_sliced
 
     pointer = read_node(transport, STATISTICS).get("attributes", {}).get(STATS, {})
     table = pointer.get("table") if isinstance(pointer, Mapping) else None
     if not isinstance(table, str) or "/" in table:
         raise ValueError(f"attr {STATS!r} names no statistics table ({table!r})")
-    _, columns = read_table(transport, f"{STATISTICS}/{table}")
+    _, columns = read_sliced(transport, f"{STATISTICS}/{table}", ("stats.hist.ordinals", "stats.hist.counts"))
     return RecordTable(Strings(columns, "key"), StatsTable(columns, "stats"))
 
 

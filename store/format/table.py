@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,9 +28,10 @@ import numpy.typing as npt
 
 if TYPE_CHECKING:
     from ..location import Location, Transport
+    from ..read import ArrayReader
 
-__all__ = ["TABLE", "Ragged", "Strings", "encode_ragged", "encode_strings", "flat_positions", "read_table",
-           "remove_tables", "write_table"]
+__all__ = ["TABLE", "Chunked", "Column", "Ragged", "Strings", "encode_ragged", "encode_strings", "flat_positions",
+           "read_sliced", "read_table", "remove_tables", "TableSlices", "write_table"]
 
 TABLE = "labzarr_table"  # the attribute of a table's array: its rows and its directory of columns
 _CODECS = ("zstd", 3)  # compressor and level: decoding speed matters more than size
@@ -40,19 +41,40 @@ _ALIGN = 8  # every column starts at a multiple of this, so each is an aligned v
 Array = npt.NDArray[Any]
 
 
-def write_table(parent: Location, columns: Mapping[str, Array], *, rows: int,
+class Chunked:
+    """A column too large to hold whole: its length, dtype and values read back in pieces, in order.
+
+    `pieces` is called once per pass over the column (the writer makes a few: bounds, digest, bytes), each call
+    reading the values afresh from wherever they wait (a spill file), so no pass holds more than a piece."""
+
+    __slots__ = ("dtype", "length", "pieces")
+
+    def __init__(self, dtype: npt.DTypeLike, length: int, pieces: Callable[[], Iterator[Array]]) -> None:
+        self.dtype, self.length, self.pieces = np.dtype(dtype), length, pieces
+
+    def __len__(self) -> int:
+        return self.length
+
+
+Column = Array | Chunked
+"""A table column as `write_table` takes it: a 1-D array, or a `Chunked` one read in pieces."""
+
+
+def write_table(parent: Location, columns: Mapping[str, Column], *, rows: int,
                 attrs: Mapping[str, Any] | None = None) -> str:
-    """Write `columns` (each 1-D), with `attrs` in its `TABLE` attribute, as a table in the group `parent`;
-    returns its name there. The name is a digest of the content: the same table is written once (a rerun that
-    changes nothing writes nothing), and stores written apart from the same rows hold the same names."""
+    """Write `columns` (each 1-D; a `Chunked` one is read in pieces), with `attrs` in its `TABLE` attribute, as a
+    table in the group `parent`; returns its name there. The name is a digest of the content: the same table is
+    written once (a rerun that changes nothing writes nothing), and stores written apart from the same rows hold
+    the same names. Memory: one chunk of the packed table at a time (`_CHUNK`), never the whole of it."""
     from ..chunks.codecs import zarr_codecs
     from . import nodes
     from .written import STORED, StoredFiles
 
-    packed, directory = _pack(columns)
-    table = {**(attrs or {}), "rows": rows, "columns": directory}
+    layout = _Layout(columns)
+    table = {**(attrs or {}), "rows": rows, "columns": layout.directory}
     digest = hashlib.sha256(json.dumps(table, sort_keys=True).encode())
-    digest.update(packed.tobytes())
+    for piece in layout.bytes():
+        digest.update(piece)
     name = digest.hexdigest()[:16]
     folder = parent / name
     if _whole(folder):
@@ -60,33 +82,65 @@ def write_table(parent: Location, columns: Mapping[str, Array], *, rows: int,
     if not (parent / nodes.ZARR_JSON).exists():  # the group of tables: a node of its own, as zarr v3 wants
         nodes.create_group(parent, {})
     folder.remove_tree()  # what a run killed while writing this table left
-    array = nodes.create_array(folder, shape=packed.shape, dtype=packed.dtype,
-                               chunks=(max(1, min(len(packed), _CHUNK)),), shards=None,
+    size = layout.size
+    chunk = max(1, min(size, _CHUNK))
+    array = nodes.create_array(folder, shape=(size,), dtype=np.dtype(np.uint8), chunks=(chunk,), shards=None,
                                codecs=zarr_codecs(_CODECS[0], level=_CODECS[1], checksum=True),
                                dimension_names=None, attributes={TABLE: table}, config={"write_empty_chunks": True})
-    if len(packed):
-        array[:] = packed
+    if size:
+        # Whole chunks, one at a time: each is encoded alone, so the files equal those of one write of the whole.
+        buffer = np.empty(chunk, dtype=np.uint8)
+        filled = written = 0
+        for piece in layout.bytes():
+            view = np.frombuffer(piece, dtype=np.uint8)
+            while view.size:
+                take = min(view.size, chunk - filled)
+                buffer[filled:filled + take] = view[:take]
+                filled, view = filled + take, view[take:]
+                if filled == chunk:
+                    array[written:written + chunk] = buffer
+                    written, filled = written + chunk, 0
+        if filled:
+            array[written:written + filled] = buffer[:filled]
     # The record of stored files last: a table's node that has it is whole (`_whole`).
     nodes.update_attributes(folder, array, {STORED: StoredFiles.of_array(array, folder.sizes()).encode()})
     return name
 
 
-def _pack(columns: Mapping[str, Array]) -> tuple[npt.NDArray[np.uint8], dict[str, list[Any]]]:
-    """Every column's bytes in one buffer, each at an offset aligned for any dtype, and the directory of them:
-    name -> [dtype, offset in bytes, length]."""
-    parts: list[bytes] = []
-    directory: dict[str, list[Any]] = {}
-    at = 0
-    for name, data in sorted(columns.items()):
-        values = _narrow(np.ascontiguousarray(data))
-        if values.ndim != 1:
-            raise ValueError(f"table column {name!r} has {values.ndim} dimensions; columns are 1-D")
-        directory[name] = [values.dtype.str, at, len(values)]
-        raw = values.tobytes()
-        pad = -len(raw) % _ALIGN
-        parts += [raw, bytes(pad)]
-        at += len(raw) + pad
-    return np.frombuffer(b"".join(parts), dtype=np.uint8), directory
+class _Layout:
+    """Where each column's bytes lie in the packed table: name -> [dtype, offset in bytes, length], columns by
+    name, each at an offset aligned for any dtype (`directory`), and the packed bytes read back in pieces."""
+
+    def __init__(self, columns: Mapping[str, Column]) -> None:
+        self.columns = dict(sorted(columns.items()))
+        self.dtypes: dict[str, np.dtype[Any]] = {}
+        self.directory: dict[str, list[Any]] = {}
+        at = 0
+        for name, data in self.columns.items():
+            if isinstance(data, np.ndarray) and data.ndim != 1:
+                raise ValueError(f"table column {name!r} has {data.ndim} dimensions; columns are 1-D")
+            dtype = _narrowed(data)
+            self.dtypes[name] = dtype
+            self.directory[name] = [dtype.str, at, len(data)]
+            at += len(data) * dtype.itemsize
+            at += -at % _ALIGN
+        self.size = at
+
+    def bytes(self) -> Iterator[memoryview]:
+        """The packed table's bytes, a column piece (or its padding) at a time."""
+        for name, data in self.columns.items():
+            dtype = self.dtypes[name]
+            written = 0
+            for piece in _pieces(data):
+                values = np.ascontiguousarray(piece, dtype=dtype)
+                written += values.nbytes
+                yield values.data.cast("B")
+            if written % _ALIGN:
+                yield memoryview(bytes(-written % _ALIGN))
+
+
+def _pieces(column: Column) -> Iterator[Array]:
+    return column.pieces() if isinstance(column, Chunked) else iter((np.ascontiguousarray(column),))
 
 
 def _whole(folder: Location) -> bool:
@@ -99,17 +153,24 @@ def _whole(folder: Location) -> bool:
         return False
 
 
-def _narrow(values: Array) -> Array:
-    """A signed integer column in the smallest signed type that holds its values: a reader holds every column of
-    an index in memory, and most (codes, offsets, slots, shapes) need a fraction of 64 bits."""
-    if values.dtype.kind != "i" or not values.size:
-        return values
-    lo, hi = int(values.min()), int(values.max())
-    for dtype in (np.int8, np.int16, np.int32):
-        info = np.iinfo(dtype)
+def _narrowed(column: Column) -> np.dtype[Any]:
+    """The dtype a column is stored in: a signed integer column in the smallest signed type that holds its
+    values (a reader holds every column of an index in memory, and most -- codes, offsets, slots, shapes -- need
+    a fraction of 64 bits); any other as it is."""
+    dtype = column.dtype
+    if dtype.kind != "i" or not len(column):
+        return dtype
+    lo, hi = 0, 0
+    first = True
+    for piece in _pieces(column):
+        if piece.size:
+            a, b = int(piece.min()), int(piece.max())
+            lo, hi, first = (a, b, False) if first else (min(lo, a), max(hi, b), False)
+    for narrow in (np.int8, np.int16, np.int32):
+        info = np.iinfo(narrow)
         if info.min <= lo and hi <= info.max:
-            return values.astype(dtype)
-    return values
+            return np.dtype(narrow)
+    return dtype
 
 
 def read_table(transport: Transport, path: str) -> tuple[dict[str, Any], dict[str, Array]]:
@@ -134,6 +195,84 @@ def read_table(transport: Transport, path: str) -> tuple[dict[str, Any], dict[st
             raise ValueError(f"{path}: column {name!r} lies outside the table's {len(packed):,} bytes")
         columns[str(name)] = packed[offset:offset + length * kind.itemsize].view(kind)
     return dict(attrs), columns
+
+
+def read_sliced(transport: Transport, path: str, sliced: Collection[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`read_table`, but the columns named in `sliced` are `TableSlices`, read a slice at a time as they are
+    used: a table's large columns (a statistics table's histogram bins) are never in memory whole, and the
+    others are read a chunk at a time (the last two chunks decoded are kept)."""
+    from ..read import ArrayReader
+
+    reader = ArrayReader.open(transport, path)
+    attrs = reader.attrs.get(TABLE)
+    if not isinstance(attrs, Mapping) or not isinstance(attrs.get("columns"), Mapping):
+        raise ValueError(f"{path}: not a table (no {TABLE!r} attribute listing its columns)")
+    if reader.dtype != np.uint8 or reader.ndim != 1:
+        raise ValueError(f"{path}: a table is one array of bytes, not {reader.dtype} of {reader.ndim} dimensions")
+    packed = _Chunks(reader, path)
+    columns: dict[str, Any] = {}
+    for name, (dtype, offset, length) in attrs["columns"].items():
+        kind = np.dtype(dtype)
+        if offset % _ALIGN or offset + length * kind.itemsize > packed.size:
+            raise ValueError(f"{path}: column {name!r} lies outside the table's {packed.size:,} bytes")
+        column = TableSlices(packed, offset, length, kind)
+        columns[str(name)] = column if name in sliced else column[0:length]
+    return dict(attrs), columns
+
+
+class _Chunks:
+    """A table's packed bytes, read a chunk at a time through the read path; the last two chunks decoded kept
+    (a merge reads two columns, a bin's ordinals and its counts, turn about)."""
+
+    __slots__ = ("reader", "path", "size", "chunk", "_decoded")
+
+    def __init__(self, reader: ArrayReader, path: str) -> None:
+        self.reader, self.path = reader, path
+        self.size, self.chunk = int(reader.shape[0]), max(1, int(reader.chunks[0]))
+        self._decoded: dict[int, npt.NDArray[np.uint8]] = {}
+
+    def read(self, lo: int, hi: int) -> npt.NDArray[np.uint8]:
+        """Bytes [lo, hi) of the table."""
+        out = np.empty(max(0, hi - lo), dtype=np.uint8)
+        for k in range(lo // self.chunk, -(-hi // self.chunk)):
+            first = k * self.chunk
+            a, b = max(lo, first), min(hi, first + self.chunk)
+            out[a - lo:b - lo] = self._chunk(k)[a - first:b - first]
+        return out
+
+    def _chunk(self, k: int) -> npt.NDArray[np.uint8]:
+        from ..read import ChecksumError
+
+        data = self._decoded.pop(k, None)
+        if data is None:
+            if len(self._decoded) >= 2:
+                self._decoded.pop(next(iter(self._decoded)))
+            try:
+                data = self.reader.read((slice(k * self.chunk, min(self.size, (k + 1) * self.chunk)),))
+            except ChecksumError as exc:  # the table is derived data: the message says what, the caller what to do
+                raise ValueError(f"{self.path}: {exc.detail}") from exc
+        self._decoded[k] = data  # the most recent last
+        return data
+
+
+class TableSlices:
+    """One column of a table read by `read_sliced`: its length, and a contiguous slice of it as an array (read
+    when asked for)."""
+
+    __slots__ = ("_packed", "_offset", "_length", "dtype")
+
+    def __init__(self, packed: _Chunks, offset: int, length: int, dtype: np.dtype[Any]) -> None:
+        self._packed, self._offset, self._length, self.dtype = packed, offset, length, dtype
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, at: slice, /) -> Array:
+        start, stop, step = at.indices(self._length)
+        if step != 1:
+            raise ValueError("a table column is read in contiguous slices")
+        size = self.dtype.itemsize
+        return self._packed.read(self._offset + start * size, self._offset + max(start, stop) * size).view(self.dtype)
 
 
 def remove_tables(folder: Location, *, keep: str) -> None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from labzarr.convert import load_spec
 from labzarr.convert.demo import write_spec
 from labzarr.convert.discover import FileEntry, discover
 from labzarr.convert.plan.build import plan
+from labzarr.convert.plan.records import parse_shard_digests, parse_shard_record, shard_record
 from labzarr.convert.plan.stacks import (
     MAX_IMAGES_PER_SHARD,
     SHARD_BYTES,
@@ -21,6 +24,7 @@ from labzarr.convert.plan.stacks import (
 )
 from labzarr.convert.probe import Probe
 from labzarr.readers import Plane, Reason
+from labzarr.store import ChannelStats, Histogram, ItemStats
 
 RGB16 = Plane(channels=3, height=16, width=16, dtype="uint8")
 GREY = Plane(channels=1, height=20, width=24, dtype="uint16")
@@ -115,3 +119,20 @@ def test_plan_decides_caps_and_broken_headers_without_decoding(tmp_path: Path) -
     assert the_plan.n_items == 3
     assert the_plan.describe().startswith("3 to convert, 0 unchanged, 2 decided without decoding")
     assert "img_1.jpg -> stacks/3x16x16_uint8[0] (shard 0)" in the_plan.describe()
+
+
+def test_a_shard_records_digests_read_alone_equal_the_whole_record() -> None:
+    """Hashing a stack reads only each shard record's slots and digests (`parse_shard_digests`): the same as the
+    whole record's, statistics and all left unbuilt."""
+    stats = ItemStats(channels=(ChannelStats(count=4, mean=1.5, m2=2.0, min=0.0, max=3.0,
+                                             histogram=Histogram(np.arange(4), np.ones(4, np.int64))),))
+    (task, *_) = plan_stacks([entry(i) for i in range(5)])[1]
+    rows = [replace(i.base_row(), slot=i.slot, stats=stats) for i in task.items]
+    digests = [bytes([i]) * 32 for i in range(len(rows))]
+    name, blob = shard_record(task, rows, digests, "fingerprint")
+    whole = parse_shard_record(name, blob)
+    assert parse_shard_digests(name, blob) == (whole.first, whole.stop, whole.digests) == \
+        (0, 5, tuple(d.hex() for d in digests))
+    assert whole.rows[0].stats == stats
+    with pytest.raises(ValueError, match="not a gzipped record"):
+        parse_shard_digests(name, blob[:20])

@@ -112,6 +112,20 @@ def test_incremental_rerun_gives_the_aggregates_of_a_full_recompute(deliveries) 
     assert a["items"] == 31 and a["missing"] == 0
     assert first.summary["statistics"]["items"] == 26 and first.summary["statistics"] != a
     assert again.summary["statistics"] == scratch.summary["statistics"] == a
+    assert not any((base / "a.zarr" / ".labzarr" / "spill").iterdir())  # the runs' spills went with them
+
+
+def test_a_killed_runs_spill_is_swept(tmp_path: Path, dask_client) -> None:
+    """The driver spills statistics records beside the store; what a killed run left there goes at the next run."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    _ct(raw, 2)
+    left = tmp_path / "s.zarr" / ".labzarr" / "spill" / "labzarr-stats-killed"
+    left.mkdir(parents=True)
+    (left / "mean").write_bytes(bytes(800))
+    result = execute(load_spec(_spec(tmp_path, raw, tmp_path / "s.zarr"), root=tmp_path), dask_client)
+    assert result.summary["statistics"]["items"] == 1 and result.summary["statistics"]["missing"] == 0
+    assert not any(left.parent.iterdir())
 
 
 def test_aggregates_against_numpy_over_every_voxel(deliveries) -> None:

@@ -276,3 +276,23 @@ def test_inspect_stats_of_a_split_is_the_per_item_merge_of_that_split(converted_
     assert describe_stats(_reference(store, train), title="statistics of split train") in out
     assert main(["inspect", "--stats", "--split", "nope", str(converted_cohort)]) == 2
     assert "the store's splits are" in capsys.readouterr().err
+
+
+def test_means_summing_past_the_largest_float_merge_alike(tmp_path: Path) -> None:
+    """Records whose count x mean terms sum past the largest float (`math.fsum` alone raises OverflowError): the
+    merge from the table equals the per-item merge, to the bit."""
+    items, records = synthetic_items(60, seed=7)
+    top = float(np.finfo(np.float64).max)
+    # each term count x mean about half the largest float: finite alone, past it summed
+    huge = {key: ItemStats(channels=tuple(dataclasses.replace(c, mean=top / 2 / c.count if c.count else 0.0, min=0.0,
+                                                              max=top) for c in stats.channels), classes=stats.classes)
+            for key, stats in records.items()}
+    with pytest.raises(OverflowError):
+        math.fsum(c.count * c.mean for s in huge.values() for c in s.channels[:1])
+    store = tmp_path / "huge.zarr"
+    write_statistics(Folder(store), huge)
+    write_index(Folder(store), StoreIndex(delivery="h", spec_sha256="", manifest_sha256="", tool_version="t",
+                                          items=items))
+    got = open_store(store).stats()
+    assert_identical(got, _reference(store, items))
+    assert math.isfinite(got.intensity.channels[0].mean)

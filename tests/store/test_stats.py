@@ -219,3 +219,18 @@ def test_records_survive_json_exactly() -> None:
     assert decode_stats(json.loads(json.dumps(encode_stats(bare)))) == bare
     assert not bare.channels[0].histogram.runs and bare.channels[0].mean == stats.channels[0].mean
     assert len(json.dumps(encode_stats(bare))) < 1000
+
+
+def test_merge_sums_past_the_largest_float() -> None:
+    """Finite parts whose sums pass the largest float merge (`math.fsum` alone raises OverflowError): a mean
+    within range comes out exact, one beyond it is inf, as float arithmetic overflows."""
+    big = float(np.finfo(np.float64).max) / 2
+    parts = [ChannelStats(count=2, mean=big, m2=0.0, min=big, max=big) for _ in range(3)]
+    with pytest.raises(OverflowError):
+        math.fsum(p.count * p.mean for p in parts)
+    merged = ChannelStats.merge(parts)
+    assert (merged.count, merged.mean, merged.m2, merged.min, merged.max) == (6, big, 0.0, big, big)
+    spread = ChannelStats.merge([*parts, ChannelStats(count=2, mean=-big, m2=0.0, min=-big, max=-big)])
+    assert spread.mean == big / 2 and spread.m2 == math.inf  # the squared deviations overflow, as `*` does
+    top = float(np.finfo(np.float64).max)
+    assert ChannelStats.merge([ChannelStats(count=1, mean=top, m2=0.0, min=top, max=top)] * 3).mean == top
