@@ -256,6 +256,10 @@ def local_cluster_config(crash_retries: int) -> dict[str, object]:
         "distributed.admin.low-level-log-length": MESSAGE_LOG,  # see MESSAGE_LOG
         **{f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()},
         "distributed.worker.multiprocessing-method": METHOD,  # workers forked with their imports done (worker_start)
+        # A worker's statistical profiler samples the running task's stack every 10 ms on its event loop, taking
+        # CPU and the GIL from the task for as long as it runs; its only reader is a dashboard, which the embedded
+        # cluster does not serve.
+        "distributed.worker.profile.enabled": False,
     }
 
 

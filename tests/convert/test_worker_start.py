@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import dask
+from distributed import Worker
 
 from labzarr.convert.run.driver import local_cluster_config
 from labzarr.convert.run.worker_start import PRELOAD, WORKER_MALLOC, pre_spawn_environ, worker_environ
@@ -107,3 +108,13 @@ def test_a_variable_set_after_the_server_started_reaches_the_workers(dask_client
             assert list(client.run(_variable, name).values()) == ["set after the server started"]
     finally:
         del os.environ[name]
+
+
+def _periodic_callbacks(dask_worker: Worker) -> list[str]:
+    return sorted(dask_worker.periodic_callbacks)
+
+
+def test_the_workers_do_not_sample_their_tasks_stacks(dask_client) -> None:
+    """The embedded cluster's workers run no statistical profiler on their event loop (no dashboard reads it)."""
+    for names in dask_client.run(_periodic_callbacks).values():
+        assert "heartbeat" in names and "profile" not in names and "profile-cycle" not in names
