@@ -203,9 +203,9 @@ def test_non_finite_warn_policy_keeps_item(tmp_path: Path, scheduler: str) -> No
 def test_embedded_cluster_workers_start_with_large_malloc_thresholds() -> None:
     # dask's nanny default (MALLOC_TRIM_THRESHOLD_=65536) makes every slab buffer a fresh mmap; checked in a fresh
     # interpreter, since a nanny started earlier in this process leaves its variables in os.environ.
-    code = ("import os\nfrom labzarr.convert.run.driver import _client\n"
+    code = ("import os\nfrom labzarr.convert.run.cluster import client_of\n"
             "if __name__ == '__main__':\n"
-            "    with _client(1, None, crash_retries=1) as c:\n"
+            "    with client_of(1, None, crash_retries=1) as c:\n"
             "        print(sorted((k, v) for k, v in c.run(lambda: dict(os.environ)).popitem()[1].items()"
             " if k.startswith('MALLOC_')))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
