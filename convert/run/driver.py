@@ -5,16 +5,18 @@ this module only moves data between them, the dask cluster and the disk. A run
 holds the store's lock throughout, sweeps what a killed run left, reuses what
 earlier runs recorded (`plan/records.py`, `write/outcomes.py`), and writes the manifest last, atomically.
 
-Until its first task is submitted the driver imports only what walking and probing need: the modules that write
-the store (zarr) and the tasks (which import the readers' pydicom, nibabel and Pillow) are imported after the probe
-is submitted, where they are first used, while the workers probe (docs/benchmarks.md, "Fixed cost").
-`tests/convert/test_driver_imports.py` checks what importing this module imports.
+Importing this module imports only what walking and probing need. The modules that write the store (zarr) and the
+tasks are imported while the driver would otherwise wait (`_import_writers`): for its cluster, when one is starting
+in a thread of its own (the `labzarr` command's), else for its first probe results. The tasks import the readers'
+libraries (pydicom, nibabel, Pillow) where they read, on the workers: the driver never does
+(docs/benchmarks.md, "Fixed cost"; `tests/convert/test_driver_imports.py`).
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
+import importlib
 import logging
 import math
 import shutil
@@ -78,6 +80,10 @@ __all__ = ["MESSAGE_LOG", "Progress", "ProgressEvent", "RunResult", "WORKER_MALL
 
 log = logging.getLogger(__name__)
 _PROBE_BATCH = 64
+# What the run imports after the probe (`_convert`, `_write`): the store's writers (zarr) and the tasks it submits.
+_WRITERS = ("labzarr.convert.write.annotations", "labzarr.convert.write.arrays", "labzarr.convert.write.outcomes",
+            "labzarr.convert.write.stacks", "labzarr.convert.run.batches", "labzarr.convert.run.part_task",
+            "labzarr.convert.run.split_step", "labzarr.convert.run.supervise", "labzarr.convert.run.settings")
 _T = TypeVar("_T")
 
 
@@ -151,6 +157,8 @@ def convert_delivery(
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
+    if cluster is not None:  # starting in its thread: the wait for it would leave this one idle
+        _import_writers()
     client = client_of(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries,
                        starting=cluster)
     with _running(parsed.delivery.store, client) as (started_client, lock, warned):
@@ -393,6 +401,7 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
     if progress:
         progress(ProgressEvent("probe", 0, len(todo), 0, bytes_total))
     first = feeder.top_up(0)
+    _import_writers()  # while the workers probe (a no-op where they were imported while the cluster started)
     running, in_flight = as_completed([f for f, _ in first]), len(first)
     for future in running:
         for p in future.result():
@@ -406,6 +415,14 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
         if progress:
             progress(ProgressEvent("probe", len(out), len(todo), bytes_done, bytes_total))
     return out
+
+
+def _import_writers() -> None:
+    """Import `_WRITERS`, which the run needs after its probe, at a moment the driver would otherwise wait: the
+    imports (zarr's 0.3 s of CPU, docs/benchmarks.md) then run beside the cluster's start or the probe, rather than
+    between the probe and the conversion tasks."""
+    for name in _WRITERS:
+        importlib.import_module(name)
 
 
 def _probe_batches(files: Sequence[_T], workers: int) -> list[Sequence[_T]]:
