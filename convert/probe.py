@@ -16,11 +16,10 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from labzarr.readers import (
-    READERS,
     ByFields,
-    DecodedValues,
     DicomHeader,
     DicomReader,
     Head,
@@ -30,12 +29,15 @@ from labzarr.readers import (
     Rejected,
     as_planar,
     looks_like_text,
-    read_dicom_header,
     read_head,
     reader_for,
+    readers_with,
 )
 
-__all__ = ["Probe", "probe_files"]
+if TYPE_CHECKING:
+    from labzarr.readers import DecodedValues
+
+__all__ = ["Probe", "probe_files", "probe_with"]
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +63,23 @@ class Probe(ByFields):
     error: str | None = None  # the file could not be read (permissions, I/O error, vanished)
 
 
-def probe_files(files: Sequence[tuple[str, str]], readers: Sequence[Reader] = READERS) -> list[Probe]:
-    """Probe a batch of (rel, path) pairs; one dask task per batch keeps per-task overhead small, and the DICOM
-    files of a batch (mostly slices of one series) share the header values pydicom decoded once."""
+def probe_files(files: Sequence[tuple[str, str]], readers: Sequence[Reader] | None = None) -> list[Probe]:
+    """Probe a batch of (rel, path) pairs with `readers` (default `READERS`); one dask task per batch keeps per-task
+    overhead small, and the DICOM files of a batch (mostly slices of one series) share the header values pydicom
+    decoded once."""
+    # Imported here, where the files are read: the driver imports this module for `Probe` alone, and pydicom with
+    # the built-in readers only where it probes (readers/__init__.py).
+    from labzarr.readers import READERS, DecodedValues
+
     values = DecodedValues()
-    return [_probe_or_error(rel, Path(path), readers, values) for rel, path in files]
+    chosen = READERS if readers is None else readers
+    return [_probe_or_error(rel, Path(path), chosen, values) for rel, path in files]
+
+
+def probe_with(files: Sequence[tuple[str, str]], plugins: Sequence[str]) -> list[Probe]:
+    """`probe_files` with the readers of a run (`readers_with(plugins)`), chosen where the batch runs: the driver
+    then sends only the plugins' names and imports no reader's format library (readers/__init__.py)."""
+    return probe_files(files, readers_with(plugins))
 
 
 def _probe_or_error(rel: str, path: Path, readers: Sequence[Reader], values: DecodedValues) -> Probe:
@@ -90,6 +104,8 @@ def _probe(rel: str, path: Path, readers: Sequence[Reader], values: DecodedValue
     plane, header_rejected = _plane(reader, path, head)
     dicom = None
     if reader is not None and reader.kind == DicomReader.kind:
+        from labzarr.readers import read_dicom_header
+
         try:
             dicom = read_dicom_header(path, head, values=values)
         except Rejected as exc:

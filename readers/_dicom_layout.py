@@ -31,8 +31,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._dicom_header import DicomHeader, Frame
 from ._dicom_meta import Descriptors
+from ._dicom_records import DicomHeader, Frame
 from .reasons import Reason, Rejected
 from .records import ByFields, Metadata
 

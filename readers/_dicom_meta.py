@@ -25,15 +25,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydicom.datadict import tag_for_keyword
-from pydicom.dataset import Dataset
 
-from ._dicom_header import csa_items, header_dataset
 from .records import Metadata, MetaValue
+
+if TYPE_CHECKING:
+    from pydicom.dataset import Dataset
+
+# pydicom and the header reader are imported by the functions that read a file: the spec and the plan use only the
+# allow-list, and the conversion driver, which imports them, does not import pydicom (readers/__init__.py).
 
 __all__ = ["ALLOWED", "DESCRIPTORS", "Descriptors", "acquisition_metadata", "diffusion_metadata", "is_known_keyword"]
 
@@ -62,6 +65,8 @@ DESCRIPTORS: frozenset[str] = frozenset({"SeriesDescription", "ProtocolName"})
 
 def is_known_keyword(name: str) -> bool:
     """True for a DICOM dictionary keyword (`BodyPartExamined`), what `[dicom] metadata` may name."""
+    from pydicom.datadict import tag_for_keyword
+
     return tag_for_keyword(name) is not None
 
 
@@ -78,6 +83,8 @@ def acquisition_metadata(path: Path, *, gzipped: bool, frame: int, image_type: S
     columns) (a mosaic's tile); `slice_tiles` the mosaic tile of each stored slice, in stored order;
     `descriptors` whether `DESCRIPTORS` are read.
     """
+    from ._dicom_header import header_dataset
+
     ds = header_dataset(path, gzipped=gzipped)
     groups = _groups(ds, frame)
     out: dict[str, MetaValue] = {}
@@ -129,6 +136,8 @@ def _siemens_timing(ds: Dataset, axis: str, sign: float, image_shape: tuple[int,
     # dcm2niix writes neither the phase-encoding polarity nor slice times for a 3D acquisition
     if "SIEMENS" not in str(ds.get("Manufacturer", "") or "").upper() or str(ds.get("MRAcquisitionType", "")) == "3D":
         return {}
+    from ._dicom_header import csa_items
+
     items = csa_items(ds)
     out: dict[str, MetaValue] = {}
     positive = items.get("PhaseEncodingDirectionPositive", [])
@@ -181,6 +190,8 @@ def _plain(value: Any) -> MetaValue | None:
         items = [_plain(v) for v in value]
         flat = tuple(v for v in items if isinstance(v, int | float | str))
         return flat or None
+    from pydicom.dataset import Dataset
+
     if isinstance(value, bytes | bytearray) or isinstance(value, Dataset) or type(value).__name__ == "Sequence":
         return None
     if isinstance(value, bool):

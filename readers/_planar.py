@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from PIL import Image
 
 from .reasons import Reason, Rejected
 from .records import Limits, Plane, Volume
@@ -35,6 +34,8 @@ def exif_orientation(exif: bytes) -> tuple[int, tuple[str, ...]]:
     """The EXIF orientation (1..8) in an APP1/eXIf payload, and a warning when it cannot be used."""
     if not exif:
         return 1, ()
+    from PIL import Image  # here: the plan checks planes (`check_plane`) on the driver, which decodes no image
+
     try:
         value = Image.Exif()
         value.load(exif)

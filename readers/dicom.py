@@ -19,27 +19,40 @@ starting in group 0002 or 0008, VRs matching the dictionary); pydicom's
 
 from __future__ import annotations
 
+import importlib
 import io
 import struct
 import warnings
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydicom.datadict import dictionary_has_tag, dictionary_VR
-from pydicom.filereader import data_element_generator
-
-from ._dicom_header import RTSTRUCT_CLASS, SEG_CLASS, Defect, DicomHeader, Frame, read_dicom_header
 from ._dicom_layout import Member, SeriesRules, SeriesStack, StackFrame, layout_series, output_dtype
 from ._dicom_meta import ALLOWED, DESCRIPTORS, Descriptors, is_known_keyword
-from ._dicom_pixels import DicomSource, open_series, read_series
+from ._dicom_records import RTSTRUCT_CLASS, SEG_CLASS, Defect, DicomHeader, Frame
 from ._head import Head
 from .reasons import Reason, Rejected
 from .records import Limits, Volume
+
+if TYPE_CHECKING:
+    from ._dicom_header import read_dicom_header
+    from ._dicom_pixels import DicomSource, open_series, read_series
 
 __all__ = ["ALLOWED", "DESCRIPTORS", "RTSTRUCT_CLASS", "SEG_CLASS", "Defect", "Descriptors", "DicomHeader",
            "DicomReader", "DicomSource", "Frame", "Member", "SeriesRules", "SeriesStack", "StackFrame",
            "is_known_keyword", "layout_series", "looks_like_dicom", "open_series", "output_dtype", "read_dicom_header",
            "read_series"]
+
+# Reading a header and decoding pixels need pydicom (and nibabel's orientation code): imported on first use, so the
+# records, the layout and the allow-list above serve the spec, the plan and the driver without them.
+_LAZY = {"read_dicom_header": "_dicom_header", "DicomSource": "_dicom_pixels", "open_series": "_dicom_pixels",
+         "read_series": "_dicom_pixels"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__package__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _MIN_ELEMENTS = 3  # a plausible preamble-less dataset starts with at least this many well-formed elements
 _ENCODINGS = ((True, True), (False, True), (False, False))  # (implicit VR, little endian)
@@ -55,6 +68,9 @@ def looks_like_dicom(head: bytes) -> bool:
 def _plausible(head: bytes, implicit: bool, little: bool) -> bool:
     if len(head) < 8:
         return False
+    from pydicom.datadict import dictionary_has_tag, dictionary_VR
+    from pydicom.filereader import data_element_generator
+
     group = struct.unpack("<H" if little else ">H", head[:2])[0]
     if group not in (0x0002, 0x0008):
         return False
@@ -96,6 +112,9 @@ class DicomReader:
 
     def read(self, path: Path, limits: Limits, head: Head) -> Volume:
         """Read one file as a whole series (a 2D image, a multi-frame object, a mosaic, or a single slice)."""
+        from ._dicom_header import read_dicom_header
+        from ._dicom_pixels import read_series
+
         header = read_dicom_header(path, head)
         if not header.has_pixels:
             raise Rejected(Reason.UNSUPPORTED_FORMAT, f"{header.sop_class_name}: no pixel data, not an image")

@@ -11,15 +11,13 @@ import functools
 import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from ._head import Head
-from .dicom import DicomReader
-from .jpeg import JpegReader
-from .nifti import NiftiReader
-from .png import PngReader
 from .records import Limits, Plane, Volume
-from .tiff import TiffReader
+
+if TYPE_CHECKING:
+    READERS: tuple[Reader, ...]
 
 __all__ = ["LabelMapReader", "PlanarReader", "Reader", "READERS", "as_planar", "load_reader", "reader_for",
            "readers_with"]
@@ -59,7 +57,23 @@ class LabelMapReader(Reader, Protocol):
 
 # Order is priority. DICOM goes first: `DICM` at offset 128 is decisive, and the 128-byte preamble may carry
 # another format's header (an Analyze header in some Siemens files, TIFF in dual-personality DICOM-TIFF).
-READERS: Final[tuple[Reader, ...]] = (DicomReader(), NiftiReader(), JpegReader(), PngReader(), TiffReader())
+# `READERS` is built on first use (PEP 562): a reader's module imports its format's library (pydicom, nibabel,
+# Pillow, libjpeg-turbo), which a worker needs and the spec, the plan and the conversion driver do not.
+@functools.cache
+def _builtin() -> tuple[Reader, ...]:
+    from .dicom import DicomReader
+    from .jpeg import JpegReader
+    from .nifti import NiftiReader
+    from .png import PngReader
+    from .tiff import TiffReader
+
+    return (DicomReader(), NiftiReader(), JpegReader(), PngReader(), TiffReader())
+
+
+def __getattr__(name: str) -> Any:
+    if name == "READERS":
+        return _builtin()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def as_planar(reader: Reader | None) -> PlanarReader | None:
@@ -72,9 +86,9 @@ def _has_plane(cls: type) -> bool:
     return callable(getattr(cls, "plane", None))
 
 
-def reader_for(head: bytes, readers: Sequence[Reader] = READERS) -> Reader | None:
+def reader_for(head: bytes, readers: Sequence[Reader] | None = None) -> Reader | None:
     """The first reader in `readers` (default `READERS`) that recognises `head`, or None."""
-    return next((r for r in readers if r.sniff(head)), None)
+    return next((r for r in (_builtin() if readers is None else readers) if r.sniff(head)), None)
 
 
 def load_reader(ref: str) -> Reader:
@@ -97,4 +111,4 @@ def load_reader(ref: str) -> Reader:
 
 def readers_with(plugins: Sequence[str]) -> tuple[Reader, ...]:
     """The readers for a run: `plugins` (imported, in order) before the built-in `READERS`."""
-    return (*(load_reader(p) for p in plugins), *READERS)
+    return (*(load_reader(p) for p in plugins), *_builtin())

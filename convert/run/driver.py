@@ -4,12 +4,19 @@ Everything decided here was planned by pure functions (`discover`, `plan`);
 this module only moves data between them, the dask cluster and the disk. A run
 holds the store's lock throughout, sweeps what a killed run left, reuses what
 earlier runs recorded (`plan/records.py`, `write/outcomes.py`), and writes the manifest last, atomically.
+
+Importing this module imports only what walking and probing need. The modules that write the store (zarr) and the
+tasks are imported while the driver would otherwise wait (`_import_writers`): for its cluster, when one is starting
+in a thread of its own (the `labzarr` command's), else for its first probe results. The tasks import the readers'
+libraries (pydicom, nibabel, Pillow) where they read, on the workers: the driver never does
+(docs/benchmarks.md, "Fixed cost"; `tests/convert/test_driver_imports.py`).
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
+import importlib
 import logging
 import math
 import shutil
@@ -22,11 +29,11 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from distributed import Client, as_completed
 
-from labzarr.readers import LabelSheet, Reason, readers_with
+from labzarr.readers import Reason
 from labzarr.store import Location, StoreIndex, table_stats
 from labzarr.store.format.index import item_key
 from labzarr.store.format.items import IndexColumns, IndexItems
@@ -45,46 +52,38 @@ from ..manifest import (
     split_columns,
     summary_json,
 )
-from ..plan.build import VOLUMES, plan
+from ..plan.build import VOLUMES, Plan, plan
 from ..plan.collisions import collision_summary, find_collisions
 from ..plan.dicom_masks import MASK_KINDS
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
 from ..plan.splits import duplicate_key
 from ..plan.stacks import STACKS
-from ..probe import Probe, probe_files
+from ..probe import Probe, probe_with
 from ..progress import Progress, ProgressEvent
 from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec, SplitsSpec, load_spec
 from ..survey import readable
-from ..write.annotations import annotate_rows
-from ..write.arrays import (
-    compact_metadata,
-    index_entries,
-    open_root,
-    remove_array,
-    remove_stale,
-    set_array_labels,
-    write_index,
-)
 from ..write.lock import LockInfo, store_lock
-from ..write.outcomes import read_outcomes, write_outcomes
-from ..write.stacks import install_stack, records_in_use, stage_stacks
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, spill_dir, sweep
-from .batches import batch_volumes
 from .cluster import MESSAGE_LOG, client_of, default_workers, local_cluster, local_cluster_config
-from .part_task import stage_parts
-from .settings import TaskSettings, threads_per_task, usable_cores
-from .split_step import split_rows
 from .starting import StartingCluster
-from .supervise import Jobs, hang_report_after, run_tasks
 from .warnings_log import RunWarnings, run_warnings
 from .window import Feeder, job_keys, window_size
 from .worker_start import WORKER_MALLOC
+
+if TYPE_CHECKING:
+    from labzarr.readers import LabelSheet
+
+    from .settings import TaskSettings
 
 __all__ = ["MESSAGE_LOG", "Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery",
            "default_workers", "execute", "local_cluster", "local_cluster_config"]
 
 log = logging.getLogger(__name__)
 _PROBE_BATCH = 64
+# What the run imports after the probe (`_convert`, `_write`): the store's writers (zarr) and the tasks it submits.
+_WRITERS = ("labzarr.convert.write.annotations", "labzarr.convert.write.arrays", "labzarr.convert.write.outcomes",
+            "labzarr.convert.write.stacks", "labzarr.convert.run.batches", "labzarr.convert.run.part_task",
+            "labzarr.convert.run.split_step", "labzarr.convert.run.supervise", "labzarr.convert.run.settings")
 _T = TypeVar("_T")
 
 
@@ -158,6 +157,8 @@ def convert_delivery(
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
+    if cluster is not None:  # starting in its thread: the wait for it would leave this one idle
+        _import_writers()
     client = client_of(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries,
                        starting=cluster)
     with _running(parsed.delivery.store, client) as (started_client, lock, warned):
@@ -171,11 +172,11 @@ def _running(store: Location,
     """What a run holds while it converts, the same for `convert_delivery` and `execute` so that both write the
     same store bytes: the store's folder, its write errors as usage errors, its lock, then `client` entered (the
     lock first: a second run on this store fails before it starts a cluster of its own; the `labzarr` command has
-    started its cluster already, `starting.py`, and stops it then), zarr's compact metadata
-    documents and the frozen heap (after the cluster started, so that its objects are frozen too), and the record of
-    the run's third-party warnings (`warnings_log.py`)."""
+    started its cluster already, `starting.py`, and stops it then), the frozen heap (after the cluster started, so
+    that its objects are frozen too), and the record of the run's third-party warnings (`warnings_log.py`). zarr's
+    compact metadata documents are set where the run first writes with zarr, after the probe (`_convert`)."""
     _create_folder(store)
-    with _store_errors(store), store_lock(store) as lock, client as entered, compact_metadata(), _heap_frozen():
+    with _store_errors(store), store_lock(store) as lock, client as entered, _heap_frozen():
         with run_warnings(entered, lock.run_id) as warned:  # to the run log, not the console (warnings_log.py)
             yield entered, lock, warned
 
@@ -244,7 +245,6 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *,
     if left.staged or left.partial:
         log.warning("%s: an earlier run was interrupted; removed %d unfinished array(s) and %d partial file(s)",
                     store, left.staged, left.partial)
-    ensure_state(store)
     # Every ok item's full statistics record waits on disk, not in the driver, until the table is written: beside
     # a folder store, in the temporary folder for a URL store.
     with StatsSpill(_spill_folder(store)) as spill:
@@ -260,6 +260,10 @@ def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, sp
     candidates = discover(walk(spec.delivery.raw), spec.items)
     t_discover = time.perf_counter()
     probes = _probe(client, candidates, spec, progress)
+    # The store's writers (zarr) and the tasks are imported from here on, not with this module (its docstring).
+    from ..write.arrays import compact_metadata
+    from ..write.outcomes import read_outcomes
+
     fingerprint = settings_fingerprint(spec, tool_version())
     done = read_outcomes(store)  # with what the cheap check finds damaged; `repair` adds what verify found
     done = replace(done, damaged=merge_damage(done.damaged, repair))
@@ -271,6 +275,28 @@ def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, sp
     if the_plan.repaired:
         log.info("%s: converting %d damaged item(s) again", store, len(the_plan.repaired))
     t_probe = time.perf_counter()
+    with compact_metadata():
+        ensure_state(store)
+        return _write(spec, client, lock, warned, spill, the_plan, fingerprint=fingerprint, files_bytes=files_bytes,
+                      progress=progress, labels=labels, timings=(t0, t_start, t_discover, t_probe))
+
+
+def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, the_plan: Plan, *,
+           fingerprint: str, files_bytes: int, progress: Progress | None, labels: LabelSheet | None,
+           timings: tuple[float, float, float, float]) -> RunResult:
+    """Convert what `the_plan` says on the workers, then write the rest of the store, the manifest and summary."""
+    from ..write.annotations import annotate_rows
+    from ..write.arrays import open_root, remove_stale, write_index
+    from ..write.outcomes import write_outcomes
+    from ..write.stacks import install_stack, records_in_use, stage_stacks
+    from .batches import batch_volumes
+    from .part_task import stage_parts
+    from .split_step import split_rows
+    from .supervise import Jobs, run_tasks
+
+    gc.freeze()  # the modules just imported, as `_heap_frozen` froze those imported before the run began
+    t0, t_start, t_discover, t_probe = timings
+    store = spec.delivery.store
     root = open_root(store)
     for group in (VOLUMES, STACKS):
         if group not in root:
@@ -364,9 +390,9 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
     """Every readable candidate's probe, by rel: batches of files on the workers, a window of them in flight."""
     todo = _to_probe(candidates)
     workers = len(client.scheduler_info().get("workers", {}))
-    readers = readers_with(spec.run.readers)
+    plugins = list(spec.run.readers)  # names: each batch builds its readers where it runs (`probe_with`)
     feeder = Feeder(_probe_batches(todo, workers),
-                    lambda batch: client.map(probe_files, batch, readers=readers, key=job_keys("probe", len(batch))),
+                    lambda batch: client.map(probe_with, batch, plugins=plugins, key=job_keys("probe", len(batch))),
                     window_size(client, spec.run.window))
     out: dict[str, Probe] = {}
     bytes_total = sum(c.entry.size for c in candidates
@@ -375,6 +401,7 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
     if progress:
         progress(ProgressEvent("probe", 0, len(todo), 0, bytes_total))
     first = feeder.top_up(0)
+    _import_writers()  # while the workers probe (a no-op where they were imported while the cluster started)
     running, in_flight = as_completed([f for f, _ in first]), len(first)
     for future in running:
         for p in future.result():
@@ -388,6 +415,14 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
         if progress:
             progress(ProgressEvent("probe", len(out), len(todo), bytes_done, bytes_total))
     return out
+
+
+def _import_writers() -> None:
+    """Import `_WRITERS`, which the run needs after its probe, at a moment the driver would otherwise wait: the
+    imports (zarr's 0.3 s of CPU, docs/benchmarks.md) then run beside the cluster's start or the probe, rather than
+    between the probe and the conversion tasks."""
+    for name in _WRITERS:
+        importlib.import_module(name)
 
 
 def _probe_batches(files: Sequence[_T], workers: int) -> list[Sequence[_T]]:
@@ -421,6 +456,9 @@ def _crash_reports(store: Location) -> Iterator[Path]:
 
 
 def _task_settings(spec: Spec, client: Client, lock: LockInfo, fingerprint: str, reports: Path) -> TaskSettings:
+    from .settings import TaskSettings
+    from .supervise import hang_report_after
+
     workers = client.scheduler_info().get("workers", {}).values()
     store = spec.delivery.store
     return TaskSettings(store=str(store), store_spec=spec.store, limits=spec.validate.limits(),
@@ -434,6 +472,8 @@ def _task_settings(spec: Spec, client: Client, lock: LockInfo, fingerprint: str,
 
 def _encode_threads(client: Client) -> int:
     """Each task's encoding threads: every host's usable cores shared out among the worker threads there."""
+    from .settings import threads_per_task, usable_cores
+
     info = client.scheduler_info().get("workers", {})
     cores = client.run(usable_cores)
     return threads_per_task((info[a]["host"], int(info[a].get("nthreads", 1)), n) for a, n in cores.items()
@@ -443,6 +483,8 @@ def _encode_threads(client: Client) -> int:
 def _drop_duplicates(rows: list[Row], store: Location, *, splits: SplitsSpec | None) -> list[Row]:
     """The second ok file with the same bytes (by source order; with `[splits]`, of the same item: `duplicate_key`)
     is `duplicate_content`."""
+    from ..write.arrays import remove_array
+
     first: dict[tuple[str, str], str] = {}
     out = []
     for row in sorted(rows, key=lambda r: r.source):
@@ -461,6 +503,8 @@ def _drop_duplicates(rows: list[Row], store: Location, *, splits: SplitsSpec | N
 def _write_array_labels(client: Client, store: Location, rows: Sequence[Row], *, written: set[str]) -> None:
     """Each ok volume's `labels` attr, set on the workers in batches (a no-op where already equal). An array this
     run `written` was created with no labels (`attrs_for`), so it is only looked at when its row has some."""
+    from ..write.arrays import set_array_labels
+
     todo = [(r.array, dict(r.labels)) for r in rows
             if r.status == "ok" and r.array and r.slot is None and (r.labels or r.array not in written)]
     if not todo:
@@ -480,6 +524,8 @@ def _spill_folder(store: Location) -> Path | None:
 def _index(rows: Sequence[Row]) -> tuple[IndexItems, list[str]]:
     """The store index's columns of the ok `rows` (written as they are, and merged for summary.json), built an
     item at a time; and the keys of the items with statistics, whose records go in the statistics table."""
+    from ..write.arrays import index_entries
+
     columns = IndexColumns()
     keys: list[str] = []
     for item in index_entries(rows):

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
@@ -48,10 +48,7 @@ from labzarr.readers import (
     read_head,
     readers_with,
 )
-from labzarr.readers.dicom import RTSTRUCT_CLASS, open_series
-from labzarr.readers.dicom_seg import read_seg
-from labzarr.readers.masks import MaskClass, label_volume
-from labzarr.readers.rtstruct import read_rtstruct
+from labzarr.readers.dicom import RTSTRUCT_CLASS
 from labzarr.store import STATS, ChannelStats, ItemStats, Location
 from labzarr.store.format.index import encode_stats
 from labzarr.store.format.ngff import role_path
@@ -71,6 +68,12 @@ from .boundary import on_worker, refusal
 from .settings import TaskSettings
 from .slab_loop import write_slabs
 from .volume_task import attrs_for, volume_layout
+
+if TYPE_CHECKING:
+    from labzarr.readers.masks import MaskClass
+
+# The readers of DICOM series and masks (pydicom, nibabel) are imported where a task reads one: the driver imports this
+# module to submit its task and reads nothing (convert/run/driver.py); a worker has them preloaded (worker_start.py).
 
 __all__ = ["LOCATIONS", "convert_sample", "geometry_problem", "sample_complete"]
 
@@ -215,6 +218,8 @@ def _fmt_affine(affine: Sequence[Sequence[float]]) -> str:
 def _open(f: RoleFile, settings: TaskSettings) -> VolumeSource:
     limits = settings.limits
     if f.stack is not None:  # a DICOM series: laid out when planning, streamed in canonical slabs like a file
+        from labzarr.readers.dicom import open_series
+
         return open_series(f.stack, limits)
     # The run's plugin readers first, as for single items: the probe may have sniffed a member with one.
     reader = next(r for r in readers_with(settings.readers) if r.kind == f.kind)
@@ -228,6 +233,10 @@ def _open_dicom_mask(f: RoleFile, image: RoleFile, grid: VolumeHeader,
                      masks: MasksSpec) -> tuple[VolumeSource, tuple[MaskClass, ...], tuple[str, ...]]:
     """A SEG's or RTSTRUCT's mask on its series' canonical grid (`grid`: the series' header), its classes, and
     the ROIs an RTSTRUCT left out (unmapped, or without a closed contour)."""
+    from labzarr.readers.dicom_seg import read_seg
+    from labzarr.readers.masks import label_volume
+    from labzarr.readers.rtstruct import read_rtstruct
+
     assert image.stack is not None, "a DICOM mask is planned only with the series it references"
     left_out: tuple[str, ...] = ()
     if f.kind == MASK_KINDS[RTSTRUCT_CLASS]:

@@ -22,7 +22,6 @@ from labzarr.readers import (
     read_head,
     readers_with,
 )
-from labzarr.readers.dicom import open_series
 from labzarr.store import STATS, ItemStats, Location
 from labzarr.store.format.index import encode_stats
 
@@ -108,6 +107,9 @@ def volume_layout(h: VolumeHeader, settings: TaskSettings) -> tuple[tuple[int, .
 def open_volume(task: VolumeTask, settings: TaskSettings) -> VolumeSource:
     """The item's source, its header validated (no voxel read yet); raises `Rejected`."""
     if task.stack is not None:  # a DICOM item: its series was laid out when planning
+        # Imported here: the driver imports this module to submit its task and decodes nothing (convert/run/driver.py)
+        from labzarr.readers.dicom import open_series
+
         return open_series(task.stack, settings.limits)
     reader = next(r for r in readers_with(settings.readers) if r.kind == task.kind)
     path = Path(task.path)

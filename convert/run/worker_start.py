@@ -40,6 +40,17 @@ PRELOAD: tuple[str, ...] = (
     "labzarr.convert.run.part_task",
     "labzarr.convert.run.sample_task",
     "labzarr.convert.write.arrays",
+    # The readers a task decodes with, and their libraries (pydicom, nibabel, Pillow, libjpeg-turbo): the task modules
+    # above import them where they read, so that the driver, which imports those modules to submit them, does not.
+    "labzarr.readers._dicom_header",
+    "labzarr.readers._dicom_pixels",
+    "labzarr.readers.dicom_seg",
+    "labzarr.readers.masks",
+    "labzarr.readers.rtstruct",
+    "labzarr.readers.nifti",
+    "labzarr.readers.jpeg",
+    "labzarr.readers.png",
+    "labzarr.readers.tiff",
     # What every worker otherwise imported itself at its start or its first task (dask's worker, the tasks, the
     # run's warning plugin): imported once here rather than once per worker.
     "numpy.random",

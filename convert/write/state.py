@@ -12,10 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-import zarr
-
 from labzarr.store import STATE, Location
-from labzarr.store.format.nodes import ZARR_JSON
+from labzarr.store.format import ZARR_JSON
 
 AnyStore = TypeVar("AnyStore", bound=Location)
 
@@ -88,6 +86,8 @@ def run_log_path(store: AnyStore) -> AnyStore:
 def ensure_state(store: Location) -> None:
     """Create `.labzarr/` as a zarr group (and the store's root group with it) if missing."""
     if not (store / STATE / ZARR_JSON).exists():
+        import zarr  # here, not at the top: the driver uses this module's paths before it writes (or needs) zarr
+
         zarr.open_group(store.zarr(), path=STATE, mode="a", zarr_format=3,
                         attributes={"purpose": _PURPOSE})
 

@@ -23,18 +23,18 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import zarr
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.group import GroupMetadata
-from zarr.core.metadata.v3 import ArrayV3Metadata
-from zarr.storage import MemoryStore, StorePath
 
 from . import ZARR_JSON
 
 if TYPE_CHECKING:
+    import zarr
     from zarr.core.array_spec import ArrayConfigParams
+    from zarr.core.metadata.v3 import ArrayV3Metadata
 
     from ..location import Location, Transport
+
+# zarr is imported by the writers alone: reading a node document needs only json, and the conversion driver reads
+# them (a stack's shards, the store's earlier arrays) before it writes any (docs/benchmarks.md, "Fixed cost").
 
 __all__ = ["ZARR_JSON", "NodeError", "array_nodes", "create_array", "create_group", "node_key", "node_type",
            "parse_node", "read_node", "read_node_at", "update_attributes"]
@@ -108,6 +108,9 @@ def create_array(folder: Location, *, shape: Sequence[int], dtype: np.dtype[Any]
                  attributes: Mapping[str, Any], config: ArrayConfigParams) -> zarr.Array[Any]:
     """Write the node of a new, empty array at `folder` (zero fill value) and return it open for writing, as
     `zarr.create_array(folder.zarr(), ...)` with these arguments would; `folder` is assumed fresh."""
+    import zarr
+    from zarr.storage import StorePath
+
     layout = _layout(np.dtype(dtype).str, tuple(int(c) for c in chunks),
                      None if shards is None else tuple(int(s) for s in shards), _Codecs(tuple(codecs)))
     meta = replace(layout, shape=tuple(int(n) for n in shape), attributes=dict(attributes),
@@ -120,6 +123,8 @@ def create_array(folder: Location, *, shape: Sequence[int], dtype: np.dtype[Any]
 def update_attributes(folder: Location, array: zarr.Array[Any], attrs: Mapping[str, Any]) -> None:
     """Merge `attrs` into the attributes of `array` (whose node lies at `folder`) and rewrite its node, as
     `array.update_attributes(attrs)` does (the open array sees them too)."""
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
     meta = array.metadata
     assert isinstance(meta, ArrayV3Metadata)
     meta.attributes.update(attrs)  # in place, as zarr's own update does: the frozen record's dict is the array's
@@ -130,6 +135,9 @@ def create_group(folder: Location, attributes: Mapping[str, Any], *, atomic: boo
     """Write the node of a group with `attributes` at `folder`, as `zarr.create_group(folder.zarr(), ...)` (or
     `attrs.put` on an existing group) would; `atomic`: through a temporary file, for a node readers may be
     reading (a group of the published store, not of a staging folder)."""
+    import zarr
+    from zarr.core.group import GroupMetadata
+
     folder.mkdir(parents=True, exist_ok=True)
     # zarr's own document but for the attributes, which `GroupMetadata.to_dict` deep-copies (`dataclasses.asdict`):
     # for a store's statistics, every item's histograms, that copy took far longer than encoding them.
@@ -138,6 +146,8 @@ def create_group(folder: Location, attributes: Mapping[str, Any], *, atomic: boo
 
 
 def _array_doc(meta: ArrayV3Metadata) -> bytes:
+    from zarr.core.buffer import default_buffer_prototype
+
     return meta.to_buffer_dict(default_buffer_prototype())[ZARR_JSON].to_bytes()
 
 
@@ -164,6 +174,10 @@ class _Codecs:
 def _layout(dtype: str, chunks: tuple[int, ...], shards: tuple[int, ...] | None, codecs: _Codecs) -> ArrayV3Metadata:
     """The metadata zarr gives an array of this layout (shape and attributes to be replaced): its chunk grid and
     its codecs, each evolved to the dtype and the chunk shape, as `zarr.create_array` builds them."""
+    import zarr
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+    from zarr.storage import MemoryStore
+
     array = zarr.create_array(MemoryStore(), shape=shards or chunks, dtype=dtype, chunks=chunks, shards=shards,
                               compressors=codecs.codecs, fill_value=np.zeros((), dtype=dtype).item())
     meta = array.metadata
