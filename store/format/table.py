@@ -158,14 +158,10 @@ def _narrowed(column: Column) -> np.dtype[Any]:
     values (a reader holds every column of an index in memory, and most -- codes, offsets, slots, shapes -- need
     a fraction of 64 bits); any other as it is."""
     dtype = column.dtype
-    if dtype.kind != "i" or not len(column):
+    bounds = [(int(p.min()), int(p.max())) for p in _pieces(column) if p.size] if dtype.kind == "i" else []
+    if not bounds:
         return dtype
-    lo, hi = 0, 0
-    first = True
-    for piece in _pieces(column):
-        if piece.size:
-            a, b = int(piece.min()), int(piece.max())
-            lo, hi, first = (a, b, False) if first else (min(lo, a), max(hi, b), False)
+    lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
     for narrow in (np.int8, np.int16, np.int32):
         info = np.iinfo(narrow)
         if info.min <= lo and hi <= info.max:
