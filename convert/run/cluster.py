@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from multiprocessing import resource_tracker
 
 import dask
 import psutil
@@ -23,7 +20,7 @@ from distributed import Client, LocalCluster
 
 from ..errors import UsageError
 from .starting import StartingCluster
-from .worker_start import METHOD, WORKER_MALLOC, start_worker_server, worker_environ
+from .worker_start import METHOD, WORKER_MALLOC, sigint_blocked, start_worker_server, worker_environ
 
 __all__ = ["MESSAGE_LOG", "client_of", "default_workers", "local_cluster", "local_cluster_config", "started_cluster"]
 
@@ -119,33 +116,9 @@ def local_cluster(workers: int, *, crash_retries: int) -> Iterator[LocalCluster]
 
 def started_cluster(workers: int, *, crash_retries: int) -> LocalCluster:
     """`local_cluster`'s cluster, started and not yet entered (the caller closes it: `with cluster:`)."""
-    with dask.config.set(local_cluster_config(crash_retries)), _sigint_blocked():
+    with dask.config.set(local_cluster_config(crash_retries)), sigint_blocked():
         start_worker_server(worker_environ(dask.config.get("distributed.nanny.pre-spawn-environ")))
         return _local_cluster(workers)
-
-
-@contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """Block SIGINT in this thread while the cluster starts.
-
-    Ctrl-C on a terminal signals the whole process group, worker processes included, and each would print
-    its own KeyboardInterrupt traceback (while importing, or from inside a task). The threads created here,
-    the cluster's event loop among them, inherit the blocked mask, and so does every worker process they
-    spawn, restarted ones too: only this process sees Ctrl-C, and it stops the workers as it closes the
-    cluster. A Ctrl-C while the cluster starts is held until it has started, so it never leaves half a
-    cluster behind. Outside the main thread (which alone sees KeyboardInterrupt) nothing changes.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    # multiprocessing starts its resource tracker at the first spawn and then unblocks SIGINT in the thread
-    # that spawned (the event loop's), whatever its mask was: started here first, it leaves the mask alone.
-    resource_tracker.ensure_running()
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _local_cluster(workers: int) -> LocalCluster:

@@ -37,7 +37,7 @@ class StartingCluster:
 
     def _start(self) -> None:
         # The cluster's threads (its event loop's among them) inherit this thread's mask: only the main thread
-        # answers a Ctrl-C, as when the cluster starts there (`cluster._sigint_blocked`).
+        # answers a Ctrl-C, as when the cluster starts there (`worker_start.sigint_blocked`).
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             from .cluster import default_workers, started_cluster

@@ -19,11 +19,13 @@ import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 
-__all__ = ["METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "start_worker_server", "worker_environ"]
+__all__ = ["METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "sigint_blocked", "start_worker_server",
+           "worker_environ"]
 
 METHOD = "forkserver"  # distributed.worker.multiprocessing-method of the embedded cluster
 
@@ -108,14 +110,30 @@ def start_worker_server(environ: Mapping[str, str]) -> None:
     # The server inherits this process's environment; dask's nanny sets the same variables here a moment later
     # (os.environ.update(pre_spawn_env)), so setting them first changes nothing else.
     os.environ.update(environ)
-    if threading.current_thread() is not threading.main_thread():
+    with sigint_blocked():
         forkserver.ensure_running()
+
+
+@contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread meanwhile, when it is the main thread (which alone sees KeyboardInterrupt;
+    elsewhere nothing changes).
+
+    Ctrl-C on a terminal signals the whole process group, worker processes included, and each would print
+    its own KeyboardInterrupt traceback (while importing, or from inside a task). The threads and processes
+    started meanwhile (the forkserver, the cluster's event loop, the workers it starts, restarted ones too)
+    inherit the blocked mask: only this process sees Ctrl-C, and it stops the workers as it closes the
+    cluster. A Ctrl-C while the cluster starts is held until it has started, so it never leaves half a
+    cluster behind.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    # The resource tracker's start unblocks SIGINT in the thread that starts it, whatever its mask was: started
-    # first, it leaves the mask below alone.
+    # multiprocessing starts its resource tracker at the first spawn and then unblocks SIGINT in the thread
+    # that spawned, whatever its mask was: started here first, it leaves the mask alone.
     resource_tracker.ensure_running()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        forkserver.ensure_running()
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
