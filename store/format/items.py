@@ -28,7 +28,7 @@ import numpy.typing as npt
 from .annotations import decode_annotations, encode_annotations
 from .index import ClassInfo, IndexItem
 from .stats_table import StatsColumns, StatsTable
-from .table import Ragged, Strings
+from .table import Ragged, RaggedColumn, Strings, TextColumn
 
 __all__ = ["TEXT", "IndexColumns", "IndexItems", "index_columns"]
 
@@ -51,54 +51,18 @@ def index_columns(items: Iterable[IndexItem]) -> tuple[dict[str, Any], dict[str,
     return columns.columns()
 
 
-class _Text:
-    """One text column being built (`encode_strings`' codes and distinct values), starting with `none` Nones."""
-
-    __slots__ = ("codes", "distinct")
-
-    def __init__(self, none: int = 0) -> None:
-        self.codes = array("q", [-1]) * none
-        self.distinct: dict[str, int] = {}
-
-    def add(self, value: str | None) -> None:
-        self.codes.append(-1 if value is None else self.distinct.setdefault(value, len(self.distinct)))
-
-    def columns(self, prefix: str) -> dict[str, Array]:
-        blobs = [v.encode() for v in self.distinct]
-        ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
-        return {f"{prefix}.codes": np.array(self.codes, dtype=np.int64),
-                f"{prefix}.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8), f"{prefix}.ends": ends}
-
-
-class _List:
-    """One list-per-row column being built (`encode_ragged`)."""
-
-    __slots__ = ("ends", "values", "dtype")
-
-    def __init__(self, kind: str, dtype: type[np.generic]) -> None:
-        self.ends, self.values, self.dtype = array("q"), array(kind), dtype
-
-    def add(self, values: Iterable[Any]) -> None:
-        self.values.extend(values)
-        self.ends.append(len(self.values))
-
-    def columns(self, prefix: str) -> dict[str, Array]:
-        return {f"{prefix}.ends": np.array(self.ends, dtype=np.int64),
-                f"{prefix}.values": np.array(self.values, dtype=self.dtype)}
-
-
 class IndexColumns:
     """The index table's columns, built one item at a time (`add`), in order: `index_columns` of the items
     added, to the bit, with a few machine numbers per item held instead of the items."""
 
     def __init__(self) -> None:
         self.rows = 0
-        self.text = {name: _Text() for name in (*TEXT, "metadata", "annotations")}
-        self.labels: dict[str, _Text] = {}
-        self.roles: dict[str, _Text] = {}
+        self.text = {name: TextColumn() for name in (*TEXT, "metadata", "annotations")}
+        self.labels: dict[str, TextColumn] = {}
+        self.roles: dict[str, TextColumn] = {}
         self.slot, self.fold, self.digest = array("q"), array("q"), array("Q")
-        self.shape, self.spacing = _List("q", np.int64), _List("d", np.float64)
-        self.classes = [_List("q", np.int64) for _ in _CLASS_FIELDS]
+        self.shape, self.spacing = RaggedColumn("q", np.int64), RaggedColumn("d", np.float64)
+        self.classes = [RaggedColumn("q", np.int64) for _ in _CLASS_FIELDS]
         self.stats = StatsColumns("stats", histograms=False)
 
     def add(self, item: IndexItem) -> None:
@@ -110,7 +74,7 @@ class IndexColumns:
         for named, values in ((self.labels, item.labels), (self.roles, item.roles)):
             for name in values:
                 if name not in named:
-                    named[name] = _Text(self.rows)
+                    named[name] = TextColumn(self.rows)
             for name, column in named.items():
                 column.add(values.get(name))
         self.slot.append(-1 if item.slot is None else item.slot)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
     from ..location import Location, Transport
     from ..read import ArrayReader
 
-__all__ = ["TABLE", "Chunked", "Column", "Ragged", "Strings", "encode_ragged", "encode_strings", "flat_positions",
-           "read_sliced", "read_table", "remove_tables", "TableSlices", "write_table"]
+__all__ = ["TABLE", "Chunked", "Column", "Ragged", "RaggedColumn", "Strings", "TableSlices", "TextColumn",
+           "encode_strings", "flat_positions", "read_sliced", "read_table", "remove_tables", "write_table"]
 
 TABLE = "labzarr_table"  # the attribute of a table's array: its rows and its directory of columns
 _CODECS = ("zstd", 3)  # compressor and level: decoding speed matters more than size
@@ -284,25 +285,50 @@ def remove_tables(folder: Location, *, keep: str) -> None:
 
 def encode_strings(prefix: str, values: Iterable[str | None]) -> dict[str, Array]:
     """The columns of a text column (`Strings`), named `prefix` + ``.codes``, ``.chars``, ``.ends``."""
-    distinct: dict[str, int] = {}
-    codes = np.fromiter((-1 if v is None else distinct.setdefault(v, len(distinct)) for v in values),
-                        dtype=np.int64)
-    blobs = [v.encode() for v in distinct]
-    ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
-    return {f"{prefix}.codes": codes,
-            f"{prefix}.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8),
-            f"{prefix}.ends": ends}
+    column = TextColumn()
+    for value in values:
+        column.add(value)
+    return column.columns(prefix)
 
 
-def encode_ragged(prefix: str, rows: Iterable[Sequence[Any]], dtype: type[np.generic]) -> dict[str, Array]:
-    """The columns of a list per row (`Ragged`), named `prefix` + ``.ends``, ``.values``."""
-    lengths: list[int] = []
-    flat: list[Any] = []
-    for row in rows:
-        lengths.append(len(row))
-        flat.extend(row)
-    return {f"{prefix}.ends": np.cumsum(np.asarray(lengths, dtype=np.int64), dtype=np.int64),
-            f"{prefix}.values": np.asarray(flat, dtype=dtype)}
+class TextColumn:
+    """A text column (`Strings`) being built a row at a time, starting with `none` Nones: its codes and distinct
+    values, not its rows' strings."""
+
+    __slots__ = ("codes", "distinct")
+
+    def __init__(self, none: int = 0) -> None:
+        self.codes = array("q", [-1]) * none
+        self.distinct: dict[str, int] = {}
+
+    def add(self, value: str | None) -> None:
+        self.codes.append(-1 if value is None else self.distinct.setdefault(value, len(self.distinct)))
+
+    def columns(self, prefix: str) -> dict[str, Array]:
+        """The column's arrays, named `prefix` + ``.codes``, ``.chars``, ``.ends``."""
+        blobs = [v.encode() for v in self.distinct]
+        ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
+        return {f"{prefix}.codes": np.array(self.codes, dtype=np.int64),
+                f"{prefix}.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8), f"{prefix}.ends": ends}
+
+
+class RaggedColumn:
+    """A list-per-row column (`Ragged`) being built a row at a time; `kind` is the `array` typecode its values
+    are held in, `dtype` the column's."""
+
+    __slots__ = ("ends", "values", "dtype")
+
+    def __init__(self, kind: str, dtype: type[np.generic]) -> None:
+        self.ends, self.values, self.dtype = array("q"), array(kind), dtype
+
+    def add(self, values: Iterable[Any]) -> None:
+        self.values.extend(values)
+        self.ends.append(len(self.values))
+
+    def columns(self, prefix: str) -> dict[str, Array]:
+        """The column's arrays, named `prefix` + ``.ends``, ``.values``."""
+        return {f"{prefix}.ends": np.array(self.ends, dtype=np.int64),
+                f"{prefix}.values": np.array(self.values, dtype=self.dtype)}
 
 
 class Strings:
