@@ -64,6 +64,7 @@ def client_of(workers: int, scheduler: str | None, *, crash_retries: int,
         if started is not None:
             with started, Client(started) as client:
                 yield client
+                _settled(client, started)
             return
         with _connected(workers, scheduler, crash_retries=crash_retries) as client:
             yield client
@@ -86,6 +87,26 @@ def _connected(workers: int, scheduler: str | None, *, crash_retries: int) -> It
         return
     with local_cluster(workers, crash_retries=crash_retries) as cluster, Client(cluster) as client:
         yield client
+        _settled(client, cluster)
+
+
+# How long a run that is done waits for a restarted worker to finish starting before closing the cluster.
+SETTLE_S = 60.0
+
+
+def _settled(client: Client, cluster: LocalCluster) -> None:
+    """Wait (at most SETTLE_S) until every worker of the embedded cluster has started, before it is closed.
+
+    A worker restarted after a crash or a timeout may still be starting when the run ends. distributed's nanny
+    gives a worker 5 s to stop, counted from before it waits for the start to finish, and raises TimeoutError
+    when the start alone took longer (a busy machine): a finished run would end in a traceback. A worker
+    that never comes back is left to the close, which kills it.
+    """
+    try:
+        client.wait_for_workers(len(cluster.workers), timeout=SETTLE_S)
+    except TimeoutError:
+        log.warning("not all %d workers had started %.0f s after the run; closing the cluster anyway",
+                    len(cluster.workers), SETTLE_S)
 
 
 def local_cluster_config(crash_retries: int) -> dict[str, object]:
