@@ -32,4 +32,7 @@ def _apply() -> None:
     os.environ.update(wanted)
 
 
-_apply()
+# Only in a server `start_worker_server_early` started (which names what it chose): a server the cluster started has
+# its whole environment already, and no other process that imports this module (to list the preload, say) is touched.
+if GUESSED in os.environ:
+    _apply()
