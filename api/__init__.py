@@ -7,18 +7,12 @@ and in every dask worker does not pay for torch, and `import labzarr.loaders...`
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from labzarr.convert.run.driver import convert_delivery
     from labzarr.loaders.dataset import PatchDataset
     from labzarr.store.view import open_store
-
-try:
-    __version__ = version("labzarr")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0"
 
 __all__ = ["PatchDataset", "__version__", "convert_delivery", "open_store"]
 
@@ -27,10 +21,17 @@ _WHERE = {"convert_delivery": "labzarr.convert.run.driver", "PatchDataset": "lab
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # looked up on first use: importlib.metadata is most of `import labzarr`'s time
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("labzarr")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            return "0.0.0"
     if name in _WHERE:
         return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'labzarr' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+    return sorted([*globals(), "__version__", *_WHERE])

@@ -16,11 +16,11 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from labzarr.store import Location, as_location, is_url
-
 from .errors import UsageError
 
 if TYPE_CHECKING:
+    from labzarr.store import Location
+
     from .run.starting import StartingCluster
 
 __all__ = ["build_parser", "main"]
@@ -299,10 +299,13 @@ def _quiet_dask() -> None:
 
 def _start_workers_early() -> None:
     """Start the embedded cluster's worker server now (`run/worker_start.py`): it imports what a worker needs while
-    this process imports the driver, rather than after it."""
-    from .run.worker_start import pre_spawn_environ, start_worker_server, worker_environ
+    this process imports the driver, rather than after it. It starts before this process reads dask's configuration
+    (`start_worker_server_early`); this process's environment is then the workers' before it imports numpy, as a
+    worker's, as when the cluster starts the server itself."""
+    from .run.worker_start import pre_spawn_environ, start_worker_server_early, worker_environ
 
-    start_worker_server(worker_environ(pre_spawn_environ()))
+    start_worker_server_early()
+    os.environ.update(worker_environ(pre_spawn_environ()))
 
 
 def _start_cluster_early(workers: int | None) -> StartingCluster:
@@ -316,6 +319,8 @@ def _start_cluster_early(workers: int | None) -> StartingCluster:
 
 def _shown(path: Path | Location) -> str:
     """`path` relative to the working directory when it lies below it: what the user typed, not /abs/olute."""
+    from labzarr.store import as_location
+
     return as_location(path).shown(Path.cwd())
 
 
@@ -374,6 +379,8 @@ def _report(args: argparse.Namespace) -> int:
 
 def _store_of(arg: str) -> Location:
     """The store `arg` names: itself, or the `[delivery] store` of the spec file it is (`*.toml`)."""
+    from labzarr.store import as_location, is_url
+
     if arg.endswith(".toml") and not is_url(arg):
         from .spec import load_spec
 
@@ -414,6 +421,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
+    from labzarr.store import as_location, is_url
+
     from .console import progress_display
     from .repair import describe_repair, repair_delivery
 

@@ -80,10 +80,12 @@ __all__ = ["MESSAGE_LOG", "Progress", "ProgressEvent", "RunResult", "WORKER_MALL
 
 log = logging.getLogger(__name__)
 _PROBE_BATCH = 64
-# What the run imports after the probe (`_convert`, `_write`): the store's writers (zarr) and the tasks it submits.
+# What the run imports after the probe (`_convert`, `_write`): the store's writers (zarr) and the tasks it submits,
+# and numpy.ma, which numpy imports at the plan's first `np.median` (a DICOM series' slice spacing).
 _WRITERS = ("labzarr.convert.write.annotations", "labzarr.convert.write.arrays", "labzarr.convert.write.outcomes",
             "labzarr.convert.write.stacks", "labzarr.convert.run.batches", "labzarr.convert.run.part_task",
-            "labzarr.convert.run.split_step", "labzarr.convert.run.supervise", "labzarr.convert.run.settings")
+            "labzarr.convert.run.split_step", "labzarr.convert.run.supervise", "labzarr.convert.run.settings",
+            "numpy.ma")
 _T = TypeVar("_T")
 
 

@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 
-__all__ = ["METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "sigint_blocked", "start_worker_server",
-           "worker_environ"]
+__all__ = ["GUESSED", "METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "sigint_blocked",
+           "start_worker_server", "start_worker_server_early", "worker_environ"]
 
 METHOD = "forkserver"  # distributed.worker.multiprocessing-method of the embedded cluster
 
@@ -34,6 +34,9 @@ METHOD = "forkserver"  # distributed.worker.multiprocessing-method of the embedd
 # not be here (a fork keeps only the forking thread); highdicom and scikit-image, which few deliveries need, are
 # imported by the task that needs them.
 PRELOAD: tuple[str, ...] = (
+    # First: the environment the `labzarr` command left to the server to read from dask's configuration
+    # (`start_worker_server_early`), set before numpy loads its BLAS.
+    "labzarr.convert.run._server_environ",
     "distributed",
     "numpy",
     "labzarr.convert.probe",
@@ -73,11 +76,16 @@ WORKER_MALLOC: dict[str, int] = {"MALLOC_MMAP_THRESHOLD_": 64 << 20, "MALLOC_TRI
 # dask's nanny gives every worker this seed unless one is set (so that hashing agrees between workers).
 _HASH_SEED = "6640"
 
+# The variables of the worker server's environment that `start_worker_server_early` chose without reading dask's
+# configuration (space-separated names), which the server checks against it (`_server_environ`).
+GUESSED = "LABZARR_SERVER_GUESSED"
 
-def worker_environ(pre_spawn: Mapping[str, object]) -> dict[str, str]:
+
+def worker_environ(pre_spawn: Mapping[str, object], environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The environment a worker starts with, as dask's nanny computes it: `pre_spawn` (the config's
-    `distributed.nanny.pre-spawn-environ`) where this process's environment does not set the variable already."""
-    env = {k: os.environ.get(k, str(v)) for k, v in pre_spawn.items()}
+    `distributed.nanny.pre-spawn-environ`) where `environ` (this process's environment) does not set the
+    variable already."""
+    env = {k: environ.get(k, str(v)) for k, v in pre_spawn.items()}
     if env.get("PYTHONHASHSEED") in (None, "0"):
         env["PYTHONHASHSEED"] = _HASH_SEED
     return env
@@ -112,6 +120,27 @@ def start_worker_server(environ: Mapping[str, str]) -> None:
     os.environ.update(environ)
     with sigint_blocked():
         forkserver.ensure_running()
+
+
+def start_worker_server_early() -> None:
+    """`start_worker_server` before this process has read dask's configuration (importing dask is much of the
+    `labzarr` command's start, docs/benchmarks.md): the server starts with the variables a process reads when it
+    starts that are known without the configuration (`WORKER_MALLOC`, the hash seed), and reads the rest itself
+    (`_server_environ`), where it imports dask anyway. The hash seed a configuration may set otherwise is named in
+    `GUESSED` for the server to check. This process's own environment is left as it was: its caller sets the
+    workers' environment in it (`worker_environ(pre_spawn_environ())`) before it imports numpy, as
+    `start_worker_server` would have."""
+    known = worker_environ(WORKER_MALLOC)  # the malloc thresholds are WORKER_MALLOC's whatever the configuration says
+    guessed = [k for k in known if k not in WORKER_MALLOC and k not in os.environ]
+    before = {k: os.environ.get(k) for k in [*known, GUESSED]}
+    try:
+        start_worker_server({**known, GUESSED: " ".join(guessed)})
+    finally:
+        for k, v in before.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 @contextmanager

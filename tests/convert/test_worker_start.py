@@ -9,49 +9,84 @@ import sys
 from pathlib import Path
 
 import dask
+import pytest
 from distributed import Worker
 
 from labzarr.convert.run.driver import local_cluster_config
 from labzarr.convert.run.worker_start import PRELOAD, WORKER_MALLOC, pre_spawn_environ, worker_environ
 
+_SALT = "labzarr"  # hashed by each worker: the hash seed its process started with, not only the variable
 
-def _worker_state() -> tuple[list[str], dict[str, str | None], int]:
+
+def _worker_state() -> tuple[list[str], dict[str, str | None], int, int, int]:
     names = ("OMP_NUM_THREADS", "PYTHONHASHSEED", *WORKER_MALLOC)
-    return [m for m in PRELOAD if m in sys.modules], {n: os.environ.get(n) for n in names}, os.getppid()
+    server = os.getppid()
+    # The server's threads: one, or numpy's BLAS started a pool there (its thread count not set before numpy loaded).
+    threads = int(next(line.split()[1] for line in Path(f"/proc/{server}/status").read_text().splitlines()
+                       if line.startswith("Threads:")))
+    return [m for m in PRELOAD if m in sys.modules], {n: os.environ.get(n) for n in names}, server, hash(_SALT), threads
+
+
+def _hash_with_seed(seed: str) -> int:
+    out = subprocess.run([sys.executable, "-c", f"print(hash({_SALT!r}))"], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": seed})
+    return int(out.stdout)
 
 
 _STATES = """
-import json, sys
+import json, os, sys
 sys.path.insert(0, {tests!r})
-from distributed import Client
-from labzarr.convert.run.driver import local_cluster
-from convert.test_worker_start import _worker_state
 if __name__ == "__main__":
+    if {cli!r}:  # as `labzarr convert` starts it: before dask's configuration is read
+        from labzarr.convert.cli import _start_workers_early
+        _start_workers_early()
+    from distributed import Client
+    from labzarr.convert.run.driver import local_cluster
+    from convert.test_worker_start import _worker_state
     with local_cluster(2, crash_retries=1) as cluster, Client(cluster) as client:
         client.submit(sum, [1, 2]).result()  # a task ran: its modules are loaded either way
-        print(json.dumps([client.run(_worker_state), __import__("os").getpid()]))
+        print(json.dumps([client.run(_worker_state), os.getpid(), os.environ.get("PYTHONHASHSEED")]))
 """
 
 
-def test_workers_start_with_their_modules_imported(tmp_path) -> None:
+
+@pytest.mark.parametrize(("cli", "configured"), [(False, None), (True, None), (True, "123")],
+                         ids=["started-by-the-cluster", "started-by-the-cli", "cli-with-a-configured-seed"])
+def test_workers_start_with_their_modules_imported(tmp_path, cli: bool, configured: str | None) -> None:
     """In a process of its own: the worker server is per process, and a test process may have started one of
-    its own kind already (a forkserver DataLoader), whose workers then import their modules themselves."""
+    its own kind already (a forkserver DataLoader), whose workers then import their modules themselves.
+
+    A hash seed in dask's configuration and not in the environment (`configured`): `labzarr convert` starts the
+    worker server before it reads the configuration, with dask's default seed, and the server, finding it
+    configured otherwise, starts itself again with the configured one (`_server_environ`)."""
     import json
 
+    assert PRELOAD[0] == "labzarr.convert.run._server_environ"
     assert PRELOAD[-1] == "labzarr.convert.run._server_exit"
     script = tmp_path / "states.py"
-    script.write_text(_STATES.format(tests=str(Path(__file__).parents[1])))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
-    states, driver = json.loads(out.stdout.strip().splitlines()[-1])
+    script.write_text(_STATES.format(tests=str(Path(__file__).parents[1]), cli=cli))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    if configured:
+        (tmp_path / "dask").mkdir()
+        (tmp_path / "dask" / "seed.yaml").write_text(
+            f"distributed:\n  nanny:\n    pre-spawn-environ:\n      PYTHONHASHSEED: '{configured}'\n")
+        env["DASK_CONFIG"] = str(tmp_path / "dask")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True,
+                         env=env)
+    states, driver, driver_seed = json.loads(out.stdout.strip().splitlines()[-1])
+    seed = configured or "6640"
     assert len(states) == 2
-    for modules, env, parent in states.values():
+    for modules, worker_env, parent, hashed, threads in states.values():
         # The server's own exit module is imported by the server and by nothing a task runs.
         assert modules == list(PRELOAD)
         # As a spawned worker's.
         with dask.config.set(local_cluster_config(crash_retries=1)):
-            assert env == {k: v for k, v in worker_environ(dask.config.get("distributed.nanny.pre-spawn-environ"))
-                           .items() if k in env}
-        assert env["OMP_NUM_THREADS"] == "1" and env["PYTHONHASHSEED"] == "6640"
+            pre_spawn = dask.config.get("distributed.nanny.pre-spawn-environ") | {"PYTHONHASHSEED": seed}
+            expected = worker_environ(pre_spawn, env)
+        assert worker_env == {k: v for k, v in expected.items() if k in worker_env}
+        assert worker_env["OMP_NUM_THREADS"] == "1" and worker_env["PYTHONHASHSEED"] == seed == driver_seed
+        assert hashed == _hash_with_seed(seed)  # the server started with it: its workers hash with it
+        assert threads == 1  # the server set the BLAS thread count before numpy loaded
         assert parent != driver  # forked by the server, not by the driver
 
 
