@@ -334,6 +334,11 @@ def _convert(args: argparse.Namespace) -> int:
     if args.scheduler is None and not args.dry_run and args.spec.is_file():  # a mistyped path starts nothing
         _start_workers_early()
         if not args.verify and (args.workers is None or args.workers >= 1) and args.progress_every > 0:
+            from .spec import load_spec
+
+            # A spec that does not load is one error line, with no cluster started and stopped first; the worker
+            # server is still the first to start, and its imports outlast reading the spec.
+            load_spec(args.spec)
             starting = _start_cluster_early(args.workers)
     with starting or nullcontext():
         return _convert_with(args, starting)

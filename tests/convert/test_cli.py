@@ -273,3 +273,17 @@ def test_a_reader_that_stops_early_ends_the_output_quietly(converted_demo) -> No
     proc.stdout.close()  # the reader is gone before the first byte is written
     _, err = proc.communicate(timeout=120)
     assert err.decode() == "" and proc.returncode == 141
+
+
+def test_a_spec_that_does_not_load_starts_no_cluster(tmp_path: Path) -> None:
+    """The spec is read before the embedded cluster starts: a bad one is its error line, with no cluster started
+    and stopped first (the cluster's thread is what imports distributed)."""
+    d = make_delivery(tmp_path)
+    spec = d.spec.parent / "bad.toml"
+    spec.write_text(d.spec.read_text().replace("level = 5", "level = 40"))
+    code = ("import sys\nfrom labzarr.convert.cli import main\n"
+            f"code = main(['convert', {str(spec)!r}, '--quiet'])\n"
+            "print(code, 'distributed' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_ENV)
+    assert out.stdout.split() == ["2", "False"], out.stdout + out.stderr
+    assert "level = 40" in out.stderr
