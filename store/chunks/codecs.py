@@ -20,13 +20,14 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from zarr.abc.codec import BytesBytesCodec
 
-__all__ = ["BYTES_CODECS", "ChunkDamage", "Encode", "decode_chunk", "encoder", "zarr_codecs"]
+__all__ = ["BYTES_CODECS", "ChunkDamage", "Decode", "Encode", "chunk_decoder", "decode_chunk", "encoder", "zarr_codecs"]
 
 # The bytes-to-bytes codecs `decode_chunk` undoes; every one of them is self-describing (decoding needs no
 # configuration), so a layout keeps only their names.
 BYTES_CODECS = frozenset({"blosc", "zstd", "gzip", "crc32c"})
 
 Encode = Callable[[bytes | npt.NDArray[Any]], bytes]
+Decode = Callable[[bytes | memoryview], Any]
 
 _GZIP = numcodecs.GZip()
 
@@ -107,3 +108,31 @@ def decode_chunk(data: bytes | memoryview, names: Sequence[str], nbytes: int) ->
     if len(buf) != nbytes:
         raise ChunkDamage(f"decodes to {len(buf):,} B, expected {nbytes:,} B")
     return buf
+
+
+def chunk_decoder(names: Sequence[str], nbytes: int) -> Decode:
+    """`decode_chunk` for one chain and chunk size, as a function of the stored bytes alone. The chain labzarr
+    writes by default (blosc, then crc32c) gets a function of its own with the same checks and messages: the read
+    path's threads run it once a chunk between the GIL-free calls (the checksum, the decompression), so its
+    Python is what they contend for."""
+    if tuple(names) != ("blosc", "crc32c"):
+        chain = tuple(names)
+        return lambda data: decode_chunk(data, chain, nbytes)
+    check, decompress = crc32c.crc32c, numcodecs.blosc.decompress
+
+    def blosc_crc32c(data: bytes | memoryview) -> Any:
+        view = memoryview(data)
+        if len(view) < 4:
+            raise ChunkDamage(f"{len(view)} B, too short for its crc32c")
+        body = view[:-4]
+        if check(body) != int.from_bytes(view[-4:], "little"):
+            raise ChunkDamage("crc32c mismatch")
+        try:
+            buf = decompress(body)
+        except Exception as exc:  # as in decode_chunk: any error means the bytes are not a chunk
+            raise ChunkDamage(f"blosc cannot decode it: {type(exc).__name__}: {exc}") from exc
+        if len(buf) != nbytes:
+            raise ChunkDamage(f"decodes to {len(buf):,} B, expected {nbytes:,} B")
+        return buf
+
+    return blosc_crc32c
