@@ -19,14 +19,14 @@ def checked(body: bytes) -> bytes:
     """`body` with its crc32c, as the chain's last codec appends it."""
     crc = encoder({"name": "crc32c"})
     assert crc is not None
-    return crc(body)
+    return bytes(crc(body))
 
 
 def stored(raw: bytes) -> bytes:
     """`raw` as zarr stores a chunk of the default layout: blosc-lz4 with shuffle, then its crc32c."""
     blosc, crc = encoder(BLOSC), encoder({"name": "crc32c"})
     assert blosc is not None and crc is not None
-    return crc(blosc(raw))
+    return bytes(crc(blosc(raw)))
 
 
 RAW = np.random.default_rng(0).integers(-1000, 3000, size=(16, 16, 16), dtype=np.int16).tobytes()
@@ -49,7 +49,8 @@ def flipped(data: bytes, at: int) -> bytes:
 def test_the_default_chain_decodes_as_decode_chunk(case: str) -> None:
     good = stored(RAW)
     data = {"good": good, "crc": flipped(good, len(good) - 2), "body": flipped(good, len(good) // 2),
-            "short": good[:len(good) // 2], "tiny": good[:3], "garbage": checked(b"not a blosc frame, its crc32c right"),
+            "short": good[:len(good) // 2], "tiny": good[:3],
+            "garbage": checked(b"not a blosc frame, its crc32c right"),
             "other size": stored(RAW[:-2])}[case]
     fast = chunk_decoder(CHAIN, len(RAW))
     assert fast is not chunk_decoder(("zstd", "crc32c"), len(RAW))
