@@ -3,7 +3,10 @@
 Invariant: this module owns every codec labzarr builds or runs. `zarr_codecs` gives zarr the chain a spec
 names (the compressor, then crc32c over the compressed bytes); `encoder` runs one codec of a chain exactly as
 zarr-python runs it (the numcodecs codec zarr builds), for the shard writer; `decode_chunk` undoes a chain by
-names, for the reader. A new compressor is added here and in `compressors.py`, nowhere else.
+names, for the reader, and `chunk_decoder` gives the reader one function per chain, the default chain's (blosc,
+crc32c) written out: its Python runs once a chunk in the read threads, between the calls that release the GIL
+(`make bench`, loaders section, batched-reads group; tests/store/test_chunk_decoder.py checks it against
+`decode_chunk`). A new compressor is added here and in `compressors.py`, nowhere else.
 """
 
 from __future__ import annotations
