@@ -40,7 +40,9 @@ is its own):
   core in every process, against the decode limit (cores x 1000 / p50 ms of a
   bare pread + decode of the same chunks), each row's CPU per sample and the
   rate it allows on every core, and its process-tree RSS (`THREAD_ROUNDS` runs
-  of `THREAD_CAP_S` seconds each, in turns).
+  of `THREAD_CAP_S` seconds each, in turns); then, in a group of its own,
+  labzarr's batched read without a DataLoader (`threads=1`) against the bare
+  read, CPU per sample, the two alternated in one process (`CPU_ROUNDS`).
 """
 
 from __future__ import annotations
