@@ -292,7 +292,7 @@ class _Direct:
         grid = tuple(-(-n // g) for n, g in zip(lay.shape, lay.grid))
         if record.grid != grid:
             raise self.corrupt(None, None, f"its record of stored files has a grid of {list(record.grid)}, the "
-                                            f"array {list(grid)}")
+                                           f"array {list(grid)}")
         return record
 
     def read(self, region: _Region) -> npt.NDArray[Any]:
@@ -370,7 +370,7 @@ class _Direct:
                     box[target] = self.layout.fill_value
                 return
             raise self.corrupt(coords, None, f"the file {self.layout.key(coords)!r} is missing, where the store "
-                                              f"recorded {recorded:,} B written") from None
+                                             f"recorded {recorded:,} B written") from None
         if recorded is not None and len(data) != recorded:
             raise self.corrupt(coords, None, f"the file holds {len(data):,} B, the store recorded {recorded:,} B")
         chunk.data = data
@@ -395,7 +395,7 @@ class _Direct:
         for (start, length, first, last), blob in zip(runs, blobs):
             if len(blob) != length:
                 raise self.corrupt(chunks[first].coords, key,
-                                    f"{len(blob):,} B read where the shard index says {length:,} B", shard)
+                                   f"{len(blob):,} B read where the shard index says {length:,} B", shard)
             view = memoryview(blob)
             for chunk in chunks[first:last + 1]:
                 chunk.data = view[chunk.span[0] - start:chunk.span[0] - start + chunk.span[1]]
@@ -415,7 +415,7 @@ class _Direct:
             return None
         if recorded is not None and recorded < size:
             raise self.corrupt(None, key, f"the store recorded {recorded:,} B, less than its {size:,} B index",
-                                shard)
+                               shard)
         if lay.index_location == "start":
             where: tuple[int, int] = (0, size)
         else:
@@ -427,7 +427,7 @@ class _Direct:
                 self._indexes[shard] = None
                 return None
             raise self.corrupt(None, key, f"the file is missing, where the store recorded {recorded:,} B written",
-                                shard) from None
+                               shard) from None
         except EOFError as exc:
             raise self.corrupt(None, key, f"shorter than recorded: {exc}", shard) from exc
         if len(data) != size:
