@@ -40,7 +40,9 @@ is its own):
   core in every process, against the decode limit (cores x 1000 / p50 ms of a
   bare pread + decode of the same chunks), each row's CPU per sample and the
   rate it allows on every core, and its process-tree RSS (`THREAD_ROUNDS` runs
-  of `THREAD_CAP_S` seconds each, in turns).
+  of `THREAD_CAP_S` seconds each, in turns); then, in a group of its own,
+  labzarr's batched read without a DataLoader (`threads=1`) against the bare
+  read, CPU per sample, the two alternated in one process (`CPU_ROUNDS`).
 """
 
 from __future__ import annotations
@@ -753,10 +755,12 @@ THREAD_VOLUMES = 2  # the issue's setup: 2 volumes, one run
 OF_LIMIT = 0.85  # the best loader row reaches at least this fraction of the decode limit
 THREAD_WORKERS = (0, 2, 4)
 THREADS_GROUP = "batched reads, 2 volumes, batch 8 (samples/s)"
+THREADS_CPU_GROUP = "batched reads, 2 volumes: CPU per sample against the bare read (ms)"
 # Short by default (a normal `make bench`: about 2 minutes): runs of each row, in turns, each timed this long;
 # `python bench/loaders.py --threads --rounds 3 --cap 10` for a closer look.
 THREAD_ROUNDS = 2
 THREAD_CAP_S = 4.0
+CPU_ROUNDS = 10  # rounds of the bare read against the batched read, alternated, for their CPU per patch
 
 
 def _cores() -> int:
@@ -765,8 +769,12 @@ def _cores() -> int:
 
 def _limit_trial(store: str, out: Any) -> None:
     """Runs in a spawned process: (p50, p90, CPU seconds per patch) of the bare pread + decode of the chunks of
-    random 64³ patches."""
+    random 64³ patches, then (CPU seconds per patch of the bare read, CPU seconds per sample of labzarr's batched
+    read of the same patches, batch 8, `ReadOptions(threads=1)`, no DataLoader), the two alternated in
+    `CPU_ROUNDS` rounds, least of each: what the read path spends beyond the floor, the figure a loaded machine
+    moves least."""
     from labzarr import PatchDataset
+    from labzarr.loaders import ReadOptions
 
     ds = PatchDataset(Path(store), PATCH, patches_per_item=LATENCY_CALLS, seed=0)
     keys = np.random.default_rng(4).permutation(len(ds))[:LATENCY_CALLS].tolist()
@@ -783,7 +791,22 @@ def _limit_trial(store: str, out: Any) -> None:
         read(j)
     cpu = time.process_time()
     times = _interleaved({"bare": read}, LATENCY_CALLS)["bare"]
-    out.put((*median_p90(times), (time.process_time() - cpu) / LATENCY_CALLS))
+    timed = (*median_p90(times), (time.process_time() - cpu) / LATENCY_CALLS)
+    one = PatchDataset(Path(store), PATCH, patches_per_item=LATENCY_CALLS, seed=0, read=ReadOptions(threads=1))
+    batches = [keys[b:b + BATCH] for b in range(0, len(keys) - BATCH + 1, BATCH)]
+    assert all(np.array_equal(s["image"].numpy(), ds[k]["image"].numpy())
+               for k, s in zip(batches[0], one.__getitems__(batches[0])))
+    bare_cpu, batch_cpu = [], []
+    for _ in range(CPU_ROUNDS):
+        cpu = time.process_time()
+        for j in range(len(batches) * BATCH):
+            read(j)
+        bare_cpu.append((time.process_time() - cpu) / (len(batches) * BATCH))
+        cpu = time.process_time()
+        for batch in batches:
+            one.__getitems__(batch)
+        batch_cpu.append((time.process_time() - cpu) / (len(batches) * BATCH))
+    out.put((timed, (min(bare_cpu), min(batch_cpu))))
 
 
 def _threaded(inputs: Inputs, workers: int, store: Path, _: Path, threads: int = 1) -> Callable[[], Iterable[Any]]:
@@ -812,7 +835,7 @@ def threads_rows(workdir: Path, rounds: int = THREAD_ROUNDS, cap_s: float = THRE
     store = inputs.store("default")
     cores = _cores()
     load = os.getloadavg()[0]
-    (p50, p90, bare_cpu), _ = _in_fresh_process(_limit_trial, str(store))
+    ((p50, p90, bare_cpu), (floor_cpu, batch_cpu)), _ = _in_fresh_process(_limit_trial, str(store))
     limit = cores * 1000 / (p50 * 1e3)
     cases = [_Case(f"labzarr, ReadOptions(threads={t})", partial(_threaded, threads=t), w, runs=rounds,
                    cap_s=cap_s) for w in THREAD_WORKERS for t in (1, cores)]
@@ -822,6 +845,14 @@ def threads_rows(workdir: Path, rounds: int = THREAD_ROUNDS, cap_s: float = THRE
                    note=f"bare read of a random 64³ patch's chunks: p50 {p50 * 1e3:.3f} ms, p90 {p90 * 1e3:.3f} ms, "
                         f"CPU {bare_cpu * 1e3:.3f} ms a patch ({LATENCY_CALLS} patches); load average {load:.1f} "
                         f"before the group, {os.getloadavg()[0]:.1f} after ({cores} cores)")]
+    cpu_rows = [Result("bare pread + decode of a patch's chunks: CPU per patch", floor_cpu * 1e3, "ms",
+                       higher_is_better=False, group=THREADS_CPU_GROUP, baseline=True,
+                       note=f"least of {CPU_ROUNDS} rounds of {LATENCY_CALLS // BATCH * BATCH} patches, "
+                            "alternated with the row below"),
+                Result("labzarr __getitems__, batch 8, ReadOptions(threads=1), no DataLoader: CPU per sample",
+                       batch_cpu * 1e3, "ms", higher_is_better=False, group=THREADS_CPU_GROUP,
+                       note=f"the same patches; least of {CPU_ROUNDS} rounds (process CPU: the calling thread's "
+                            "locating and the decode thread's reads)")]
     measured = [_loader_row(f"{case.name}, num_workers={case.workers}", case_runs, THREADS_GROUP, baseline=False)
                for case, case_runs in zip(cases, runs)]
     best = max(measured, key=lambda r: r.value)
@@ -835,7 +866,7 @@ def threads_rows(workdir: Path, rounds: int = THREAD_ROUNDS, cap_s: float = THRE
                                                   f"read's, so {cores} free cores would give at most "
                                                   f"{cores * 1000 / cpu:,.0f} samples/s; tree RSS under 1 GB: "
                                                   f"{_verdict(rss < TREE_RSS)}; {row.note}"))
-    return rows
+    return rows + cpu_rows
 
 
 # -- layouts --------------------------------------------------------------------------------------------------

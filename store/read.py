@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
-from .chunks.codecs import ChunkDamage, decode_chunk
+from .chunks.codecs import ChunkDamage, chunk_decoder
 from .chunks.shard import ABSENT, decode_index
 from .format.layout import Layout, UnsupportedLayout
 from .format.nodes import NodeError, node_key, parse_node
@@ -193,24 +193,24 @@ class _Batch:
     are stored in (a shard, or a chunk file): a group is one read task."""
 
     def __init__(self) -> None:
-        self._chunks: dict[tuple[int, tuple[int, ...]], _Chunk] = {}
-        self._files: dict[tuple[int, tuple[int, ...]], list[_Chunk]] = {}
+        self._files: dict[tuple[int, tuple[int, ...]], dict[tuple[int, ...], _Chunk]] = {}
 
-    def add(self, direct: _Direct, coords: tuple[int, ...], key: str | None, shard: tuple[int, ...] | None,
-            span: tuple[int, int], part: _Part) -> None:
-        chunk = self._chunks.get((id(direct), coords))
-        if chunk is None:
-            chunk = self._chunks[(id(direct), coords)] = _Chunk(direct, coords, key, shard, span, [])
-            self._files.setdefault((id(direct), coords if shard is None else shard), []).append(chunk)
-        chunk.parts.append(part)
+    def file(self, direct: _Direct, cell: tuple[int, ...]) -> dict[tuple[int, ...], _Chunk]:
+        """The chunks added so far of the file at grid position `cell` of `direct`'s array, by their coordinates
+        (the planner adds to it directly: one lookup a file, not one a chunk)."""
+        group = self._files.get((id(direct), cell))
+        if group is None:
+            group = self._files[(id(direct), cell)] = {}
+        return group
 
     def take(self, file: tuple[int, tuple[int, ...]]) -> list[_Chunk] | None:
         """The chunks of `file` ((id of its array's reader, its grid position)) added so far, now handed out."""
-        return self._files.pop(file, None)
+        group = self._files.pop(file, None)
+        return list(group.values()) if group else None
 
     def rest(self) -> list[list[_Chunk]]:
         """Every group not handed out yet, now handed out."""
-        groups = list(self._files.values())
+        groups = [list(group.values()) for group in self._files.values() if group]
         self._files.clear()
         return groups
 
@@ -230,23 +230,26 @@ def _tasks(plans: Sequence[tuple[ArrayReader, Selection, _Region, npt.NDArray[An
 
 
 def _read(chunks: list[_Chunk]) -> None:
-    """Fetch the stored bytes of one chunk file, or of the chunks of one shard, then decode and place each."""
+    """Fetch the stored bytes of one chunk file, or of the chunks of one shard, then decode and place each (the
+    regions' boxes are disjoint: safe from several threads). The Python here runs once a chunk between the
+    GIL-free calls (pread, crc32c, blosc, numpy's copies), so it is kept to a few lines."""
     first = chunks[0]
+    direct = first.direct
     if first.key is None:
-        first.direct.fetch_file(first)
+        direct.fetch_file(first)
     else:
-        first.direct.fetch_shard(first.key, chunks)
+        direct.fetch_shard(first.key, chunks)
+    decode, shape, dtype = direct.decoder, direct.layout.chunks, direct.layout.stored_dtype
     for chunk in chunks:
-        if chunk.data is not None:
-            _place(chunk)
-
-
-def _place(chunk: _Chunk) -> None:
-    """Decode `chunk` and copy its parts into their regions (disjoint boxes: safe from several threads)."""
-    assert chunk.data is not None
-    decoded = chunk.direct.decode(chunk.data, chunk.coords, chunk.key, chunk.shard)
-    for box, target, inner in chunk.parts:
-        box[target] = decoded[inner]
+        data = chunk.data
+        if data is None:
+            continue
+        try:
+            decoded: npt.NDArray[Any] = np.ndarray(shape, dtype, decode(data))
+        except ChunkDamage as exc:
+            raise direct.corrupt(chunk.coords, chunk.key, str(exc), chunk.shard) from exc
+        for box, target, inner in chunk.parts:
+            box[target] = decoded[inner]
 
 
 class _Direct:
@@ -257,8 +260,8 @@ class _Direct:
     seal), an absent file reads as fill value, as zarr reads it.
     """
 
-    __slots__ = ("transport", "path", "layout", "stored", "slots", "_prefix", "_indexes", "_item", "_strides",
-                 "_chunk_nbytes")
+    __slots__ = ("transport", "path", "layout", "stored", "slots", "decoder", "_prefix", "_indexes", "_item",
+                 "_strides")
 
     def __init__(self, transport: Transport, path: str, layout: Layout, slots: Mapping[int, str] | None = None) -> None:
         self.transport, self.path, self.layout = transport, path, layout
@@ -269,7 +272,7 @@ class _Direct:
         self._item = None if item is None else str(item)
         per = layout.chunks_per_shard
         self._strides = tuple(math.prod(per[a + 1:]) for a in range(len(per)))
-        self._chunk_nbytes = math.prod(layout.chunks) * layout.stored_dtype.itemsize
+        self.decoder = chunk_decoder(layout.codecs, math.prod(layout.chunks) * layout.stored_dtype.itemsize)
         self.stored = self._record()
 
     def _record(self) -> StoredFiles | None:
@@ -284,12 +287,12 @@ class _Direct:
         try:
             record = StoredFiles.decode(value)
         except ValueError as exc:
-            raise self._corrupt(None, None, f"its record of stored files is unreadable: {exc}") from exc
+            raise self.corrupt(None, None, f"its record of stored files is unreadable: {exc}") from exc
         lay = self.layout
         grid = tuple(-(-n // g) for n, g in zip(lay.shape, lay.grid))
         if record.grid != grid:
-            raise self._corrupt(None, None, f"its record of stored files has a grid of {list(record.grid)}, the "
-                                            f"array {list(grid)}")
+            raise self.corrupt(None, None, f"its record of stored files has a grid of {list(record.grid)}, the "
+                                           f"array {list(grid)}")
         return record
 
     def read(self, region: _Region) -> npt.NDArray[Any]:
@@ -320,21 +323,29 @@ class _Direct:
             for coords, _, _, inner, target in zip(*fields):
                 if self.stored is not None and self.stored.size(coords) == 0:
                     box[target] = lay.fill_value
-                else:
-                    batch.add(self, coords, None, None, (0, 0), (box, target, inner))
+                    continue
+                group = batch.file(self, coords)
+                chunk = group.get(coords)
+                if chunk is None:
+                    chunk = group[coords] = _Chunk(self, coords, None, None, (0, 0), [])
+                chunk.parts.append((box, target, inner))
             return
-        keys: dict[tuple[int, ...], tuple[str, list[list[int]] | None]] = {}  # few shards: each spelled once
+        # A region meets few shards: each one's key, index and group of chunks looked up once.
+        shards: dict[tuple[int, ...], tuple[str, list[list[int]] | None, dict[tuple[int, ...], _Chunk]]] = {}
         for coords, shard, local, inner, target in zip(*fields):
-            known = keys.get(shard)
+            known = shards.get(shard)
             if known is None:
                 key = self._prefix + lay.key(shard)
-                known = keys[shard] = (key, self._index(key, shard))
-            key, index = known
+                known = shards[shard] = (key, self._index(key, shard), batch.file(self, shard))
+            key, index, group = known
             offset, nbytes = (ABSENT, 0) if index is None else index[sum(local)]
             if offset == ABSENT:
                 box[target] = lay.fill_value
-            else:
-                batch.add(self, coords, key, shard, (offset, nbytes), (box, target, inner))
+                continue
+            chunk = group.get(coords)
+            if chunk is None:
+                chunk = group[coords] = _Chunk(self, coords, key, shard, (offset, nbytes), [])
+            chunk.parts.append((box, target, inner))
 
     def _axis_hits(self, axis: int, lo: int, hi: int) -> list[_AxisHit]:
         c = self.layout.chunks[axis]
@@ -358,10 +369,10 @@ class _Direct:
                 for box, target, _ in chunk.parts:
                     box[target] = self.layout.fill_value
                 return
-            raise self._corrupt(coords, None, f"the file {self.layout.key(coords)!r} is missing, where the store "
-                                              f"recorded {recorded:,} B written") from None
+            raise self.corrupt(coords, None, f"the file {self.layout.key(coords)!r} is missing, where the store "
+                                             f"recorded {recorded:,} B written") from None
         if recorded is not None and len(data) != recorded:
-            raise self._corrupt(coords, None, f"the file holds {len(data):,} B, the store recorded {recorded:,} B")
+            raise self.corrupt(coords, None, f"the file holds {len(data):,} B, the store recorded {recorded:,} B")
         chunk.data = data
 
     def fetch_shard(self, key: str, chunks: list[_Chunk]) -> None:
@@ -380,11 +391,11 @@ class _Direct:
         try:
             blobs = self.transport.read_ranges(key, [(r[0], r[1]) for r in runs])
         except (EOFError, FileNotFoundError) as exc:  # the index points past the shard's end, or the shard went
-            raise self._corrupt(chunks[0].coords, key, f"cannot read it: {exc}", shard) from exc
+            raise self.corrupt(chunks[0].coords, key, f"cannot read it: {exc}", shard) from exc
         for (start, length, first, last), blob in zip(runs, blobs):
             if len(blob) != length:
-                raise self._corrupt(chunks[first].coords, key,
-                                    f"{len(blob):,} B read where the shard index says {length:,} B", shard)
+                raise self.corrupt(chunks[first].coords, key,
+                                   f"{len(blob):,} B read where the shard index says {length:,} B", shard)
             view = memoryview(blob)
             for chunk in chunks[first:last + 1]:
                 chunk.data = view[chunk.span[0] - start:chunk.span[0] - start + chunk.span[1]]
@@ -403,8 +414,8 @@ class _Direct:
             self._indexes[shard] = None
             return None
         if recorded is not None and recorded < size:
-            raise self._corrupt(None, key, f"the store recorded {recorded:,} B, less than its {size:,} B index",
-                                shard)
+            raise self.corrupt(None, key, f"the store recorded {recorded:,} B, less than its {size:,} B index",
+                               shard)
         if lay.index_location == "start":
             where: tuple[int, int] = (0, size)
         else:
@@ -415,32 +426,23 @@ class _Direct:
             if recorded is None:
                 self._indexes[shard] = None
                 return None
-            raise self._corrupt(None, key, f"the file is missing, where the store recorded {recorded:,} B written",
-                                shard) from None
+            raise self.corrupt(None, key, f"the file is missing, where the store recorded {recorded:,} B written",
+                               shard) from None
         except EOFError as exc:
-            raise self._corrupt(None, key, f"shorter than recorded: {exc}", shard) from exc
+            raise self.corrupt(None, key, f"shorter than recorded: {exc}", shard) from exc
         if len(data) != size:
-            raise self._corrupt(None, key, f"{len(data):,} B where the index is {size:,} B", shard)
+            raise self.corrupt(None, key, f"{len(data):,} B where the index is {size:,} B", shard)
         try:
             index = decode_index(data, crc=lay.index_crc32c)
         except ChunkDamage as exc:
-            raise self._corrupt(None, key, f"its index: {exc}", shard) from exc
+            raise self.corrupt(None, key, f"its index: {exc}", shard) from exc
         if recorded is not None and any(o != ABSENT and o + n > recorded for o, n in index):
-            raise self._corrupt(None, key, f"its index points past the {recorded:,} B the store recorded", shard)
+            raise self.corrupt(None, key, f"its index points past the {recorded:,} B the store recorded", shard)
         self._indexes[shard] = index
         return index
 
-    def decode(self, data: bytes | memoryview, coords: tuple[int, ...], shard: str | None,
-                at: tuple[int, ...] | None = None) -> npt.NDArray[Any]:
-        """One stored chunk as an array of the chunk shape; raises ChecksumError, never returns damaged values."""
-        try:
-            buf = decode_chunk(data, self.layout.codecs, self._chunk_nbytes)
-        except ChunkDamage as exc:
-            raise self._corrupt(coords, shard, str(exc), at) from exc
-        return np.frombuffer(buf, dtype=self.layout.stored_dtype).reshape(self.layout.chunks)
-
-    def _corrupt(self, chunk: tuple[int, ...] | None, shard: str | None, detail: str,
-                 shard_at: tuple[int, ...] | None = None) -> ChecksumError:
+    def corrupt(self, chunk: tuple[int, ...] | None, shard: str | None, detail: str,
+                shard_at: tuple[int, ...] | None = None) -> ChecksumError:
         """The error for damage at `chunk` (None: the whole file) in the shard keyed `shard` (at grid position
         `shard_at`), naming the items whose voxels lie there."""
         return ChecksumError.at(self.transport.where, self.path, self._items(chunk, shard_at), chunk, shard, detail)

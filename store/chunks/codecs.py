@@ -3,7 +3,10 @@
 Invariant: this module owns every codec labzarr builds or runs. `zarr_codecs` gives zarr the chain a spec
 names (the compressor, then crc32c over the compressed bytes); `encoder` runs one codec of a chain exactly as
 zarr-python runs it (the numcodecs codec zarr builds), for the shard writer; `decode_chunk` undoes a chain by
-names, for the reader. A new compressor is added here and in `compressors.py`, nowhere else.
+names, for the reader, and `chunk_decoder` gives the reader one function per chain, the default chain's (blosc,
+crc32c) written out: its Python runs once a chunk in the read threads, between the calls that release the GIL
+(`make bench`, loaders section, batched-reads group; tests/store/test_chunk_decoder.py checks it against
+`decode_chunk`). A new compressor is added here and in `compressors.py`, nowhere else.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from zarr.abc.codec import BytesBytesCodec
 
-__all__ = ["BYTES_CODECS", "ChunkDamage", "Encode", "decode_chunk", "encoder", "zarr_codecs"]
+__all__ = ["BYTES_CODECS", "ChunkDamage", "Decode", "Encode", "chunk_decoder", "decode_chunk", "encoder", "zarr_codecs"]
 
 # The bytes-to-bytes codecs `decode_chunk` undoes; every one of them is self-describing (decoding needs no
 # configuration), so a layout keeps only their names.
 BYTES_CODECS = frozenset({"blosc", "zstd", "gzip", "crc32c"})
 
 Encode = Callable[[bytes | npt.NDArray[Any]], bytes]
+Decode = Callable[[bytes | memoryview], Any]
 
 _GZIP = numcodecs.GZip()
 
@@ -107,3 +111,31 @@ def decode_chunk(data: bytes | memoryview, names: Sequence[str], nbytes: int) ->
     if len(buf) != nbytes:
         raise ChunkDamage(f"decodes to {len(buf):,} B, expected {nbytes:,} B")
     return buf
+
+
+def chunk_decoder(names: Sequence[str], nbytes: int) -> Decode:
+    """`decode_chunk` for one chain and chunk size, as a function of the stored bytes alone. The chain labzarr
+    writes by default (blosc, then crc32c) gets a function of its own with the same checks and messages: the read
+    path's threads run it once a chunk between the GIL-free calls (the checksum, the decompression), so its
+    Python is what they contend for."""
+    if tuple(names) != ("blosc", "crc32c"):
+        chain = tuple(names)
+        return lambda data: decode_chunk(data, chain, nbytes)
+    check, decompress = crc32c.crc32c, numcodecs.blosc.decompress
+
+    def blosc_crc32c(data: bytes | memoryview) -> Any:
+        view = memoryview(data)
+        if len(view) < 4:
+            raise ChunkDamage(f"{len(view)} B, too short for its crc32c")
+        body = view[:-4]
+        if check(body) != int.from_bytes(view[-4:], "little"):
+            raise ChunkDamage("crc32c mismatch")
+        try:
+            buf = decompress(body)
+        except Exception as exc:  # as in decode_chunk: any error means the bytes are not a chunk
+            raise ChunkDamage(f"blosc cannot decode it: {type(exc).__name__}: {exc}") from exc
+        if len(buf) != nbytes:
+            raise ChunkDamage(f"decodes to {len(buf):,} B, expected {nbytes:,} B")
+        return buf
+
+    return blosc_crc32c
