@@ -247,9 +247,13 @@ def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
 
 
 def _load_counting_loop() -> None:
+    """Load numba's compiled loops a large item uses in a worker (the counting loop and the chunk transposition,
+    each from numba's cache): a cost per worker process, not per item."""
     from labzarr.convert._counting import _compiled
+    from labzarr.convert.write.transpose import _kernel
 
     _compiled()
+    _kernel()
 
 
 def _counting_loop_load_seconds() -> float:

@@ -1,5 +1,6 @@
 """The compiled tile transposition behind `transpose.py` (which says why and when): imported only there, at the
-first use, since importing it imports numba."""
+first use, since importing it imports numba (and compiles the four element widths, or loads them from numba's
+cache beside this file)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def _tile(typingctx: Any, like: Any, src: Any, src_row: Any, dst: Any, dst_row: 
     return sig, codegen
 
 
-@numba.njit(nogil=True, cache=True)
+# Each width in any layout (an F- or C-contiguous chunk is cast to "A" rather than compiled again) into C order.
+@numba.njit([f"void({t}[:, :, :, :], {t}[:, :, :, ::1])" for t in ("uint8", "uint16", "uint32", "uint64")],
+            nogil=True, cache=True)
 def transpose(view: Any, out: Any) -> None:  # pragma: no cover - compiled
     """`view` (c, x, y, z; x contiguous or flipped, x and z multiples of the tile edge) into the C-contiguous
     `out` of its shape and unsigned dtype (`transpose.fits`)."""

@@ -18,7 +18,7 @@ the tile edge; the writer copies anything else (an edge chunk, a cast, another m
 When (`wanted`): numba costs a process 0.4-0.5 CPU-s to import, so, as the statistics' counting loop
 (convert/_counting.py), the kernel is loaded for an item of at least `COMPILED_FROM` voxels, and from then on
 used for every item in that process. The kernel is `_tiles.py`, imported at the first call (it imports numba);
-each element width is compiled at its first use and cached on disk beside it when that is writable.
+its four element widths are compiled once and cached on disk beside it when that is writable.
 """
 
 from __future__ import annotations
