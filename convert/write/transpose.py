@@ -6,10 +6,10 @@ transposition. numpy copies it element by element with one side strided, in two 
 then the transposition from cache: about 1.2 GB per CPU-s together). Here each N x N tile of a chunk's (z, x)
 plane (N x-runs of N voxels, one per z) is loaded as N vectors, transposed by log2(N) rounds of two-vector
 shuffles (LLVM `shufflevector`, emitted through llvmlite in a numba intrinsic: numba has no shuffle of its own,
-and a plain numba loop over the same tiles stays scalar) and stored as N z-runs of the chunk: 2-3x numpy's rate
-(`python bench/convert.py --copy`, the group "the same slab's 32^3 chunks made C-contiguous"; the figures are in
-docs/benchmarks.md). tests/convert/test_transpose.py checks it against numpy's copy for every flip, axis order
-and element size.
+and a plain numba loop over the same tiles stays scalar) and stored as N z-runs of the chunk: about 1.7x the
+rate of numpy's two passes (`python bench/convert.py --copy`, the group "the same slab's 32^3 chunks made
+C-contiguous"; the figures are in docs/benchmarks.md). tests/convert/test_transpose.py checks it against
+numpy's copy for every flip, axis order and element size.
 
 What it takes (`fits`): a 4-D (c, x, y, z) view whose x axis is contiguous (stride +-itemsize: x flipped is read
 forwards and its rows written backwards), into a C-contiguous `out` of its shape and dtype, x and z multiples of
