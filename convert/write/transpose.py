@@ -33,10 +33,13 @@ import numpy.typing as npt
 
 from labzarr.convert._counting import COMPILED_FROM
 
-__all__ = ["MAX_EDGE", "VECTOR_BYTES", "fits", "tile_edge", "transpose_into", "wanted"]
+__all__ = ["MAX_EDGE", "VECTOR_BYTES", "fits", "tile_edge", "transposed", "wanted"]
 
 VECTOR_BYTES = 64  # one tile row per vector register (AVX-512; LLVM splits it where registers are narrower)
 MAX_EDGE = 32  # a tile of 32 x 32 keeps its rows in the 32 vector registers AVX-512 has
+
+
+_RAW = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}  # each width is copied as its bits
 
 
 def tile_edge(itemsize: int) -> int:
@@ -51,24 +54,24 @@ def wanted(values: int) -> bool:
 
 
 def fits(view: npt.NDArray[Any], out: npt.NDArray[Any]) -> bool:
-    """Whether `transpose_into` copies `view` into `out`: same shape and dtype (numbers, copied as their bits)."""
+    """Whether `transposed` copies `view` into `out`: same shape and dtype (numbers, copied as their bits)."""
     if view.ndim != 4 or out.shape != view.shape or out.dtype != view.dtype or not out.flags.c_contiguous \
             or view.dtype.kind not in "biufc":
         return False
     size = view.dtype.itemsize
-    edge = tile_edge(size) if size in (1, 2, 4, 8) else 0
+    edge = tile_edge(size) if size in _RAW else 0
     return edge > 0 and abs(view.strides[1]) == size and view.shape[1] % edge == 0 and view.shape[3] % edge == 0
 
 
-def transpose_into(view: npt.NDArray[Any], out: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """`view` copied into `out` by the compiled kernel (numba is imported at the first call); returns `out`.
-    Raises ValueError where it does not `fits`."""
+def transposed(view: npt.NDArray[Any], out: npt.NDArray[Any]) -> bool:
+    """Where `view` `fits`, copy it into `out` by the compiled kernel (numba is imported at the first call) and
+    return True; else return False, `out` untouched. One check per chunk: the shard writer calls this for every
+    chunk, and the checks cost about a sixth of the kernel."""
     if not fits(view, out):
-        raise ValueError(f"no compiled copy of a {view.shape} {view.dtype} view with strides {view.strides} into "
-                         f"a {out.shape} {out.dtype} array")
-    raw = np.dtype(f"u{view.dtype.itemsize}")
+        return False
+    raw = _RAW[view.dtype.itemsize]
     _kernel()(view.view(raw), out.view(raw))
-    return out
+    return True
 
 
 @functools.cache

@@ -55,7 +55,7 @@ from labzarr.store.format.ngff import Pyramid
 
 from .arrays import Staged, StoreWriteError, begin_array, discard, install
 from .image import begin_image, install_image
-from .transpose import fits, transpose_into, wanted
+from .transpose import transposed, wanted
 
 __all__ = ["AXES", "DEFAULT_THREADS", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "c_order_into",
            "copy_into", "create_volume_array", "gather_copy", "open_volume_array", "seal_volume", "slab_copy_into"]
@@ -129,7 +129,7 @@ def copy_into(view: npt.NDArray[Any], out: npt.NDArray[Any]) -> npt.NDArray[Any]
 def slab_copy_into(view: npt.NDArray[Any], out: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """`copy_into` for a `view` of the slab itself, not gathered first: by the compiled tile transposition
     (`transpose.py`) where it fits, else `c_order_into`. Returns `out`."""
-    return transpose_into(view, out) if fits(view, out) else c_order_into(view, out)
+    return out if transposed(view, out) else c_order_into(view, out)
 
 
 def _as_is(view: npt.NDArray[Any]) -> npt.NDArray[Any]:
