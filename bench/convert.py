@@ -45,7 +45,9 @@ alone allows (every chunk is fsynced before an array is installed).
 A fourth and fifth group, the writer's C-order copy: a reoriented slab (x fastest in memory, x and y
 flipped) made C-contiguous whole and chunk by chunk, by numpy in one pass, tile by tile with the flips left
 in (labzarr before 2026-12-05), and by labzarr's copies (the shard writer's: a job's 2x2x2 chunks gathered in
-memory order, then each C-ordered from cache into one reused buffer; `--copy` runs these two groups alone).
+memory order, then each C-ordered from cache into one reused buffer; and, for items of at least 2^26 voxels,
+each chunk transposed straight out of the slab by compiled tiles in vector registers, `transpose.py`; `--copy`
+runs these two groups alone).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ from labzarr.convert.intensity import BLOCK, Accumulator
 from labzarr.convert.run.driver import execute, local_cluster_config
 from labzarr.convert.spec import StoreSpec, load_spec
 from labzarr.convert.write.arrays import codecs
-from labzarr.convert.write.writer import c_order_copy, copy_into, gather_copy
+from labzarr.convert.write.writer import c_order_copy, copy_into, gather_copy, slab_copy_into
 from labzarr.readers import Slab
 
 NAME = "conversion: uncompressed MB/s, 4 x 512x512x300 int16 .nii.gz (629 MB), 64^3 blosc-zstd-5 + crc32c"
@@ -245,9 +247,13 @@ def _labzarr(raw: Path, root: Path, workers: int, store_toml: str = SAME_STORE,
 
 
 def _load_counting_loop() -> None:
+    """Load numba's compiled loops a large item uses in a worker (the counting loop and the chunk transposition,
+    each from numba's cache): a cost per worker process, not per item."""
     from labzarr.convert._counting import _compiled
+    from labzarr.convert.write.transpose import _kernel
 
     _compiled()
+    _kernel()
 
 
 def _counting_loop_load_seconds() -> float:
@@ -418,6 +424,12 @@ def _copy_rows() -> list[Result]:
             for i, j, k in itertools.product((0, 32), repeat=3):
                 copy_into(box[:, i:i + 32, j:j + 32, k:k + 32], buffer)
 
+    def compiled() -> None:
+        buffer = np.empty((1, 32, 32, 32), slab.dtype)
+        for c in chunks:
+            slab_copy_into(c, buffer)
+
+    compiled()  # numba's import and the kernel's load (or compilation) are not what this group times
     out: list[Result] = []
     group = "C-order copy of a reoriented 512x512x64 int16 slab (convert/write/writer.py)"
     for label, copy in (("numpy ascontiguousarray (one pass)", np.ascontiguousarray),
@@ -429,7 +441,9 @@ def _copy_rows() -> list[Result]:
     for label, run in (("numpy ascontiguousarray, chunk by chunk", lambda: each(np.ascontiguousarray)),
                        ("64^3 tiles in memory order, flips left in, chunk by chunk", lambda: each(flips_left_in)),
                        ("c_order_copy chunk by chunk (the shard writer before 2026-12-07)", lambda: each(c_order_copy)),
-                       ("gather_copy of each job's 2x2x2 chunks, then copy_into a reused chunk (now)", by_job)):
+                       ("gather_copy of each job's 2x2x2 chunks, then copy_into a reused chunk", by_job),
+                       ("compiled tile transposition of each chunk out of the slab (items >= 2^26 voxels)",
+                        compiled)):
         seconds, _ = median_p90(time_calls(run, 5))
         out.append(Result(label, mb / seconds, "MB/s", baseline=label.startswith("numpy"), group=group))
     return out

@@ -26,12 +26,16 @@ goes one step further: a job's chunks (a 2x2x2 Morton run) are gathered as one
 box in memory order (`gather_copy`: runs twice as long out of the slab), then
 each is C-ordered from cache into one reused buffer (`copy_into`), no chunk
 allocated (the group "the same slab's 32^3 chunks made C-contiguous";
-`python bench/convert.py --copy` runs both groups alone).
+`python bench/convert.py --copy` runs both groups alone). For an item large
+enough to load numba (`transpose.wanted`), each chunk is instead transposed
+straight out of the slab in one pass, square tiles in vector registers
+(`transpose.py`, the same group's "compiled" row); the bytes are the same.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,9 +55,10 @@ from labzarr.store.format.ngff import Pyramid
 
 from .arrays import Staged, StoreWriteError, begin_array, discard, install
 from .image import begin_image, install_image
+from .transpose import transposed, wanted
 
-__all__ = ["AXES", "DEFAULT_THREADS", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "copy_into",
-           "create_volume_array", "gather_copy", "open_volume_array", "seal_volume"]
+__all__ = ["AXES", "DEFAULT_THREADS", "PartWriter", "store_io", "VolumeWriter", "c_order_copy", "c_order_into",
+           "copy_into", "create_volume_array", "gather_copy", "open_volume_array", "seal_volume", "slab_copy_into"]
 
 _TILE = 64  # voxels per tile edge for the transposing copy: 64^3 x 8 B fits in L2
 _BLOCK_BYTES = 16 << 20  # voxels handed to zarr per call: enough chunks to keep its codec threads busy
@@ -81,7 +86,11 @@ def c_order_copy(view: npt.NDArray[Any], dtype: np.dtype[Any] | None = None) -> 
     Flipped axes (negative strides, as reorientation leaves them) are read forwards and written backwards
     instead: numpy's memory-order copy of a view with negative strides is much slower than of the same view
     flipped back (bench/convert.py, the C-order copy groups)."""
-    out: npt.NDArray[Any] = np.empty(view.shape, dtype=dtype or view.dtype)
+    return c_order_into(view, np.empty(view.shape, dtype=dtype or view.dtype))
+
+
+def c_order_into(view: npt.NDArray[Any], out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """`c_order_copy` into `out`, a C-contiguous array of `view`'s shape (cast to its dtype); returns `out`."""
     if view.flags.c_contiguous:
         out[...] = view
         return out
@@ -115,6 +124,17 @@ def copy_into(view: npt.NDArray[Any], out: npt.NDArray[Any]) -> npt.NDArray[Any]
     else:
         out[...] = view
     return out
+
+
+def slab_copy_into(view: npt.NDArray[Any], out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """`copy_into` for a `view` of the slab itself, not gathered first: by the compiled tile transposition
+    (`transpose.py`) where it fits, else `c_order_into`. Returns `out`."""
+    return out if transposed(view, out) else c_order_into(view, out)
+
+
+def _as_is(view: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The shard writer's `gather` when chunks are copied straight out of the slab (`slab_copy_into`)."""
+    return view
 
 
 def _flipped(view: npt.NDArray[Any]) -> tuple[int, ...]:
@@ -165,16 +185,20 @@ def seal_volume(store: Location, name: str, folder: Location, array: zarr.Array[
 
 class _SlabWriter:
     """Writes slabs into the array at `folder`: shard by shard when sharded, else through zarr in blocks of whole
-    chunks; hashes each chunk in worker threads."""
+    chunks; hashes each chunk in worker threads. A shard's chunks are copied out of the slab by the compiled tile
+    transposition when `compiled` (None: when `transpose.wanted` for the volume's size), else by numpy
+    (`gather_copy`, `copy_into`); the bytes are the same."""
 
     def __init__(self, store: Location, name: str, header: VolumeHeader, array: zarr.Array[Any],
-                 folder: Location, *, threads: int = DEFAULT_THREADS) -> None:
+                 folder: Location, *, threads: int = DEFAULT_THREADS, compiled: bool | None = None) -> None:
         self.store, self.name, self.header, self.array, self.folder = store, name, header, array, folder
         self.threads = max(1, threads)
         self.chunks = tuple(int(c) for c in array.chunks)
         # What one write covers whole: a shard when sharded (zarr rewrites a shard file on a partial write).
         self.unit = tuple(int(s) for s in array.shards) if array.shards is not None else self.chunks
         self._shard = ShardCodec.of(array)
+        use = wanted(math.prod(header.shape)) if compiled is None else compiled
+        self._copy = (_as_is, slab_copy_into) if use else (gather_copy, copy_into)
         self._digests: ChunkDigests = {}
         self._pool = ThreadPoolExecutor(max_workers=self.threads if self._shard else 1,
                                         thread_name_prefix="labzarr-write")
@@ -214,7 +238,7 @@ class _SlabWriter:
             shard = slab.data[sel]
             with store_io(self.store, f"cannot write {self.name}"):
                 self._digests.update(codec.write(self.folder, coords, shard, pool=self._pool, threads=self.threads,
-                                                 gather=gather_copy, copy=copy_into))
+                                                 gather=self._copy[0], copy=self._copy[1]))
             if shard.nbytes >= _PREFLUSH_BYTES:
                 self._preflush(codec.keys(tuple(int(k) for k in coords)))
 
@@ -265,11 +289,11 @@ class VolumeWriter(_SlabWriter):
     def __init__(self, store: Location, name: str, header: VolumeHeader, *, chunks: Sequence[int],
                  codecs: Sequence[Any], attrs: Mapping[str, Any], run_id: str = "",
                  shards: Sequence[int] | None = None, pyramid: Pyramid | None = None,
-                 threads: int = DEFAULT_THREADS) -> None:
+                 threads: int = DEFAULT_THREADS, compiled: bool | None = None) -> None:
         with store_io(store, f"cannot create {name}"):
             folder = begin_array(store, name) if pyramid is None else begin_image(store, name)
             array = create_volume_array(folder, header, chunks=chunks, shards=shards, codecs=codecs, attrs=attrs)
-        super().__init__(store, name, header, array, folder, threads=threads)
+        super().__init__(store, name, header, array, folder, threads=threads, compiled=compiled)
         self.run_id, self.pyramid = run_id, pyramid
         self._staged = folder if pyramid is None else folder.parent  # what `close` removes unless installed
         self._installed = False

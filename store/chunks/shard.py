@@ -48,7 +48,7 @@ CRC = 4
 _IN_FLIGHT_BYTES = 16 << 20  # voxels of the inner chunks being encoded at once (each also has its encoded copy)
 _MIN_WINDOW = 4  # jobs in flight at least (memory allowing), whatever the thread count
 _JOB_CHUNKS, _JOB_BYTES = 8, 1 << 20  # inner chunks handed to an encoding thread at once: at most these
-Gather = Callable[[npt.NDArray[Any]], npt.NDArray[Any]]  # a region of the voxels, copied compact (any memory order)
+Gather = Callable[[npt.NDArray[Any]], npt.NDArray[Any]]  # a region of the voxels, copied compact (or as it is)
 CopyInto = Callable[[npt.NDArray[Any], npt.NDArray[Any]], npt.NDArray[Any]]  # (view, C-ordered out) -> out
 
 
@@ -96,9 +96,10 @@ class ShardCodec:
               threads: int, gather: Gather, copy: CopyInto) -> ChunkDigests:
         """Write shard `coords` of the array at `folder` from `data` (its voxels, trimmed to the array's end; any
         strides), and return the chunks' digests. The chunks go to `pool` (of `threads`) a job at a time: a job's
-        region is first copied compact by `gather` (in memory order: long runs out of the strided slab), then each
-        of its chunks C-ordered out of that copy by `copy(view, out)` (into `out`, a C-contiguous buffer of the
-        view's shape), hashed and encoded; the shard is written in order. Raises OSError (or the URL store's
+        region is first handed to `gather` (which copies it compact in memory order, long runs out of the strided
+        slab, or returns it as it is for a `copy` that reads the slab itself), then each of its chunks C-ordered
+        out of what `gather` returned by `copy(view, out)` (into `out`, a C-contiguous buffer of the view's
+        shape), hashed and encoded; the shard is written in order. Raises OSError (or the URL store's
         errors)."""
         per = tuple(s // c for s, c in zip(self.shards, self.chunks))
         first = tuple(int(k) * p for k, p in zip(coords, per))  # the shard's first chunk, in array chunk indices

@@ -33,12 +33,14 @@ SPECS = {
 # (shape, chunks, shards): edge chunks, edge shards with inner chunks wholly outside the array, shards of a
 # number of chunks that is not a power of two (Morton order over a ragged grid), one chunk per shard; and shards
 # three chunks wide on two axes, where a job's Morton run of chunks does not fill a box (each chunk is then
-# gathered alone, where a run that fills a box is gathered as one).
+# gathered alone, where a run that fills a box is gathered as one); and 32^3 chunks, whole ones a multiple of the
+# compiled copy's tile (`transpose.py`), with edge chunks along y and z and an edge shard along x.
 LAYOUTS = {
     "ragged": ((2, 37, 50, 23), (1, 8, 8, 8), (1, 16, 24, 16)),
     "three-wide": ((1, 48, 44, 16), (1, 8, 8, 8), (1, 24, 24, 16)),
     "pow2": ((1, 64, 32, 40), (1, 8, 8, 8), (1, 32, 32, 16)),
     "one-chunk-shards": ((1, 20, 9, 7), (1, 4, 4, 4), (1, 4, 4, 4)),
+    "tiles": ((1, 96, 70, 80), (1, 32, 32, 32), (1, 64, 64, 64)),
 }
 
 
@@ -64,15 +66,16 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def _write_both(tmp_path: Path, data: np.ndarray, chunks: tuple[int, ...], shards: tuple[int, ...], spec: StoreSpec,
-                slabs: int, threads: int = DEFAULT_THREADS) -> tuple[Path, Path, str]:
+                slabs: int, threads: int = DEFAULT_THREADS, compiled: bool = False) -> tuple[Path, Path, str]:
     """`data` written by zarr-python (one whole-array write) and by `VolumeWriter` in `slabs` slabs along x, each a
-    strided (flipped, transposed) view as a reader hands it over: (zarr's array, ours, our content hash)."""
+    strided (flipped, transposed) view as a reader hands it over, its chunks copied by numpy or, with `compiled`,
+    by the compiled tile transposition: (zarr's array, ours, our content hash)."""
     h = _header(tuple(data.shape), data.dtype)
     theirs = Folder(tmp_path / "zarr.zarr") / "v"
     arr = create_volume_array(theirs, h, chunks=chunks, shards=shards, codecs=codecs(spec), attrs={})
     arr[...] = data
     writer = VolumeWriter(Folder(tmp_path / "ours.zarr"), "v", h, chunks=chunks, shards=shards, codecs=codecs(spec),
-                          attrs={}, threads=threads)
+                          attrs={}, threads=threads, compiled=compiled)
     flipped = np.asfortranarray(data[:, ::-1])[:, ::-1]  # the same values, x fastest in memory, then flipped back
     step = -(-data.shape[1] // slabs // shards[1]) * shards[1]
     for lo in range(0, data.shape[1], step):
@@ -96,6 +99,22 @@ def test_shards_are_byte_identical_to_zarr_python(tmp_path: Path, layout: tuple[
     arr = zarr.open_array(tmp_path / "ours.zarr", path="v", mode="r")
     np.testing.assert_array_equal(arr[...], data)
     np.testing.assert_array_equal(StoreReader(tmp_path / "ours.zarr", backend="labzarr").read("v"), data)
+    assert arr.attrs["content_sha256"] == content == array_content_sha256(arr)
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint8", "float32"])
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_compiled_chunk_copy_writes_the_same_bytes(tmp_path: Path, layout: tuple[tuple[int, ...], ...],
+                                                   dtype: str) -> None:
+    """Chunks copied straight out of the slab by the compiled tile transposition (whole 32^3 chunks of one channel;
+    numpy copies the rest: edge chunks, two channels, chunks narrower than a tile) give zarr-python's shards and
+    the same content hash."""
+    shape, chunks, shards = layout
+    data = _volume(shape, dtype, "smooth")
+    theirs, ours, content = _write_both(tmp_path, data, chunks, shards, StoreSpec(), slabs=2, compiled=True)
+    want, got = _files(theirs), _files(ours)
+    assert sorted(got) == sorted(want) and [k for k in want if got[k] != want[k]] == []
+    arr = zarr.open_array(tmp_path / "ours.zarr", path="v", mode="r")
     assert arr.attrs["content_sha256"] == content == array_content_sha256(arr)
 
 
