@@ -27,9 +27,9 @@ from labzarr.store.location.folder import (
     atomic_write,  # re-exported: the manifest, summary and report are written whole
 )
 
-__all__ = ["BASE_COLUMNS", "ClassCount", "EarlierIndex", "RoleSource", "Row", "Status", "atomic_write",
-           "earlier_index", "manifest_bytes", "number_rows", "read_manifest", "role_columns", "sort_rows",
-           "split_columns", "summary_json"]
+__all__ = ["BASE_COLUMNS", "ClassCount", "EarlierIndex", "Numbering", "RoleSource", "Row", "Status", "atomic_write",
+           "earlier_index", "manifest_bytes", "manifest_cells", "manifest_header", "number_rows", "read_manifest",
+           "role_columns", "sort_rows", "split_columns", "summary_json"]
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +155,9 @@ def _meta_cell(value: object) -> str:
     return _fmt_float(value) if isinstance(value, float) else str(value)
 
 
-def _cells(index: int, row: Row, label_names: Sequence[str], role_names: Sequence[str] = (),
+def manifest_cells(index: int, row: Row, label_names: Sequence[str], role_names: Sequence[str] = (),
            splits: Sequence[str] = (), metadata: Sequence[str] = ()) -> list[str]:
+    """`row`'s cells, numbered `index`, under the columns `manifest_bytes` describes."""
     labels = dict(row.labels)
     return [
         str(index), row.item_id, row.status, row.reason.value if row.reason else "", row.detail, row.kind,
@@ -197,23 +198,28 @@ def earlier_index(manifest: Path, summary: Path) -> EarlierIndex:
     return EarlierIndex(by_source, max(after, recorded if isinstance(recorded, int) else 0))
 
 
+class Numbering:
+    """Each row's `index`, the rows given one at a time in manifest order; see the module docstring."""
+
+    def __init__(self, earlier: EarlierIndex) -> None:
+        self._earlier = earlier
+        self._taken: set[int] = set()
+        self.next = earlier.next  # the next index never handed out
+
+    def number(self, row: Row) -> int:
+        """`row`'s index: the one the earlier manifest gave its source (once), else the next never handed out."""
+        index = self._earlier.by_source.get(row.source)
+        if index is None or index in self._taken:  # a source listed twice keeps its index once
+            index, self.next = self.next, self.next + 1
+        else:
+            self._taken.add(index)
+        return index
+
+
 def number_rows(rows: Sequence[Row], earlier: EarlierIndex) -> tuple[list[int], int]:
     """Each row's `index` (rows in manifest order) and the next index never handed out; see the module docstring."""
-    taken: set[int] = set()
-    out: list[int] = []
-    fresh: list[int] = []  # positions of rows the earlier manifest did not number
-    for n, row in enumerate(rows):
-        index = earlier.by_source.get(row.source)
-        if index is None or index in taken:  # a source listed twice keeps its index once
-            fresh.append(n)
-            out.append(-1)
-        else:
-            taken.add(index)
-            out.append(index)
-    nxt = earlier.next
-    for n in fresh:
-        out[n], nxt = nxt, nxt + 1
-    return out, nxt
+    numbering = Numbering(earlier)
+    return [numbering.number(row) for row in rows], numbering.next
 
 
 def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str], role_names: Sequence[str] = (),
@@ -229,11 +235,17 @@ def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str], role_names: 
     """
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([*BASE_COLUMNS, *role_columns(role_names), *splits, *(f"label.{n}" for n in label_names),
-                "label_source", *(f"meta.{n}" for n in metadata)])
+    w.writerow(manifest_header(label_names, role_names, splits, metadata))
     for i, row in enumerate(rows):
-        w.writerow(_cells(i if index is None else index[i], row, label_names, role_names, splits, metadata))
+        w.writerow(manifest_cells(i if index is None else index[i], row, label_names, role_names, splits, metadata))
     return buf.getvalue().encode("utf-8")
+
+
+def manifest_header(label_names: Sequence[str], role_names: Sequence[str] = (), splits: Sequence[str] = (),
+                    metadata: Sequence[str] = ()) -> list[str]:
+    """The manifest's header row: its columns, as `manifest_bytes` describes them."""
+    return [*BASE_COLUMNS, *role_columns(role_names), *splits, *(f"label.{n}" for n in label_names), "label_source",
+            *(f"meta.{n}" for n in metadata)]
 
 
 def read_manifest(path: Path) -> list[dict[str, str]]:
