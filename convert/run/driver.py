@@ -37,7 +37,7 @@ from labzarr.store.format.stats_spill import StatsSpill, write_spilled
 
 from ..discover import Candidate, discover, walk
 from ..errors import UsageError
-from ..labels import join_labels, load_labels, workbook_rel
+from ..labels import LabelJoiner, load_labels, workbook_rel
 from ..manifest import Numbering, Row, atomic_write, earlier_index, split_columns, summary_json
 from ..manifest_file import ManifestFile
 from ..plan.build import VOLUMES, Plan, plan
@@ -59,6 +59,7 @@ from .worker_start import WORKER_MALLOC
 if TYPE_CHECKING:
     from labzarr.readers import LabelSheet
 
+    from ..write.annotations import Annotator
     from ..write.stacks import StagedStack
     from .finish import Decoded
     from .row_spill import RowSpill
@@ -319,7 +320,7 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
             timings: tuple[float, float, float, float, float]) -> RunResult:
     """From the converted rows (in `spilled`) to the installed stacks, the labels, the splits, the index, the
     statistics table, the manifest and summary.json (`finish.py`)."""
-    from ..write.annotations import annotate_rows
+    from ..write.annotations import Annotator
     from ..write.arrays import remove_stale, write_index
     from ..write.outcomes import write_outcomes
     from ..write.stacks import install_stack, records_in_use
@@ -332,21 +333,18 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
     rows = Decoded(spilled, store, decoded=converted + len(the_plan.unchanged), converted=converted)
     final: Iterable[Row] = rows.in_manifest_order()
     label_names: tuple[str, ...] = ()
-    label_summary: dict[str, Any] = {}
+    joiner: LabelJoiner | None = None
+    annotator: Annotator | None = None
+    if spec.labels is not None and labels is not None:
+        joiner = LabelJoiner(labels, spec.labels, spec.items.id_normalize, workbook=workbook_rel(spec))
+        if spec.labels.annotations is not None:  # after the labels: a label conflict rejects the whole item
+            annotator = Annotator(store, spec.labels.annotations)
+        final, label_names = _joined(final, joiner, annotator), joiner.names
     splits: dict[str, Any] = {}
-    if spec.labels is not None or spec.splits is not None:
-        # The label join and the split assignment take every row at once: with either, the rows are held here.
-        listed = list(final)
-        if spec.labels is not None and labels is not None:
-            joined = join_labels(listed, labels, spec.labels, spec.items.id_normalize, workbook=workbook_rel(spec))
-            listed, label_names, label_summary = list(joined.rows), joined.names, joined.summary
-            if spec.labels.annotations is not None:  # after the labels: a label conflict rejects the whole item
-                annotated = annotate_rows(store, listed, joined.annotations, spec.labels.annotations)
-                listed, label_summary = list(annotated.rows), label_summary | annotated.summary
-        if spec.splits is not None:  # after the labels: a group, stratum or pin can come from the workbook
-            assigned = split_rows(spec, listed, store)
-            listed, splits = list(assigned.rows), {"splits": assigned.summary}
-        final = listed
+    if spec.splits is not None:  # after the labels: a group, stratum or pin can come from the workbook
+        # The split assignment takes every row at once: with `[splits]`, the rows are held here.
+        assigned = split_rows(spec, list(final), store)
+        final, splits = assigned.rows, {"splits": assigned.summary}
     # Arrays of items rejected only for their labels stay (outside the index): a corrected workbook
     # makes them ok next time without decoding them again; so do their stack slots.
     for stack in staged.values():
@@ -370,6 +368,8 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
         write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256,
                                       manifest_sha256=manifest_sha, tool_version=tool_version(), items=out.index))
         t_end = time.perf_counter()
+        label_summary = ({} if joiner is None else joiner.summary()) | ({} if annotator is None else
+                                                                        annotator.summary())
         summary = (_summary(spec, out.tally, manifest_sha, files_bytes) | label_summary
                    | out.tally.classes(spec, role_names) | out.tally.dicom_masks() | splits
                    | _statistics(out.index, spill) | {"next_index": out.next_index})
@@ -397,6 +397,14 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
     return RunResult(spec=spec, rows=out.rows, manifest=manifest_path, summary_path=summary_path, summary=summary,
                      run_log=run_log, converted=converted, unchanged=len(the_plan.unchanged),
                      repaired=the_plan.repaired)
+
+
+def _joined(rows: Iterable[Row], joiner: LabelJoiner, annotator: Annotator | None) -> Iterator[Row]:
+    """`rows` with their labels (`labels.LabelJoiner`) and annotations (`write.annotations.Annotator`), a row at a
+    time."""
+    for row in rows:
+        joined, cells = joiner.join(row)
+        yield joined if annotator is None else annotator.place(joined, cells)
 
 
 def _outcomes(rows: Decoded, the_plan: Plan) -> list[Row]:
