@@ -180,11 +180,12 @@ class EarlierIndex:
 def earlier_index(manifest: Path, summary: Path) -> EarlierIndex:
     """The committed `manifest.csv`'s index by source and `summary.json`'s `next_index` (one past the manifest's
     largest index where the summary has none); empty when there is no manifest, or one that cannot be read."""
+    by_source: dict[str, int] = {}
     try:
-        rows = read_manifest(manifest)
-        by_source: dict[str, int] = {}
-        for row in rows:
-            by_source.setdefault(row["source"], int(row["index"]))
+        # Read a row at a time: a manifest of a million rows as dicts would be most of a run's memory.
+        with manifest.open(newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                by_source.setdefault(row["source"], int(row["index"]))
     except FileNotFoundError:
         return EarlierIndex()
     except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
