@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 
     from ..write.annotations import Annotator
     from ..write.stacks import StagedStack
-    from .finish import Decoded
     from .row_spill import RowSpill
     from .settings import TaskSettings
 
@@ -91,6 +90,21 @@ class RunResult:
     converted: int = 0  # items decoded by this run
     unchanged: int = 0  # items whose earlier outcome was reused
     repaired: tuple[Repair, ...] = ()  # of the converted, those decoded again only because their array was damaged
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """What the run needs of its plan once the items are converted: nothing per item."""
+
+    stacks: tuple[str, ...]  # the stacks' arrays
+    converted_bytes: int  # of the volumes' sources decoded by this run
+    unchanged: int  # items whose earlier outcome was reused
+    repaired: tuple[Repair, ...]
+
+    @classmethod
+    def of(cls, the_plan: Plan) -> Planned:
+        return cls(stacks=tuple(s.array for s in the_plan.stacks), converted_bytes=sum(t.size for t in the_plan.tasks),
+                   unchanged=len(the_plan.unchanged), repaired=the_plan.repaired)
 
 
 def tool_version() -> str:
@@ -268,14 +282,19 @@ def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, sp
     t_probe = time.perf_counter()
     with compact_metadata():
         ensure_state(store)
-        return _write(spec, client, lock, warned, spill, the_plan, fingerprint=fingerprint, files_bytes=files_bytes,
+        # Handed over in a box that `_write` empties: this frame would otherwise keep every planned item alive
+        # until the run ends.
+        box = [the_plan]
+        del the_plan
+        return _write(spec, client, lock, warned, spill, box, fingerprint=fingerprint, files_bytes=files_bytes,
                       progress=progress, labels=labels, timings=(t0, t_start, t_discover, t_probe))
 
 
-def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, the_plan: Plan, *,
+def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, box: list[Plan], *,
            fingerprint: str, files_bytes: int, progress: Progress | None, labels: LabelSheet | None,
            timings: tuple[float, float, float, float]) -> RunResult:
-    """Convert what `the_plan` says on the workers, then write the rest of the store, the manifest and summary."""
+    """Convert what the plan in `box` says on the workers, then write the rest of the store, the manifest and
+    summary. The plan is taken out of `box`, and let go once its items are converted (`Planned` is what is kept)."""
     from ..write.arrays import open_root
     from ..write.stacks import stage_stacks
     from .batches import batch_volumes
@@ -285,6 +304,7 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
 
     gc.freeze()  # the modules just imported, as `_heap_frozen` froze those imported before the run began
     store = spec.delivery.store
+    the_plan = box.pop()
     root = open_root(store)
     for group in (VOLUMES, STACKS):
         if group not in root:
@@ -303,19 +323,21 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
                     samples=the_plan.samples, parts=in_parts)
         converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout,
                               window=spec.run.window, progress=progress,
-                              sink=lambda row: spilled.add(_spilled(spill, row)))
+                              sink=lambda row, planar: spilled.add(_spilled(spill, row), planar=planar))
         t_convert = time.perf_counter()
         for row in the_plan.unchanged:
             spilled.add(_spilled(spill, row))
         for row in the_plan.rows:  # decided without decoding: never a `duplicate_content`
             spilled.add(row, compared=False)
-        return _finish(spec, client, lock, warned, spill, spilled, the_plan, staged, fingerprint=fingerprint,
+        planned = Planned.of(the_plan)
+        del the_plan, jobs, volumes, batches
+        return _finish(spec, client, lock, warned, spill, spilled, planned, staged, fingerprint=fingerprint,
                        files_bytes=files_bytes, labels=labels, converted=converted, parts=len(in_parts),
                        timings=(*timings, t_convert))
 
 
 def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, spilled: RowSpill,
-            the_plan: Plan, staged: Mapping[str, StagedStack], *, fingerprint: str, files_bytes: int,
+            planned: Planned, staged: Mapping[str, StagedStack], *, fingerprint: str, files_bytes: int,
             labels: LabelSheet | None, converted: int, parts: int,
             timings: tuple[float, float, float, float, float]) -> RunResult:
     """From the converted rows (in `spilled`) to the installed stacks, the labels, the splits, the index, the
@@ -330,7 +352,7 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
     t0, t_start, t_discover, t_probe, t_convert = timings
     store = spec.delivery.store
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
-    rows = Decoded(spilled, store, decoded=converted + len(the_plan.unchanged), converted=converted)
+    rows = Decoded(spilled, store, decoded=converted + planned.unchanged, converted=converted)
     final: Iterable[Row] = rows.in_manifest_order()
     label_names: tuple[str, ...] = ()
     joiner: LabelJoiner | None = None
@@ -350,9 +372,9 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
     for stack in staged.values():
         install_stack(store, stack, rows.decoded(), lock.run_id, fingerprint)
     remove_stale(store, {r.group or r.array for r in rows.decoded() if r.status == "ok" and r.slot is None}
-                 | {s.array for s in the_plan.stacks})
+                 | set(planned.stacks))
     prune_records(store, keep=records_in_use(store))
-    write_outcomes(store, _outcomes(rows, the_plan), fingerprint)
+    write_outcomes(store, rows.outcomes(), fingerprint)
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
     role_names = _role_names(spec, spilled.roles)
@@ -382,12 +404,12 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
                 "convert_s": t_convert - t_probe, "total_s": t_end - t0}.items()},
             # `files`: every file under raw; `converted`: the sources decoded by this run (throughput = converted /
             # convert_s).
-            "bytes": {"files": summary["bytes"]["files"], "converted": sum(t.size for t in the_plan.tasks)},
-            "run": {"converted": converted, "unchanged": len(the_plan.unchanged),
+            "bytes": {"files": summary["bytes"]["files"], "converted": planned.converted_bytes},
+            "run": {"converted": converted, "unchanged": planned.unchanged,
                     "parts": parts},  # parts: of the converted, volumes written in parts ([run] parts_bytes)
             # Of the converted, those decoded again only because the store's copy was damaged, and why.
             "repaired": [{"item_id": r.item_id, "source": r.source, "array": r.array, "why": r.why}
-                         for r in the_plan.repaired],
+                         for r in planned.repaired],
             "warnings": warned.collected(),  # third-party warnings of the driver and the workers, each once
         }
         run_log_path(store).write_atomic(summary_json(run_log))
@@ -395,8 +417,8 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
     atomic_write(summary_path, summary_json(summary))
     sweep(store)  # crash reports of items that ended as rows, and anything a restarted worker left
     return RunResult(spec=spec, rows=out.rows, manifest=manifest_path, summary_path=summary_path, summary=summary,
-                     run_log=run_log, converted=converted, unchanged=len(the_plan.unchanged),
-                     repaired=the_plan.repaired)
+                     run_log=run_log, converted=converted, unchanged=planned.unchanged,
+                     repaired=planned.repaired)
 
 
 def _joined(rows: Iterable[Row], joiner: LabelJoiner, annotator: Annotator | None) -> Iterator[Row]:
@@ -405,18 +427,6 @@ def _joined(rows: Iterable[Row], joiner: LabelJoiner, annotator: Annotator | Non
     for row in rows:
         joined, cells = joiner.join(row)
         yield joined if annotator is None else annotator.place(joined, cells)
-
-
-def _outcomes(rows: Decoded, the_plan: Plan) -> list[Row]:
-    """The decoded rows `write_outcomes` records: not those of a stack's images (their shard records hold them)
-    nor a sample's (its group's records do). Only rejections are recorded, so only those are looked at."""
-    rejected = [r for r in rows.decoded() if r.status == "rejected" and not r.group and r.slot is None]
-    sources = {r.source for r in rejected}
-    if not sources:
-        return []
-    planar = {r.source for r in rows.decoded() if r.slot is not None and r.source in sources}
-    planar |= {i.source for s in the_plan.shards for i in s.items if i.source in sources}
-    return [r for r in rejected if r.source not in planar]
 
 
 def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:

@@ -55,6 +55,18 @@ class Decoded:
         return {row.array for row in self.spilled.rows(range(self.converted))
                 if row.status == "ok" and row.array and row.slot is None}
 
+    def outcomes(self) -> list[Row]:
+        """The decoded rows `write_outcomes` records: not those of a stack's images (their shard records hold them)
+        nor a sample's (its group's records do). Only rejections are recorded, so only those are looked at."""
+        rejected = [r for r in self.decoded() if r.status == "rejected" and not r.group and r.slot is None]
+        sources = {r.source for r in rejected}
+        if not sources:
+            return []
+        # By source, as a stack's image's: a file is a stack's image, whichever of its rows says so.
+        planar = {r.source for at, r in enumerate(self.decoded())
+                  if (r.slot is not None or self.spilled.planar(at)) and r.source in sources}
+        return [r for r in rejected if r.source not in planar]
+
     def in_manifest_order(self) -> Iterator[Row]:
         """Every row, in manifest order."""
         return (self.row(int(at)) for at in self.spilled.manifest_order())

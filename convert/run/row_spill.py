@@ -93,6 +93,7 @@ class RowSpill:
         self._sources, self._source_ends = bytearray(), array("q")
         self._digests = bytearray()  # _DIGEST bytes a row; zeros where the row is not compared
         self._compared = bytearray()  # 1 where the row takes part in `duplicates`
+        self._planar = bytearray()  # 1 where the row is a stack's image's (`add`)
         self.roles = False  # whether any row has roles (a delivery of samples: the manifest's role columns)
 
     def __enter__(self) -> RowSpill:
@@ -107,8 +108,9 @@ class RowSpill:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def add(self, row: Row, *, compared: bool = True) -> None:
-        """Append `row`; `compared`: an ok row that `duplicates` may find a copy of (a decoded one)."""
+    def add(self, row: Row, *, compared: bool = True, planar: bool = False) -> None:
+        """Append `row`; `compared`: an ok row that `duplicates` may find a copy of (a decoded one); `planar`: the
+        row of a stack's image (from a shard task), whatever its outcome."""
         self._rows.append(row)
         self.roles = self.roles or bool(row.roles)
         self._ids += _utf8(row.item_id)
@@ -117,11 +119,16 @@ class RowSpill:
         self._source_ends.append(len(self._sources))
         compare = compared and row.status == "ok"
         self._compared.append(compare)
+        self._planar.append(planar)
         self._digests += _digest(self._key(row)) if compare else bytes(_DIGEST)
 
     def row(self, i: int) -> Row:
         """The `i`-th row added."""
         return self._rows[i]
+
+    def planar(self, i: int) -> bool:
+        """Whether the `i`-th row added is a stack's image's (`add`)."""
+        return bool(self._planar[i])
 
     def rows(self, order: Iterable[int] | np.ndarray) -> Iterator[Row]:
         """The rows at positions `order`, read one at a time."""

@@ -113,9 +113,10 @@ _TASKS: dict[type, Callable[..., Any]] = {VolumeTask: convert_item, VolumeBatch:
 
 
 def run_tasks(client: Client, jobs: Jobs, settings: TaskSettings, *, item_timeout: float, window: int = 0,
-              sink: Callable[[Row], object], progress: Progress | None = None) -> int:
+              sink: Callable[[Row, bool], object], progress: Progress | None = None) -> int:
     """Run every job on `client` (a volume's parts staged by `part_task.stage_parts`), handing each item's row to
-    `sink` as it arrives (`row_spill.RowSpill.add`: the driver does not hold them); returns how many there were.
+    `sink` as it arrives (`row_spill.RowSpill.add`: the driver does not hold them), with whether it is the row of a
+    stack's image (a shard's); returns how many rows there were.
 
     At most `window` jobs are in flight at once (0: `window.window_size`'s default), the next submitted in plan
     order as earlier ones finish; retries of failed shards and batches come on top of it."""
@@ -126,7 +127,7 @@ class _Run:
     """The driver's side of one conversion: futures in flight, chains of single images, rows so far."""
 
     def __init__(self, client: Client, settings: TaskSettings, item_timeout: float, jobs: Jobs,
-                 progress: Progress | None, window: int, sink: Callable[[Row], object]) -> None:
+                 progress: Progress | None, window: int, sink: Callable[[Row, bool], object]) -> None:
         # A token of this run's own: its slab events cannot mix with another run's on a shared cluster.
         settings = replace(settings, slab_events=uuid.uuid4().hex) if progress is not None else settings
         self.client, self.settings, self.item_timeout = client, settings, item_timeout
@@ -220,9 +221,10 @@ class _Run:
             if self.ac.queue.empty():
                 self.ac.thread_condition.wait(timeout=_POLL_S)
 
-    def _emit(self, rows: Sequence[Row]) -> None:
+    def _emit(self, rows: Sequence[Row], job: Job | VolumeBatch) -> None:
+        planar = isinstance(job, ShardTask)
         for row in rows:
-            self.sink(row)
+            self.sink(row, planar)
             self.done += 1
             self.bytes.finished(row.source)
             if self.progress:
@@ -252,7 +254,7 @@ class _Run:
             if isinstance(job, VolumePart):
                 self._part_done(job, result)
             else:
-                self._emit([result] if isinstance(result, Row) else list(result))
+                self._emit([result] if isinstance(result, Row) else list(result), job)
         else:
             exc = future.exception()
             if isinstance(exc, StoreWriteError):
@@ -266,7 +268,7 @@ class _Run:
             elif isinstance(job, VolumePart):
                 self._part_done(job, crashed(job, self.reports, exc)[0])
             else:
-                self._emit(crashed(job, self.reports, exc))
+                self._emit(crashed(job, self.reports, exc), job)
         future.release()
         self._next_in_chain(future.key)
 
@@ -283,7 +285,7 @@ class _Run:
             elif isinstance(job, VolumePart):
                 self._part_done(job, timed_out(job, self.reports, self.item_timeout)[0])
             else:
-                self._emit(timed_out(job, self.reports, self.item_timeout))
+                self._emit(timed_out(job, self.reports, self.item_timeout), job)
             self._next_in_chain(key)
 
     def _part_done(self, part: VolumePart, outcome: PartResult | Row) -> None:
@@ -296,7 +298,7 @@ class _Run:
             row = finish_parts(self.parts[part.task.array], [got[i] for i in range(part.count)], self.settings)
         except StoreWriteError as exc:
             raise store_failed(exc) from exc
-        self._emit([row])
+        self._emit([row], part)
 
     def _reported(self, key: Hashable) -> bool:
         job = self.jobs[key][1]
