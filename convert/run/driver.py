@@ -371,10 +371,10 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
     # makes them ok next time without decoding them again; so do their stack slots.
     for stack in staged.values():
         install_stack(store, stack, rows.decoded(), lock.run_id, fingerprint)
-    remove_stale(store, {r.group or r.array for r in rows.decoded() if r.status == "ok" and r.slot is None}
-                 | set(planned.stacks))
+    volumes = rows.volumes()
+    remove_stale(store, volumes.kept | set(planned.stacks))
     prune_records(store, keep=records_in_use(store))
-    write_outcomes(store, rows.outcomes(), fingerprint)
+    write_outcomes(store, volumes.outcomes, fingerprint)
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
     role_names = _role_names(spec, spilled.roles)
@@ -382,7 +382,7 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
     with ManifestFile(manifest_path, label_names, role_names,
                       split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
                       spec.manifest.metadata) as manifest:
-        out = write_rows(final, manifest, numbering, written=rows.written(), folder=_spill_folder(store))
+        out = write_rows(final, manifest, numbering, written=volumes.written, folder=_spill_folder(store))
         del final
         _write_array_labels(client, store, out.labels)
         manifest_sha = manifest.sha256

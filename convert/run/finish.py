@@ -23,7 +23,7 @@ from ..write.arrays import index_entries, remove_array
 from .row_spill import RowFile, RowSpill
 from .tally import Tally
 
-__all__ = ["Decoded", "Written", "write_rows"]
+__all__ = ["Decoded", "Volumes", "Written", "write_rows"]
 
 
 class Decoded:
@@ -42,7 +42,9 @@ class Decoded:
 
     def row(self, at: int) -> Row:
         """The spill's row `at`, with its `duplicate_content` verdict."""
-        row = self.spilled.row(at)
+        return self._verdict(at, self.spilled.row(at))
+
+    def _verdict(self, at: int, row: Row) -> Row:
         first = self.first.get(at)
         return row if first is None else row.rejected(Reason.DUPLICATE_CONTENT, f"same sha256 as {first}")
 
@@ -50,26 +52,41 @@ class Decoded:
         """The decoded rows (converted, then unchanged), read one at a time."""
         return (self.row(at) for at in range(self.count))
 
-    def written(self) -> set[str]:
-        """The volumes this run wrote: arrays of the converted rows that were ok before `duplicate_content`."""
-        return {row.array for row in self.spilled.rows(range(self.converted))
-                if row.status == "ok" and row.array and row.slot is None}
-
-    def outcomes(self) -> list[Row]:
-        """The decoded rows `write_outcomes` records: not those of a stack's images (their shard records hold them)
-        nor a sample's (its group's records do). Only rejections are recorded, so only those are looked at."""
-        rejected = [r for r in self.decoded() if r.status == "rejected" and not r.group and r.slot is None]
+    def volumes(self) -> Volumes:
+        """What the run needs of its volumes (`Volumes`), in one pass over the decoded rows (two where a rejection
+        not of a stack's image shares its file with another row)."""
+        kept: set[str] = set()
+        written: set[str] = set()
+        rejected: list[Row] = []
+        for at in range(self.count):
+            raw = self.spilled.row(at)
+            row = self._verdict(at, raw)
+            if at < self.converted and raw.status == "ok" and raw.array and raw.slot is None:
+                written.add(raw.array)
+            if row.status == "ok" and row.slot is None:
+                kept.add(row.group or row.array)
+            if row.status == "rejected" and not row.group and row.slot is None and not self.spilled.planar(at):
+                rejected.append(row)
+        # A file is a stack's image whichever of its rows says so.
         sources = {r.source for r in rejected}
-        if not sources:
-            return []
-        # By source, as a stack's image's: a file is a stack's image, whichever of its rows says so.
         planar = {r.source for at, r in enumerate(self.decoded())
-                  if (r.slot is not None or self.spilled.planar(at)) and r.source in sources}
-        return [r for r in rejected if r.source not in planar]
+                  if r.source in sources and (r.slot is not None or self.spilled.planar(at))} if sources else set()
+        return Volumes(kept=kept, written=written, outcomes=[r for r in rejected if r.source not in planar])
 
     def in_manifest_order(self) -> Iterator[Row]:
         """Every row, in manifest order."""
         return (self.row(int(at)) for at in self.spilled.manifest_order())
+
+
+@dataclass(frozen=True, slots=True)
+class Volumes:
+    """What the decoded rows say of the store's arrays: those to keep (`remove_stale`: the ok unstacked items'),
+    those this run wrote (ok before `duplicate_content`: created with no labels), and the rejections
+    `write_outcomes` records (not those of a stack's images, whose shard records hold them, nor a sample's)."""
+
+    kept: set[str]
+    written: set[str]
+    outcomes: list[Row]
 
 
 @dataclass(slots=True)

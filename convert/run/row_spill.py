@@ -38,6 +38,7 @@ class RowFile(Sequence[Row]):
         self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)
         self._ends = array("q")  # where each row's pickle ends; row i starts where row i-1 ends
         self._size = 0
+        self._unflushed = False  # rows appended since the file's buffer was last written out
 
     def close(self) -> None:
         self._file.close()
@@ -47,6 +48,7 @@ class RowFile(Sequence[Row]):
         self._file.write(blob)
         self._size += len(blob)
         self._ends.append(self._size)
+        self._unflushed = True
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -64,14 +66,15 @@ class RowFile(Sequence[Row]):
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        self._file.flush()
+        if self._unflushed:
+            self._file.flush()
+            self._unflushed = False
         start = self._ends[i - 1] if i else 0
         row = pickle.loads(os.pread(self._file.fileno(), self._ends[i] - start, start))
         assert isinstance(row, Row)
         return row
 
     def __iter__(self) -> Iterator[Row]:
-        self._file.flush()
         for i in range(len(self)):
             yield self[i]
 
