@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from labzarr.readers import Reason
 from labzarr.store.format.annotations import Annotation
+from labzarr.store.format.pickling import fast_pickling
 from labzarr.store.format.stats import ItemStats
 from labzarr.store.location.folder import (
     atomic_write,  # re-exported: the manifest, summary and report are written whole
@@ -41,6 +42,7 @@ BASE_COLUMNS: tuple[str, ...] = (
 )
 
 
+@fast_pickling
 @dataclass(frozen=True, slots=True)
 class RoleSource:
     """One file of a sample (image, mask, ...): where it came from and, once converted, its array."""
@@ -52,6 +54,7 @@ class RoleSource:
     dtype: str = ""
 
 
+@fast_pickling
 @dataclass(frozen=True, slots=True)
 class ClassCount:
     """A mask class in one sample: its voxel count and the rows [start, stop) of its stored locations."""
@@ -62,6 +65,7 @@ class ClassCount:
     stop: int = 0
 
 
+@fast_pickling
 @dataclass(frozen=True, slots=True)
 class Row:
     """One manifest row: an item (ok or rejected) or a file that is not an image (ignored)."""
