@@ -30,10 +30,13 @@ class FileEntry:
     Two names that are equal after NFC normalisation (one typed on macOS, one on Linux) are one
     name: the NFC-named file (or the first) keeps it, the other keeps its own on-disk spelling as
     `rel` and names the first in `alias_of`.
+
+    `path` is the file's path as the walk found it (under raw as given), a string: a delivery of a million files
+    would otherwise hold a `pathlib.Path` per file until it is planned.
     """
 
     rel: str
-    path: Path
+    path: str
     size: int
     outside: str | None = None  # where a symlink escaping raw points; such a file is never read
     special: str | None = None  # not a regular file (FIFO, socket, device, symlink loop, dangling symlink): never read

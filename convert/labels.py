@@ -120,8 +120,9 @@ class LabelJoiner:
 
     def join(self, row: Row) -> tuple[Row, tuple[AnnotationCells, ...]]:
         """`row` with its labels (and pin), and its `[labels] annotations` cells (one per workbook row with one)."""
+        cells: tuple[AnnotationCells, ...] = ()
         if row.status == "ignored" or not row.item_id:
-            joined, cells = row, ()
+            joined = row
         else:
             joined, cells = self._join(row)
             if not _labelled(joined, self.names):

@@ -30,6 +30,6 @@ def fast_pickling(cls: _C) -> _C:
         for name, value in zip(names, state, strict=True):
             setter(self, name, value)
 
-    cls.__getstate__ = __getstate__  # type: ignore[attr-defined]
-    cls.__setstate__ = __setstate__  # type: ignore[attr-defined]
+    setattr(cls, "__getstate__", __getstate__)  # noqa: B010 - a class's method, set on the class given
+    setattr(cls, "__setstate__", __setstate__)  # noqa: B010
     return cls
