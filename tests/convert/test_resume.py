@@ -195,7 +195,7 @@ def _spec(tmp_path: Path) -> Spec:
 
 
 def _inputs(rel: str, sha: str) -> tuple[list[Candidate], dict[str, Probe]]:
-    entry = FileEntry(rel, Path("/raw") / rel, 10)
+    entry = FileEntry(rel, f"/raw/{rel}", 10)
     probe = Probe(rel=rel, size=10, sha256=sha, kind="nifti", text=False, gzipped=False, gzip_error=None, magic=b"")
     return [Candidate(entry, "case1")], {rel: probe}
 
