@@ -330,6 +330,9 @@ def _positive(name: str, value: float | int, hint: str) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    from .run.driver_malloc import tune_driver_malloc
+
+    tune_driver_malloc()  # this process is the driver: what it frees goes back (driver_malloc.py)
     starting = None
     if args.scheduler is None and not args.dry_run and args.spec.is_file():  # a mistyped path starts nothing
         _start_workers_early()

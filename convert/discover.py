@@ -30,10 +30,13 @@ class FileEntry:
     Two names that are equal after NFC normalisation (one typed on macOS, one on Linux) are one
     name: the NFC-named file (or the first) keeps it, the other keeps its own on-disk spelling as
     `rel` and names the first in `alias_of`.
+
+    `path` is the file's path as the walk found it (under raw as given), a string: a delivery of a million files
+    would otherwise hold a `pathlib.Path` per file until it is planned.
     """
 
     rel: str
-    path: Path
+    path: str
     size: int
     outside: str | None = None  # where a symlink escaping raw points; such a file is never read
     special: str | None = None  # not a regular file (FIFO, socket, device, symlink loop, dangling symlink): never read
@@ -68,7 +71,7 @@ def walk(raw: Path) -> tuple[FileEntry, ...]:
         if where == raw:
             raise UsageError(f"{raw}: cannot list the delivery folder: {exc.strerror}",
                              "check the [delivery] raw path and that this user may read it") from exc
-        entries.append(FileEntry(_rel(where, raw) + "/", where, 0,
+        entries.append(FileEntry(_rel(where, raw) + "/", str(where), 0,
                                  unreadable=f"cannot list the folder: {exc.strerror}"))
 
     for dirpath, dirnames, filenames in os.walk(raw, followlinks=False, onerror=unlistable):
@@ -80,21 +83,22 @@ def walk(raw: Path) -> tuple[FileEntry, ...]:
                 dirnames.remove(name)
                 target = link.resolve()
                 if not _inside(target, root):
-                    entries.append(FileEntry(_rel(link, raw), link, 0, outside=str(target)))
+                    entries.append(FileEntry(_rel(link, raw), str(link), 0, outside=str(target)))
         # A file's rel is its folder's (made once per folder) and its NFC name: "/" never composes with a neighbour.
         prefix = "" if here == raw else _rel(here, raw) + "/"
-        entries += [_entry(here / name, prefix + unicodedata.normalize("NFC", name), root) for name in filenames]
+        entries += [_entry(os.path.join(dirpath, name), prefix + unicodedata.normalize("NFC", name), root)
+                    for name in filenames]
     return _dealias(entries, raw)
 
 
-def _entry(path: Path, rel: str, root: Path) -> FileEntry:
+def _entry(path: str, rel: str, root: Path) -> FileEntry:
     try:
         st = os.lstat(path)  # one call tells a link and sizes a file
     except OSError as exc:
         return FileEntry(rel, path, 0, unreadable=f"cannot stat the file: {exc.strerror}")
     if stat.S_ISLNK(st.st_mode):
         try:
-            target = path.resolve(strict=True)
+            target = Path(path).resolve(strict=True)
         except FileNotFoundError:
             return FileEntry(rel, path, 0, special=f"dangling symlink to {os.readlink(path)}")
         except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError for a loop, later ones OSError
@@ -102,7 +106,7 @@ def _entry(path: Path, rel: str, root: Path) -> FileEntry:
         if not _inside(target, root):
             return FileEntry(rel, path, 0, outside=str(target))
         try:
-            st = path.stat()
+            st = os.stat(path)
         except OSError as exc:
             return FileEntry(rel, path, 0, unreadable=f"cannot stat the file: {exc.strerror}")
     if not stat.S_ISREG(st.st_mode):
@@ -123,9 +127,9 @@ def _dealias(entries: list[FileEntry], raw: Path) -> tuple[FileEntry, ...]:
     for rel, group in groups.items():
         # The file whose on-disk name already is NFC keeps the name, else the first by on-disk bytes.
         if len(group) > 1:
-            group.sort(key=lambda e: (e.path.relative_to(raw).as_posix() != rel, os.fsencode(e.path)))
+            group.sort(key=lambda e: (Path(e.path).relative_to(raw).as_posix() != rel, os.fsencode(e.path)))
         out.append(group[0])
-        out += [replace(e, rel=e.path.relative_to(raw).as_posix(), alias_of=rel) for e in group[1:]]
+        out += [replace(e, rel=Path(e.path).relative_to(raw).as_posix(), alias_of=rel) for e in group[1:]]
     return tuple(sorted(out, key=lambda e: e.rel))
 
 

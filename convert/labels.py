@@ -32,7 +32,7 @@ from .ids import base_id, normalize_id
 from .manifest import Row
 from .spec import LabelsSpec, Spec
 
-__all__ = ["ANNOTATION", "PIN", "LabelJoin", "join_labels", "load_labels", "workbook_rel"]
+__all__ = ["ANNOTATION", "PIN", "LabelJoin", "LabelJoiner", "join_labels", "load_labels", "workbook_rel"]
 
 log = logging.getLogger(__name__)
 
@@ -100,51 +100,80 @@ class _Outcome:
     warnings: tuple[str, ...] = ()
 
 
+class LabelJoiner:
+    """`join_labels` a row at a time (`join`), for rows that are never all held (a run's, read from disk); the
+    summary's label sections once every row has been joined (`summary`). What it holds beyond the workbook is the
+    IDs of the unlabelled items and a count per label value."""
+
+    def __init__(self, sheet: LabelSheet, spec: LabelsSpec, normalize: Sequence[str], workbook: str) -> None:
+        self.sheet, self.spec, self.normalize, self.workbook = sheet, spec, tuple(normalize), workbook
+        self.at = {n: i for i, (n, _, _) in enumerate(sheet.columns)}
+        self.pin_at = self.at.pop(PIN, None)
+        self.marks = [self.at.pop(n) for n in list(self.at) if n.startswith(ANNOTATION)]
+        self.names = tuple(self.at)
+        self.by_id: dict[str, list[LabelRow]] = defaultdict(list)
+        for r in sheet.rows:
+            self.by_id[normalize_id(r.id.value, normalize)].append(r)
+        self.matched: set[str] = set()  # workbook IDs some item has
+        self.unlabelled: set[str] = set()
+        self.counts: dict[str, Counter[str]] = {n: Counter() for n in self.names}
+
+    def join(self, row: Row) -> tuple[Row, tuple[AnnotationCells, ...]]:
+        """`row` with its labels (and pin), and its `[labels] annotations` cells (one per workbook row with one)."""
+        cells: tuple[AnnotationCells, ...] = ()
+        if row.status == "ignored" or not row.item_id:
+            joined = row
+        else:
+            joined, cells = self._join(row)
+            if not _labelled(joined, self.names):
+                self.unlabelled.add(joined.item_id)
+        if joined.status == "ok":
+            for name, value in dict(joined.labels).items():
+                if name in self.counts:
+                    self.counts[name][value] += 1
+        return joined, cells
+
+    def _join(self, row: Row) -> tuple[Row, tuple[AnnotationCells, ...]]:
+        # A part kept apart (`case1~trace`) is labelled as its item.
+        key = base_id(row.item_id)
+        group = self.by_id.get(key, [])
+        if group:
+            self.matched.add(key)
+        outcome = _outcome(row.item_id, group, self.at, self.spec, self.sheet, self.workbook)
+        labelled = _apply(row, outcome, self.spec)
+        if self.pin_at is not None:
+            labelled = _pinned(labelled, [r.values[self.pin_at] for r in group])
+        return labelled, _annotation_cells(group, self.marks)
+
+    def summary(self) -> dict[str, Any]:
+        """The summary's `labels`, `unmatched_workbook_ids`, `unlabelled_items` and `label_workbook`, over the rows
+        joined so far."""
+        sheet = self.sheet
+        unmatched = [{"id": r.id.value, "normalized": key, "cell": r.id.ref}
+                     for key, group in self.by_id.items() if key not in self.matched for r in group]
+        return {
+            "labels": {n: dict(sorted(c.items())) for n, c in self.counts.items()},
+            "unmatched_workbook_ids": unmatched,
+            "unlabelled_items": sorted(self.unlabelled),
+            "label_workbook": {
+                "path": self.workbook, "sheet": sheet.sheet, "sheet_index": sheet.sheet_index,
+                "sheets": list(sheet.sheets), "header_row": sheet.header_row, "id_column": sheet.id_column,
+                "columns": {n: {"column": letter, "header": header} for n, letter, header in sheet.columns
+                            if n != PIN and not n.startswith(ANNOTATION)},
+                "id_rows": len(sheet.rows), "id_normalize": list(self.normalize), "required": self.spec.required,
+                "conflict": self.spec.conflict, "warnings": list(sheet.warnings),
+            },
+        }
+
+
 def join_labels(rows: Sequence[Row], sheet: LabelSheet, spec: LabelsSpec, normalize: Sequence[str],
                 workbook: str) -> LabelJoin:
     """Attach labels (and `[splits] pinned` cells, as `pin`) to `rows` (item IDs already normalised by
     `normalize`); pure."""
-    at = {n: i for i, (n, _, _) in enumerate(sheet.columns)}
-    pin_at = at.pop(PIN, None)
-    marks = [at.pop(n) for n in list(at) if n.startswith(ANNOTATION)]
-    names = tuple(at)
-    by_id: dict[str, list[LabelRow]] = defaultdict(list)
-    for r in sheet.rows:
-        by_id[normalize_id(r.id.value, normalize)].append(r)
-    out: list[Row] = []
-    annotations: list[tuple[AnnotationCells, ...]] = []
-    for row in rows:
-        if row.status == "ignored" or not row.item_id:
-            out.append(row)
-            annotations.append(())
-            continue
-        # A part kept apart (`case1~trace`) is labelled as its item.
-        group = by_id.get(base_id(row.item_id), [])
-        annotations.append(_annotation_cells(group, marks))
-        outcome = _outcome(row.item_id, group, at, spec, sheet, workbook)
-        labelled = _apply(row, outcome, spec)
-        out.append(labelled if pin_at is None else _pinned(labelled, [r.values[pin_at] for r in group]))
-    item_ids = {base_id(r.item_id) for r in rows if r.item_id and r.status != "ignored"}
-    unmatched = [{"id": r.id.value, "normalized": key, "cell": r.id.ref}
-                 for key, group in by_id.items() if key not in item_ids for r in group]
-    unlabelled = sorted({r.item_id for r in out if r.item_id and r.status != "ignored" and not _labelled(r, names)})
-    counts = {n: dict(sorted(Counter(dict(r.labels)[n] for r in out
-                                     if r.status == "ok" and n in dict(r.labels)).items()))
-              for n in names}
-    summary = {
-        "labels": counts,
-        "unmatched_workbook_ids": unmatched,
-        "unlabelled_items": unlabelled,
-        "label_workbook": {
-            "path": workbook, "sheet": sheet.sheet, "sheet_index": sheet.sheet_index, "sheets": list(sheet.sheets),
-            "header_row": sheet.header_row, "id_column": sheet.id_column,
-            "columns": {n: {"column": letter, "header": header} for n, letter, header in sheet.columns
-                        if n != PIN and not n.startswith(ANNOTATION)},
-            "id_rows": len(sheet.rows), "id_normalize": list(normalize), "required": spec.required,
-            "conflict": spec.conflict, "warnings": list(sheet.warnings),
-        },
-    }
-    return LabelJoin(rows=tuple(out), names=names, summary=summary, annotations=tuple(annotations))
+    joiner = LabelJoiner(sheet, spec, normalize, workbook)
+    joined = [joiner.join(row) for row in rows]
+    return LabelJoin(rows=tuple(r for r, _ in joined), names=joiner.names, summary=joiner.summary(),
+                     annotations=tuple(a for _, a in joined))
 
 
 def _annotation_cells(group: Sequence[LabelRow], marks: Sequence[int]) -> tuple[AnnotationCells, ...]:

@@ -22,14 +22,15 @@ from typing import Any, Literal
 
 from labzarr.readers import Reason
 from labzarr.store.format.annotations import Annotation
+from labzarr.store.format.pickling import fast_pickling
 from labzarr.store.format.stats import ItemStats
 from labzarr.store.location.folder import (
     atomic_write,  # re-exported: the manifest, summary and report are written whole
 )
 
-__all__ = ["BASE_COLUMNS", "ClassCount", "EarlierIndex", "RoleSource", "Row", "Status", "atomic_write",
-           "earlier_index", "manifest_bytes", "number_rows", "read_manifest", "role_columns", "sort_rows",
-           "split_columns", "summary_json"]
+__all__ = ["BASE_COLUMNS", "ClassCount", "EarlierIndex", "Numbering", "RoleSource", "Row", "Status", "atomic_write",
+           "earlier_index", "manifest_bytes", "manifest_cells", "manifest_header", "number_rows", "read_manifest",
+           "role_columns", "sort_rows", "split_columns", "summary_json"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ BASE_COLUMNS: tuple[str, ...] = (
 )
 
 
+@fast_pickling
 @dataclass(frozen=True, slots=True)
 class RoleSource:
     """One file of a sample (image, mask, ...): where it came from and, once converted, its array."""
@@ -52,6 +54,7 @@ class RoleSource:
     dtype: str = ""
 
 
+@fast_pickling
 @dataclass(frozen=True, slots=True)
 class ClassCount:
     """A mask class in one sample: its voxel count and the rows [start, stop) of its stored locations."""
@@ -62,6 +65,7 @@ class ClassCount:
     stop: int = 0
 
 
+@fast_pickling
 @dataclass(frozen=True, slots=True)
 class Row:
     """One manifest row: an item (ok or rejected) or a file that is not an image (ignored)."""
@@ -155,8 +159,9 @@ def _meta_cell(value: object) -> str:
     return _fmt_float(value) if isinstance(value, float) else str(value)
 
 
-def _cells(index: int, row: Row, label_names: Sequence[str], role_names: Sequence[str] = (),
+def manifest_cells(index: int, row: Row, label_names: Sequence[str], role_names: Sequence[str] = (),
            splits: Sequence[str] = (), metadata: Sequence[str] = ()) -> list[str]:
+    """`row`'s cells, numbered `index`, under the columns `manifest_bytes` describes."""
     labels = dict(row.labels)
     return [
         str(index), row.item_id, row.status, row.reason.value if row.reason else "", row.detail, row.kind,
@@ -179,11 +184,12 @@ class EarlierIndex:
 def earlier_index(manifest: Path, summary: Path) -> EarlierIndex:
     """The committed `manifest.csv`'s index by source and `summary.json`'s `next_index` (one past the manifest's
     largest index where the summary has none); empty when there is no manifest, or one that cannot be read."""
+    by_source: dict[str, int] = {}
     try:
-        rows = read_manifest(manifest)
-        by_source: dict[str, int] = {}
-        for row in rows:
-            by_source.setdefault(row["source"], int(row["index"]))
+        # Read a row at a time: a manifest of a million rows as dicts would be most of a run's memory.
+        with manifest.open(newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                by_source.setdefault(row["source"], int(row["index"]))
     except FileNotFoundError:
         return EarlierIndex()
     except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
@@ -197,23 +203,28 @@ def earlier_index(manifest: Path, summary: Path) -> EarlierIndex:
     return EarlierIndex(by_source, max(after, recorded if isinstance(recorded, int) else 0))
 
 
+class Numbering:
+    """Each row's `index`, the rows given one at a time in manifest order; see the module docstring."""
+
+    def __init__(self, earlier: EarlierIndex) -> None:
+        self._earlier = earlier
+        self._taken: set[int] = set()
+        self.next = earlier.next  # the next index never handed out
+
+    def number(self, row: Row) -> int:
+        """`row`'s index: the one the earlier manifest gave its source (once), else the next never handed out."""
+        index = self._earlier.by_source.get(row.source)
+        if index is None or index in self._taken:  # a source listed twice keeps its index once
+            index, self.next = self.next, self.next + 1
+        else:
+            self._taken.add(index)
+        return index
+
+
 def number_rows(rows: Sequence[Row], earlier: EarlierIndex) -> tuple[list[int], int]:
     """Each row's `index` (rows in manifest order) and the next index never handed out; see the module docstring."""
-    taken: set[int] = set()
-    out: list[int] = []
-    fresh: list[int] = []  # positions of rows the earlier manifest did not number
-    for n, row in enumerate(rows):
-        index = earlier.by_source.get(row.source)
-        if index is None or index in taken:  # a source listed twice keeps its index once
-            fresh.append(n)
-            out.append(-1)
-        else:
-            taken.add(index)
-            out.append(index)
-    nxt = earlier.next
-    for n in fresh:
-        out[n], nxt = nxt, nxt + 1
-    return out, nxt
+    numbering = Numbering(earlier)
+    return [numbering.number(row) for row in rows], numbering.next
 
 
 def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str], role_names: Sequence[str] = (),
@@ -229,11 +240,17 @@ def manifest_bytes(rows: Sequence[Row], label_names: Sequence[str], role_names: 
     """
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([*BASE_COLUMNS, *role_columns(role_names), *splits, *(f"label.{n}" for n in label_names),
-                "label_source", *(f"meta.{n}" for n in metadata)])
+    w.writerow(manifest_header(label_names, role_names, splits, metadata))
     for i, row in enumerate(rows):
-        w.writerow(_cells(i if index is None else index[i], row, label_names, role_names, splits, metadata))
+        w.writerow(manifest_cells(i if index is None else index[i], row, label_names, role_names, splits, metadata))
     return buf.getvalue().encode("utf-8")
+
+
+def manifest_header(label_names: Sequence[str], role_names: Sequence[str] = (), splits: Sequence[str] = (),
+                    metadata: Sequence[str] = ()) -> list[str]:
+    """The manifest's header row: its columns, as `manifest_bytes` describes them."""
+    return [*BASE_COLUMNS, *role_columns(role_names), *splits, *(f"label.{n}" for n in label_names), "label_source",
+            *(f"meta.{n}" for n in metadata)]
 
 
 def read_manifest(path: Path) -> list[dict[str, str]]:

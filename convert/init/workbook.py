@@ -66,13 +66,14 @@ def survey_workbooks(candidates: Sequence[Candidate], limits: WorkbookLimits = W
     for c in candidates:
         if c.excluded_by or c.entry.outside or c.entry.special or not c.rel.lower().endswith(".xlsx"):
             continue
+        path = Path(c.entry.path)
         try:
-            names = sheet_names(c.entry.path, limits)
+            names = sheet_names(path, limits)
         except WorkbookError as exc:
-            books.append(Workbook(c.rel, c.entry.path, (), (), problem=str(exc)))
+            books.append(Workbook(c.rel, path, (), (), problem=str(exc)))
             continue
-        columns = [col for index in range(1, len(names) + 1) for col in _sheet_columns(c.entry.path, index, limits)]
-        books.append(Workbook(c.rel, c.entry.path, names, tuple(columns)))
+        columns = [col for index in range(1, len(names) + 1) for col in _sheet_columns(path, index, limits)]
+        books.append(Workbook(c.rel, path, names, tuple(columns)))
     return books
 
 

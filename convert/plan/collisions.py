@@ -13,7 +13,6 @@ content, not a collision. Files that are not items (`ignored`) and rows without 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from ..manifest import Row
 from .series import series_of
 
-__all__ = ["IdCollision", "collision_summary", "find_collisions"]
+__all__ = ["Collisions", "IdCollision", "collision_summary", "find_collisions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,18 +41,40 @@ def _content(row: Row) -> str:
     return f"series:{series_of(row.source)}" if row.kind == "dicom" and series_of(row.source) else row.sha256
 
 
+class Collisions:
+    """`find_collisions` a row at a time, the rows given in manifest order (by item ID, then source): what it holds
+    is the rows of one item ID."""
+
+    def __init__(self) -> None:
+        self.found: list[IdCollision] = []
+        self._item = ""
+        self._group: list[Row] = []
+
+    def add(self, row: Row) -> None:
+        if row.status == "ignored" or not row.item_id or not row.sha256:
+            return
+        if row.item_id != self._item:
+            self._close()
+            self._item = row.item_id
+        self._group.append(row)
+
+    def done(self) -> tuple[IdCollision, ...]:
+        """Every ID that more than one distinct content carries, sorted by ID."""
+        self._close()
+        return tuple(self.found)
+
+    def _close(self) -> None:
+        if len({_content(r) for r in self._group}) > 1:
+            self.found.append(IdCollision(self._item, tuple(self._group)))
+        self._group = []
+
+
 def find_collisions(rows: Sequence[Row]) -> tuple[IdCollision, ...]:
     """Every ID that more than one distinct content carries, sorted by ID; rows sorted by source."""
-    by_id: dict[str, list[Row]] = defaultdict(list)
-    for r in rows:
-        if r.status != "ignored" and r.item_id and r.sha256:
-            by_id[r.item_id].append(r)
-    out = []
-    for item_id in sorted(by_id):
-        group = sorted(by_id[item_id], key=lambda r: r.source)
-        if len({_content(r) for r in group}) > 1:
-            out.append(IdCollision(item_id, tuple(group)))
-    return tuple(out)
+    found = Collisions()
+    for row in sorted(rows, key=lambda r: (r.item_id, r.source)):
+        found.add(row)
+    return found.done()
 
 
 def collision_summary(collisions: Sequence[IdCollision]) -> list[dict[str, Any]]:

@@ -15,57 +15,43 @@ libraries (pydicom, nibabel, Pillow) where they read, on the workers: the driver
 from __future__ import annotations
 
 import gc
-import hashlib
 import importlib
 import logging
 import math
 import shutil
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from distributed import Client, as_completed
 
-from labzarr.readers import Reason
 from labzarr.store import Location, StoreIndex, table_stats
 from labzarr.store.format.index import item_key
-from labzarr.store.format.items import IndexColumns, IndexItems
+from labzarr.store.format.items import IndexItems
 from labzarr.store.format.stats_spill import StatsSpill, write_spilled
 
 from ..discover import Candidate, discover, walk
 from ..errors import UsageError
-from ..labels import join_labels, load_labels, workbook_rel
-from ..manifest import (
-    Row,
-    atomic_write,
-    earlier_index,
-    manifest_bytes,
-    number_rows,
-    sort_rows,
-    split_columns,
-    summary_json,
-)
+from ..labels import LabelJoiner, load_labels, workbook_rel
+from ..manifest import Numbering, Row, atomic_write, earlier_index, split_columns, summary_json
+from ..manifest_file import ManifestFile
 from ..plan.build import VOLUMES, Plan, plan
-from ..plan.collisions import collision_summary, find_collisions
-from ..plan.dicom_masks import MASK_KINDS
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
-from ..plan.splits import duplicate_key
 from ..plan.stacks import STACKS
 from ..probe import Probe, probe_with
 from ..progress import Progress, ProgressEvent
-from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec, SplitsSpec, load_spec
+from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec, load_spec
 from ..survey import readable
 from ..write.lock import LockInfo, store_lock
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, spill_dir, sweep
 from .cluster import MESSAGE_LOG, client_of, default_workers, local_cluster, local_cluster_config
 from .starting import StartingCluster
+from .tally import Tally
 from .warnings_log import RunWarnings, run_warnings
 from .window import Feeder, job_keys, window_size
 from .worker_start import WORKER_MALLOC
@@ -73,6 +59,9 @@ from .worker_start import WORKER_MALLOC
 if TYPE_CHECKING:
     from labzarr.readers import LabelSheet
 
+    from ..write.annotations import Annotator
+    from ..write.stacks import StagedStack
+    from .row_spill import RowSpill
     from .settings import TaskSettings
 
 __all__ = ["MESSAGE_LOG", "Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery",
@@ -85,7 +74,7 @@ _PROBE_BATCH = 64
 _WRITERS = ("labzarr.convert.write.annotations", "labzarr.convert.write.arrays", "labzarr.convert.write.outcomes",
             "labzarr.convert.write.stacks", "labzarr.convert.run.batches", "labzarr.convert.run.part_task",
             "labzarr.convert.run.split_step", "labzarr.convert.run.supervise", "labzarr.convert.run.settings",
-            "numpy.ma")
+            "labzarr.convert.run.finish", "labzarr.convert.run.row_spill", "numpy.ma")
 _T = TypeVar("_T")
 
 
@@ -94,7 +83,7 @@ class RunResult:
     """What a conversion produced: rows in manifest order, where they went, and the summary."""
 
     spec: Spec
-    rows: tuple[Row, ...]
+    rows: Sequence[Row]  # read from a temporary file as they are used (`row_spill.RowFile`), not held
     manifest: Path
     summary_path: Path
     summary: dict[str, Any] = field(hash=False)  # what summary.json holds: the same for the same delivery
@@ -102,6 +91,21 @@ class RunResult:
     converted: int = 0  # items decoded by this run
     unchanged: int = 0  # items whose earlier outcome was reused
     repaired: tuple[Repair, ...] = ()  # of the converted, those decoded again only because their array was damaged
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """What the run needs of its plan once the items are converted: nothing per item."""
+
+    stacks: tuple[str, ...]  # the stacks' arrays
+    converted_bytes: int  # of the volumes' sources decoded by this run
+    unchanged: int  # items whose earlier outcome was reused
+    repaired: tuple[Repair, ...]
+
+    @classmethod
+    def of(cls, the_plan: Plan) -> Planned:
+        return cls(stacks=tuple(s.array for s in the_plan.stacks), converted_bytes=sum(t.size for t in the_plan.tasks),
+                   unchanged=len(the_plan.unchanged), repaired=the_plan.repaired)
 
 
 def tool_version() -> str:
@@ -279,31 +283,35 @@ def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, sp
     t_probe = time.perf_counter()
     with compact_metadata():
         ensure_state(store)
-        return _write(spec, client, lock, warned, spill, the_plan, fingerprint=fingerprint, files_bytes=files_bytes,
+        # Handed over in a box that `_write` empties: this frame would otherwise keep every planned item alive
+        # until the run ends.
+        box = [the_plan]
+        del the_plan
+        return _write(spec, client, lock, warned, spill, box, fingerprint=fingerprint, files_bytes=files_bytes,
                       progress=progress, labels=labels, timings=(t0, t_start, t_discover, t_probe))
 
 
-def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, the_plan: Plan, *,
+def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, box: list[Plan], *,
            fingerprint: str, files_bytes: int, progress: Progress | None, labels: LabelSheet | None,
            timings: tuple[float, float, float, float]) -> RunResult:
-    """Convert what `the_plan` says on the workers, then write the rest of the store, the manifest and summary."""
-    from ..write.annotations import annotate_rows
-    from ..write.arrays import open_root, remove_stale, write_index
-    from ..write.outcomes import write_outcomes
-    from ..write.stacks import install_stack, records_in_use, stage_stacks
+    """Convert what the plan in `box` says on the workers, then write the rest of the store, the manifest and
+    summary. The plan is taken out of `box`, and let go once its items are converted (`Planned` is what is kept)."""
+    from ..write.arrays import open_root
+    from ..write.stacks import stage_stacks
     from .batches import batch_volumes
     from .part_task import stage_parts
-    from .split_step import split_rows
+    from .row_spill import RowSpill
     from .supervise import Jobs, run_tasks
 
     gc.freeze()  # the modules just imported, as `_heap_frozen` froze those imported before the run began
-    t0, t_start, t_discover, t_probe = timings
     store = spec.delivery.store
+    the_plan = box.pop()
     root = open_root(store)
     for group in (VOLUMES, STACKS):
         if group not in root:
             root.create_group(group)
-    with _crash_reports(store) as reports:
+    # Each row goes to disk as it arrives (`row_spill.py`), with its statistics record (`_spilled`).
+    with _crash_reports(store) as reports, RowSpill(_spill_folder(store), splits=spec.splits) as spilled:
         task_settings = _task_settings(spec, client, lock, fingerprint, reports)
         staged = stage_stacks(store, the_plan, spec)
         workers = len(client.scheduler_info().get("workers", {}))
@@ -315,72 +323,111 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
                     targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
                     samples=the_plan.samples, parts=in_parts)
         converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout,
-                              window=spec.run.window, progress=progress, keep=partial(_spilled, spill))
-    t_convert = time.perf_counter()
+                              window=spec.run.window, progress=progress,
+                              sink=lambda row, planar: spilled.add(_spilled(spill, row), planar=planar))
+        t_convert = time.perf_counter()
+        for row in the_plan.unchanged:
+            spilled.add(_spilled(spill, row))
+        for row in the_plan.rows:  # decided without decoding: never a `duplicate_content`
+            spilled.add(row, compared=False)
+        planned = Planned.of(the_plan)
+        del the_plan, jobs, volumes, batches
+        return _finish(spec, client, lock, warned, spill, spilled, planned, staged, fingerprint=fingerprint,
+                       files_bytes=files_bytes, labels=labels, converted=converted, parts=len(in_parts),
+                       timings=(*timings, t_convert))
+
+
+def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, spilled: RowSpill,
+            planned: Planned, staged: Mapping[str, StagedStack], *, fingerprint: str, files_bytes: int,
+            labels: LabelSheet | None, converted: int, parts: int,
+            timings: tuple[float, float, float, float, float]) -> RunResult:
+    """From the converted rows (in `spilled`) to the installed stacks, the labels, the splits, the index, the
+    statistics table, the manifest and summary.json (`finish.py`)."""
+    from ..write.annotations import Annotator
+    from ..write.arrays import remove_stale, write_index
+    from ..write.outcomes import write_outcomes
+    from ..write.stacks import install_stack, records_in_use
+    from .finish import Decoded, write_rows
+    from .split_step import split_rows
+
+    t0, t_start, t_discover, t_probe, t_convert = timings
+    store = spec.delivery.store
     # Samples (`[items] roles`) are the only items whose duplicates show only after decoding.
-    unchanged = [_spilled(spill, r) for r in the_plan.unchanged]
-    decoded = _drop_duplicates([*converted, *unchanged], store, splits=spec.splits)
-    rows = sort_rows([*decoded, *the_plan.rows])
+    rows = Decoded(spilled, store, decoded=converted + planned.unchanged, converted=converted)
+    final: Iterable[Row] = rows.in_manifest_order()
     label_names: tuple[str, ...] = ()
-    label_summary: dict[str, Any] = {}
+    joiner: LabelJoiner | None = None
+    annotator: Annotator | None = None
     if spec.labels is not None and labels is not None:
-        joined = join_labels(rows, labels, spec.labels, spec.items.id_normalize, workbook=workbook_rel(spec))
-        rows, label_names, label_summary = list(joined.rows), joined.names, joined.summary
+        joiner = LabelJoiner(labels, spec.labels, spec.items.id_normalize, workbook=workbook_rel(spec))
         if spec.labels.annotations is not None:  # after the labels: a label conflict rejects the whole item
-            annotated = annotate_rows(store, rows, joined.annotations, spec.labels.annotations)
-            rows, label_summary = list(annotated.rows), label_summary | annotated.summary
+            annotator = Annotator(store, spec.labels.annotations)
+        final, label_names = _joined(final, joiner, annotator), joiner.names
     splits: dict[str, Any] = {}
     if spec.splits is not None:  # after the labels: a group, stratum or pin can come from the workbook
-        assigned = split_rows(spec, rows, store)
-        rows, splits = list(assigned.rows), {"splits": assigned.summary}
+        # The split assignment takes every row at once: with `[splits]`, the rows are held here.
+        assigned = split_rows(spec, list(final), store)
+        final, splits = assigned.rows, {"splits": assigned.summary}
     # Arrays of items rejected only for their labels stay (outside the index): a corrected workbook
     # makes them ok next time without decoding them again; so do their stack slots.
     for stack in staged.values():
-        install_stack(store, stack, decoded, lock.run_id, fingerprint)
-    remove_stale(store, {r.group or r.array for r in decoded if r.status == "ok" and r.slot is None}
-                  | {s.array for s in the_plan.stacks})
+        install_stack(store, stack, rows.decoded(), lock.run_id, fingerprint)
+    volumes = rows.volumes()
+    remove_stale(store, volumes.kept | set(planned.stacks))
     prune_records(store, keep=records_in_use(store))
-    planar = {r.source for r in decoded if r.slot is not None} | {i.source for s in the_plan.shards for i in s.items}
-    write_outcomes(store, [r for r in decoded if r.source not in planar and not r.group], fingerprint)
-    _write_array_labels(client, store, rows, written={r.array for r in converted if r.status == "ok"})
+    write_outcomes(store, volumes.outcomes, fingerprint)
     manifest_path = spec.manifest_dir / "manifest.csv"
     summary_path = spec.manifest_dir / "summary.json"
-    index, next_index = number_rows(rows, earlier_index(manifest_path, summary_path))
-    manifest = manifest_bytes(rows, label_names, _role_names(spec, rows),
-                              split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
-                              spec.manifest.metadata, index=index)
-    manifest_sha = hashlib.sha256(manifest).hexdigest()
-    items, keys = _index(rows)
-    write_spilled(store, spill, keys)
-    write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256, manifest_sha256=manifest_sha,
-                                  tool_version=tool_version(), items=items))
-    t_end = time.perf_counter()
-    summary = (_summary(spec, rows, manifest_sha, files_bytes) | label_summary | _class_summary(spec, rows)
-               | _dicom_mask_summary(rows) | splits
-               | _statistics(items, spill) | {"next_index": next_index})
-    # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op rerun.
-    run_log = {
-        "delivery": spec.delivery.name,
-        "timings": {k: round(v, 3) for k, v in {
-            "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover,
-            "convert_s": t_convert - t_probe, "total_s": t_end - t0}.items()},
-        # `files`: every file under raw; `converted`: the sources decoded by this run (throughput = converted /
-        # convert_s).
-        "bytes": {"files": summary["bytes"]["files"], "converted": sum(t.size for t in the_plan.tasks)},
-        "run": {"converted": len(converted), "unchanged": len(the_plan.unchanged),
-                "parts": len(in_parts)},  # parts: of the converted, volumes written in parts ([run] parts_bytes)
-        # Of the converted, those decoded again only because the store's copy was damaged, and why.
-        "repaired": [{"item_id": r.item_id, "source": r.source, "array": r.array, "why": r.why}
-                     for r in the_plan.repaired],
-        "warnings": warned.collected(),  # third-party warnings of the driver and the workers, each once
-    }
-    run_log_path(store).write_atomic(summary_json(run_log))
-    atomic_write(manifest_path, manifest)
+    role_names = _role_names(spec, spilled.roles)
+    numbering = Numbering(earlier_index(manifest_path, summary_path))
+    with ManifestFile(manifest_path, label_names, role_names,
+                      split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
+                      spec.manifest.metadata) as manifest:
+        out = write_rows(final, manifest, numbering, written=volumes.written, folder=_spill_folder(store))
+        del final
+        _write_array_labels(client, store, out.labels)
+        manifest_sha = manifest.sha256
+        write_spilled(store, spill, out.stats_keys)
+        write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256,
+                                      manifest_sha256=manifest_sha, tool_version=tool_version(), items=out.index))
+        t_end = time.perf_counter()
+        label_summary = ({} if joiner is None else joiner.summary()) | ({} if annotator is None else
+                                                                        annotator.summary())
+        summary = (_summary(spec, out.tally, manifest_sha, files_bytes) | label_summary
+                   | out.tally.classes(spec, role_names) | out.tally.dicom_masks() | splits
+                   | _statistics(out.index, spill) | {"next_index": out.next_index})
+        # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op
+        # rerun.
+        run_log = {
+            "delivery": spec.delivery.name,
+            "timings": {k: round(v, 3) for k, v in {
+                "start_s": t_start - t0, "discover_s": t_discover - t_start, "probe_s": t_probe - t_discover,
+                "convert_s": t_convert - t_probe, "total_s": t_end - t0}.items()},
+            # `files`: every file under raw; `converted`: the sources decoded by this run (throughput = converted /
+            # convert_s).
+            "bytes": {"files": summary["bytes"]["files"], "converted": planned.converted_bytes},
+            "run": {"converted": converted, "unchanged": planned.unchanged,
+                    "parts": parts},  # parts: of the converted, volumes written in parts ([run] parts_bytes)
+            # Of the converted, those decoded again only because the store's copy was damaged, and why.
+            "repaired": [{"item_id": r.item_id, "source": r.source, "array": r.array, "why": r.why}
+                         for r in planned.repaired],
+            "warnings": warned.collected(),  # third-party warnings of the driver and the workers, each once
+        }
+        run_log_path(store).write_atomic(summary_json(run_log))
+        manifest.commit()
     atomic_write(summary_path, summary_json(summary))
     sweep(store)  # crash reports of items that ended as rows, and anything a restarted worker left
-    return RunResult(spec=spec, rows=tuple(rows), manifest=manifest_path, summary_path=summary_path, summary=summary,
-                     run_log=run_log, converted=len(converted), unchanged=len(the_plan.unchanged),
-                     repaired=the_plan.repaired)
+    return RunResult(spec=spec, rows=out.rows, manifest=manifest_path, summary_path=summary_path, summary=summary,
+                     run_log=run_log, converted=converted, unchanged=planned.unchanged,
+                     repaired=planned.repaired)
+
+
+def _joined(rows: Iterable[Row], joiner: LabelJoiner, annotator: Annotator | None) -> Iterator[Row]:
+    """`rows` with their labels (`labels.LabelJoiner`) and annotations (`write.annotations.Annotator`), a row at a
+    time."""
+    for row in rows:
+        joined, cells = joiner.join(row)
+        yield joined if annotator is None else annotator.place(joined, cells)
 
 
 def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
@@ -482,33 +529,11 @@ def _encode_threads(client: Client) -> int:
                             if a in info)
 
 
-def _drop_duplicates(rows: list[Row], store: Location, *, splits: SplitsSpec | None) -> list[Row]:
-    """The second ok file with the same bytes (by source order; with `[splits]`, of the same item: `duplicate_key`)
-    is `duplicate_content`."""
-    from ..write.arrays import remove_array
-
-    first: dict[tuple[str, str], str] = {}
-    out = []
-    for row in sorted(rows, key=lambda r: r.source):
-        if row.status == "ok":
-            key = duplicate_key(splits, row.item_id, row.sha256)
-            if key in first:
-                if row.slot is None:  # a stack slot is emptied with the others, in _clear_slots
-                    remove_array(store, row.group or row.array)
-                row = row.rejected(Reason.DUPLICATE_CONTENT, f"same sha256 as {first[key]}")
-            else:
-                first[key] = row.source
-        out.append(row)
-    return sort_rows(out)
-
-
-def _write_array_labels(client: Client, store: Location, rows: Sequence[Row], *, written: set[str]) -> None:
-    """Each ok volume's `labels` attr, set on the workers in batches (a no-op where already equal). An array this
-    run `written` was created with no labels (`attrs_for`), so it is only looked at when its row has some."""
+def _write_array_labels(client: Client, store: Location, todo: Sequence[tuple[str, dict[str, str]]]) -> None:
+    """Each ok volume's `labels` attr (`finish.write_rows` says which), set on the workers in batches (a no-op
+    where already equal)."""
     from ..write.arrays import set_array_labels
 
-    todo = [(r.array, dict(r.labels)) for r in rows
-            if r.status == "ok" and r.array and r.slot is None and (r.labels or r.array not in written)]
     if not todo:
         return
     batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
@@ -521,20 +546,6 @@ def _spill_folder(store: Location) -> Path | None:
     folder = spill_dir(store).local_path()
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-def _index(rows: Sequence[Row]) -> tuple[IndexItems, list[str]]:
-    """The store index's columns of the ok `rows` (written as they are, and merged for summary.json), built an
-    item at a time; and the keys of the items with statistics, whose records go in the statistics table."""
-    from ..write.arrays import index_entries
-
-    columns = IndexColumns()
-    keys: list[str] = []
-    for item in index_entries(rows):
-        columns.add(item)
-        if item.stats is not None:
-            keys.append(item.key)
-    return IndexItems.read(*columns.columns()), keys
 
 
 def _statistics(items: IndexItems, spill: StatsSpill) -> dict[str, Any]:
@@ -553,54 +564,21 @@ def _spilled(spill: StatsSpill, row: Row) -> Row:
     return replace(row, stats=row.stats.moments())
 
 
-def _role_names(spec: Spec, rows: Sequence[Row]) -> list[str]:
+def _role_names(spec: Spec, roles: bool) -> list[str]:
     """The manifest's role columns: the spec's roles, or image and mask where DICOM SEG/RTSTRUCT objects made
-    samples of a delivery without roles."""
+    samples of a delivery without roles (`roles`: some row has roles)."""
     if spec.items.roles:
         return [r for r, _ in spec.items.roles]
-    return [REFERENCE_ROLE, MASK_ROLE] if any(r.roles for r in rows) else []
+    return [REFERENCE_ROLE, MASK_ROLE] if roles else []
 
 
-def _dicom_mask_summary(rows: Sequence[Row]) -> dict[str, Any]:
-    """`dicom_masks` (only where there is something to list): the SEG and RTSTRUCT objects whose referenced series
-    is not here (by file, with the detail naming the series), and per RTSTRUCT the ROIs it left out."""
-    kinds = set(MASK_KINDS.values())
-    missing = {r.source: r.detail for r in rows if r.kind in kinds and r.reason is Reason.MISSING_ROLE}
-    unmapped = {next(x.source for x in r.roles if x.role == MASK_ROLE): list(r.unmapped) for r in rows if r.unmapped}
-    if not missing and not unmapped:
-        return {}
-    return {"dicom_masks": {"missing_series": dict(sorted(missing.items())),
-                            "unmapped_rois": dict(sorted(unmapped.items()))}}
-
-
-def _class_summary(spec: Spec, rows: Sequence[Row]) -> dict[str, Any]:
-    """`classes`: per mask class, voxels over all ok samples and how many samples hold it (only with masks)."""
-    if not _role_names(spec, rows):
-        return {}
-    voxels: Counter[int] = Counter()
-    samples: Counter[int] = Counter()
-    for r in rows:
-        if r.status == "ok":
-            for c in r.classes:
-                voxels[c.value] += c.voxels
-                samples[c.value] += 1 if c.voxels else 0
-    listed = set(spec.masks.classes or ())
-    return {"classes": {str(v): {"voxels": voxels.get(v, 0), "samples": samples.get(v, 0)}
-                        for v in sorted(set(voxels) | listed)}}
-
-
-def _summary(spec: Spec, rows: Sequence[Row], manifest_sha: str, files_bytes: int) -> dict[str, Any]:
-    status = Counter(r.status for r in rows)
-    reasons = Counter(r.reason.value for r in rows if r.reason)
+def _summary(spec: Spec, tally: Tally, manifest_sha: str, files_bytes: int) -> dict[str, Any]:
     return {
         "delivery": spec.delivery.name,
-        "counts": {"items": len(rows), "files": sum(r.n_files for r in rows),
-                   **{s: status.get(s, 0) for s in ("ok", "rejected", "ignored")}},
-        "reasons": dict(sorted(reasons.items())),
+        **tally.counts(),  # counts, reasons, id_collisions
         "bytes": {"files": files_bytes},  # every file under raw
         "labels": {},
         "unmatched_workbook_ids": [],
-        "id_collisions": collision_summary(find_collisions(rows)),  # one ID on distinct contents: a warning
         "unlabelled_items": [],
         "label_workbook": None,
         "spec_sha256": spec.sha256,

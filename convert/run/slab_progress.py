@@ -116,9 +116,10 @@ class ByteCount:
     """The driver's count of source bytes converted: finished items' sizes plus running items' reported shares."""
 
     def __init__(self, sizes: Mapping[str, int]) -> None:
-        self._sizes = sizes
+        # The unfinished items' sizes: an item leaves when its row arrives, so nothing of a row is kept (a set of
+        # finished sources held each row's `source`, scattered over the memory its row was read into).
+        self._sizes = dict(sizes)
         self.total = sum(sizes.values())
-        self._finished: set[str] = set()
         self._done = 0  # bytes of finished items
         self._running: dict[str, dict[int, int]] = {}  # source -> part -> bytes reported
         self._shown = 0
@@ -131,7 +132,7 @@ class ByteCount:
     def running(self, ev: SlabEvent) -> bool:
         """Count a report (a late one, for an item already finished, is dropped); True if `shown` grew."""
         size = self._sizes.get(ev.source)
-        if size is None or ev.source in self._finished:
+        if size is None:  # finished already, or not an item of this run
             return False
         parts = self._running.setdefault(ev.source, {})
         # A retried task starts its count again from 0: keep its best, the bytes are the same bytes.
@@ -140,11 +141,11 @@ class ByteCount:
 
     def finished(self, source: str) -> None:
         """The item's row arrived: its size replaces its reports."""
-        if source in self._finished:
+        size = self._sizes.pop(source, None)
+        if size is None:
             return
-        self._finished.add(source)
         self._running.pop(source, None)
-        self._done += self._sizes.get(source, 0)
+        self._done += size
         self._update()
 
     def _update(self) -> bool:

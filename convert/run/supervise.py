@@ -113,20 +113,21 @@ _TASKS: dict[type, Callable[..., Any]] = {VolumeTask: convert_item, VolumeBatch:
 
 
 def run_tasks(client: Client, jobs: Jobs, settings: TaskSettings, *, item_timeout: float, window: int = 0,
-              progress: Progress | None = None, keep: Callable[[Row], Row] | None = None) -> list[Row]:
-    """Run every job on `client` (a volume's parts staged by `part_task.stage_parts`); one row per item.
+              sink: Callable[[Row, bool], object], progress: Progress | None = None) -> int:
+    """Run every job on `client` (a volume's parts staged by `part_task.stage_parts`), handing each item's row to
+    `sink` as it arrives (`row_spill.RowSpill.add`: the driver does not hold them), with whether it is the row of a
+    stack's image (a shard's); returns how many rows there were.
 
     At most `window` jobs are in flight at once (0: `window.window_size`'s default), the next submitted in plan
-    order as earlier ones finish; retries of failed shards and batches come on top of it. `keep`: what the
-    driver keeps of each row as it arrives (default: all of it), e.g. the row without what went to disk."""
-    return _Run(client, settings, item_timeout, jobs, progress, window_size(client, window), keep).run()
+    order as earlier ones finish; retries of failed shards and batches come on top of it."""
+    return _Run(client, settings, item_timeout, jobs, progress, window_size(client, window), sink).run()
 
 
 class _Run:
     """The driver's side of one conversion: futures in flight, chains of single images, rows so far."""
 
     def __init__(self, client: Client, settings: TaskSettings, item_timeout: float, jobs: Jobs,
-                 progress: Progress | None, window: int, keep: Callable[[Row], Row] | None = None) -> None:
+                 progress: Progress | None, window: int, sink: Callable[[Row, bool], object]) -> None:
         # A token of this run's own: its slab events cannot mix with another run's on a shared cluster.
         settings = replace(settings, slab_events=uuid.uuid4().hex) if progress is not None else settings
         self.client, self.settings, self.item_timeout = client, settings, item_timeout
@@ -135,7 +136,7 @@ class _Run:
         self.reports = settings.reports()  # only fault reports are read here
         self.jobs: dict[Hashable, tuple[Future[Any], Job | VolumeBatch]] = {}
         self.then: dict[Hashable, list[ShardTask]] = {}  # what to submit when this key is done (a chain of singles)
-        self.rows: list[Row] = []
+        self.done = 0  # rows handed to `sink`
         self.bytes = ByteCount({})
         self.total = 0
         self.listener: SlabListener | None = None
@@ -144,30 +145,29 @@ class _Run:
         self.parts: Mapping[str, Sequence[VolumePart]] = jobs.parts
         self.part_outcomes: dict[str, dict[int, PartResult | Row]] = {}
         self.window = window
-        self.shared: dict[object, object] = {}  # values many rows repeat (kind, array, shape ...), held once
-        self.keep = keep
+        self.sink = sink
         self.feeder: Feeder[Job | VolumeBatch] = Feeder((), self._submit, window)
 
-    def run(self) -> list[Row]:
+    def run(self) -> int:
         jobs = self.todo
         self.bytes = ByteCount(jobs.sizes())
         self.total = jobs.items()
         if not self.total:
-            return []
+            return 0
         if self.progress:
             self.progress(ProgressEvent("convert", 0, self.total, 0, self.bytes.total))
         self.listener = SlabListener(self.client, self.settings.slab_events) if self.settings.slab_events else None
         with self.listener or nullcontext():
             return self._run(jobs)
 
-    def _run(self, jobs: Jobs) -> list[Row]:
+    def _run(self, jobs: Jobs) -> int:
         every_part = (part for volume in jobs.parts.values() for part in volume)
         self.feeder = Feeder(chain(jobs.volumes, jobs.batches, jobs.shards, jobs.samples, every_part), self._submit,
                              self.window)
         self.ac = as_completed()
         try:
             self._top_up()
-            while len(self.rows) < self.total:
+            while self.done < self.total:
                 batch = self.ac.next_batch(block=False)
                 self._slab_events()  # before the rows: an event that came with its item's row still shows
                 for future in batch:
@@ -179,7 +179,7 @@ class _Run:
         except BaseException:
             self.client.cancel([f for f, _ in self.jobs.values()])
             raise
-        return self.rows
+        return self.done
 
     def _top_up(self) -> None:
         """Submit the next jobs in plan order while fewer than the window are in flight (`window.py`)."""
@@ -221,12 +221,14 @@ class _Run:
             if self.ac.queue.empty():
                 self.ac.thread_condition.wait(timeout=_POLL_S)
 
-    def _emit(self, rows: Sequence[Row]) -> None:
+    def _emit(self, rows: Sequence[Row], job: Job | VolumeBatch) -> None:
+        planar = isinstance(job, ShardTask)
         for row in rows:
-            self.rows.append(row if self.keep is None else self.keep(row))
+            self.sink(row, planar)
+            self.done += 1
             self.bytes.finished(row.source)
             if self.progress:
-                self.progress(ProgressEvent("convert", len(self.rows), self.total, self.bytes.shown, self.bytes.total,
+                self.progress(ProgressEvent("convert", self.done, self.total, self.bytes.shown, self.bytes.total,
                                             row))
 
     def _slab_events(self) -> None:
@@ -235,7 +237,7 @@ class _Run:
             return
         grew = [self.bytes.running(ev) for ev in self.listener.drain()]
         if any(grew) and self.progress:
-            self.progress(ProgressEvent("convert", len(self.rows), self.total, self.bytes.shown, self.bytes.total))
+            self.progress(ProgressEvent("convert", self.done, self.total, self.bytes.shown, self.bytes.total))
 
     def _finished(self, future: Future[Any]) -> None:
         entry = self.jobs.pop(future.key, None)
@@ -252,7 +254,7 @@ class _Run:
             if isinstance(job, VolumePart):
                 self._part_done(job, result)
             else:
-                self._emit(_sharing(job, [result] if isinstance(result, Row) else list(result), self.shared))
+                self._emit([result] if isinstance(result, Row) else list(result), job)
         else:
             exc = future.exception()
             if isinstance(exc, StoreWriteError):
@@ -266,7 +268,7 @@ class _Run:
             elif isinstance(job, VolumePart):
                 self._part_done(job, crashed(job, self.reports, exc)[0])
             else:
-                self._emit(crashed(job, self.reports, exc))
+                self._emit(crashed(job, self.reports, exc), job)
         future.release()
         self._next_in_chain(future.key)
 
@@ -283,7 +285,7 @@ class _Run:
             elif isinstance(job, VolumePart):
                 self._part_done(job, timed_out(job, self.reports, self.item_timeout)[0])
             else:
-                self._emit(timed_out(job, self.reports, self.item_timeout))
+                self._emit(timed_out(job, self.reports, self.item_timeout), job)
             self._next_in_chain(key)
 
     def _part_done(self, part: VolumePart, outcome: PartResult | Row) -> None:
@@ -296,7 +298,7 @@ class _Run:
             row = finish_parts(self.parts[part.task.array], [got[i] for i in range(part.count)], self.settings)
         except StoreWriteError as exc:
             raise store_failed(exc) from exc
-        self._emit([row])
+        self._emit([row], part)
 
     def _reported(self, key: Hashable) -> bool:
         job = self.jobs[key][1]
@@ -327,32 +329,6 @@ class _Run:
     def _next_in_chain(self, key: Hashable) -> None:
         if key in self.then:
             self._chain(self.then.pop(key))
-
-
-def _sharing(job: Job | VolumeBatch, rows: list[Row], shared: dict[object, object]) -> list[Row]:
-    """`rows` as the driver keeps them until the manifest is written: each row's item_id, source and sha256 are
-    the plan's own strings (unpickled, every row would hold copies of them), and the values many rows repeat
-    (kind, dtype, orientation; a stacked image's shape, spacing and array) one object each, from `shared`."""
-    planned = {t.source: t for t in (job.tasks if isinstance(job, VolumeBatch) else
-                                     job.items if isinstance(job, ShardTask) else (job,) if isinstance(job, VolumeTask)
-                                     else ())}
-
-    def one(v: Any) -> Any:
-        return shared.setdefault(v, v)
-
-    out = []
-    for row in rows:
-        like = planned.get(row.source)
-        names = (like.item_id, like.source, like.sha256) if like is not None and like.sha256 == row.sha256 and \
-            like.item_id == row.item_id else (row.item_id, row.source, row.sha256)
-        # A volume's own array, shape and spacing are its own: sharing them would only add a table entry per item.
-        stacked = row.slot is not None
-        out.append(replace(row, item_id=names[0], source=names[1], sha256=names[2], kind=one(row.kind),
-                           dtype=one(row.dtype), orientation=one(row.orientation),
-                           shape=one(row.shape) if stacked else row.shape,
-                           spacing=one(row.spacing) if stacked else row.spacing,
-                           array=one(row.array) if stacked else row.array))
-    return out
 
 
 class _Watchdog:

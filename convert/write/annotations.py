@@ -24,7 +24,7 @@ from ..annotations import AnnotationCells, Geometry, Refusal, place
 from ..manifest import Row
 from ..spec import AnnotationsSpec
 
-__all__ = ["Annotated", "annotate_rows"]
+__all__ = ["Annotated", "Annotator", "annotate_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,40 +35,58 @@ class Annotated:
     summary: dict[str, Any]
 
 
+class Annotator:
+    """`annotate_rows` a row at a time (`place`), for rows that are never all held; the summary's section once
+    every row has been placed (`summary`)."""
+
+    def __init__(self, store: Location, spec: AnnotationsSpec) -> None:
+        self.store, self.spec = store, spec
+        self.refused: list[dict[str, str]] = []
+        self.unplaced: dict[str, int] = {}
+        self.placed = 0
+        self.items = 0
+
+    def place(self, row: Row, mine: Sequence[AnnotationCells]) -> Row:
+        """`row` with `mine` (its cells) placed on its grid and recorded in its array's attrs; refusals in its
+        warnings."""
+        if row.status != "ok" or not row.array:
+            if mine:  # counted, so none goes unaccounted: they return with the item once it is ok
+                self.unplaced[row.item_id] = self.unplaced.get(row.item_id, 0) + len(mine)
+            return self._counted(row)
+        found: list[Annotation] = []
+        notes: list[str] = []
+        if mine:
+            geometry = _geometry(self.store, row)
+            for c in mine:
+                result = place(c, self.spec, geometry)
+                if isinstance(result, Refusal):
+                    notes.append(f"{result.reason.value} at {result.cell}: {result.detail}")
+                    self.refused.append({"item_id": row.item_id, "cell": result.cell, "reason": result.reason.value,
+                                         "detail": result.detail})
+                else:
+                    found.append(result)
+        if row.slot is None:
+            _record(self.store, row.array, found)
+        self.placed += len(found)
+        return self._counted(replace(row, annotations=tuple(found), warnings=row.warnings + tuple(notes)))
+
+    def summary(self) -> dict[str, Any]:
+        """The summary's `annotations` section."""
+        return {"annotations": {"placed": self.placed, "items": self.items, "space": self.spec.space,
+                                "rejected": self.refused, "of_rejected_items": dict(sorted(self.unplaced.items()))}}
+
+    def _counted(self, row: Row) -> Row:
+        self.items += 1 if row.annotations else 0
+        return row
+
+
 def annotate_rows(store: Location, rows: Sequence[Row], cells: Sequence[tuple[AnnotationCells, ...]],
                   spec: AnnotationsSpec) -> Annotated:
     """Place `cells` (parallel to `rows`) on each ok item's grid, read from its array's attrs, and write them
     back as the array's `annotations` attr."""
-    out: list[Row] = []
-    refused: list[dict[str, str]] = []
-    unplaced: dict[str, int] = {}
-    placed = 0
-    for row, mine in zip(rows, cells, strict=True):
-        if row.status != "ok" or not row.array:
-            if mine:  # counted, so none goes unaccounted: they return with the item once it is ok
-                unplaced[row.item_id] = unplaced.get(row.item_id, 0) + len(mine)
-            out.append(row)
-            continue
-        found: list[Annotation] = []
-        notes: list[str] = []
-        if mine:
-            geometry = _geometry(store, row)
-            for c in mine:
-                result = place(c, spec, geometry)
-                if isinstance(result, Refusal):
-                    notes.append(f"{result.reason.value} at {result.cell}: {result.detail}")
-                    refused.append({"item_id": row.item_id, "cell": result.cell, "reason": result.reason.value,
-                                    "detail": result.detail})
-                else:
-                    found.append(result)
-        if row.slot is None:
-            _record(store, row.array, found)
-        placed += len(found)
-        out.append(replace(row, annotations=tuple(found), warnings=row.warnings + tuple(notes)))
-    summary = {"annotations": {"placed": placed, "items": sum(1 for r in out if r.annotations),
-                               "space": spec.space, "rejected": refused,
-                               "of_rejected_items": dict(sorted(unplaced.items()))}}
-    return Annotated(rows=tuple(out), summary=summary)
+    annotator = Annotator(store, spec)
+    out = tuple(annotator.place(row, mine) for row, mine in zip(rows, cells, strict=True))
+    return Annotated(rows=out, summary=annotator.summary())
 
 
 def _geometry(store: Location, row: Row) -> Geometry:

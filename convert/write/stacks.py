@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,8 +70,9 @@ def _installed_records(store: Location, array: str) -> str:
     return str(read_node_at(store / array)["attributes"]["records"])
 
 
-def install_stack(store: Location, staged: StagedStack, decoded: Sequence[Row], run_id: str, fingerprint: str) -> None:
-    """Hash the staged stack from its shard records, seal it and move it into place."""
+def install_stack(store: Location, staged: StagedStack, decoded: Iterable[Row], run_id: str, fingerprint: str) -> None:
+    """Hash the staged stack from its shard records, seal it and move it into place; `decoded` (the run's decoded
+    rows) is gone through once."""
     array = open_stack(staged.folder)
     empty = fill_missing_shards(staged.folder, array)
     digests: dict[tuple[int, ...], bytes] = {}

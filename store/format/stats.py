@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .pickling import fast_pickling
+
 __all__ = ["BINS", "ChannelStats", "Histogram", "ItemStats", "bin_edges", "codes_to_ordinals", "exact_sum",
            "merge_channels", "ordinals"]
 
@@ -214,6 +216,7 @@ def exact_sum(terms: Sequence[float], divisor: int = 1) -> float:
 _NO_BINS = Histogram()  # one object for every histogram-less record (`ItemStats.moments`): it is immutable
 
 
+@fast_pickling
 @dataclass(frozen=True, slots=True)
 class ChannelStats:
     """Statistics of one channel's voxels (of one item, or merged over many): moments of the finite values,
@@ -333,6 +336,7 @@ def merge_channels(items: Iterable[Sequence[ChannelStats]]) -> tuple[ChannelStat
     return tuple(ChannelStats.merge(parts) for parts in by_channel)
 
 
+@fast_pickling
 @dataclass(frozen=True, slots=True)
 class ItemStats:
     """One array's statistics per channel, and for a sample with a mask the same per mask class (0 included)."""

@@ -47,7 +47,8 @@ class StatsSpill:
 
     def __init__(self, folder: Path | None = None) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="labzarr-stats-", dir=folder))
-        self._keys: list[str] = []
+        # The keys as UTF-8 in one buffer (and where each ends), not a string per record kept from when it came.
+        self._keys, self._key_ends = bytearray(), array("q")
         self._ends = array("q")  # per record: the end of its channel rows
         self._rows = 0
         self._pending: dict[str, list[Any]] = {name: [] for name in _ROWS}
@@ -65,7 +66,7 @@ class StatsSpill:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._key_ends)
 
     def add(self, key: str, stats: ItemStats) -> None:
         """Spill the record of the item `key`: its channels, then per mask class, ascending, that class's."""
@@ -74,7 +75,8 @@ class StatsSpill:
         for cls, channels in sorted(stats.classes.items()):
             for channel in channels:
                 self._row(1, cls, channel)
-        self._keys.append(key)
+        self._keys += key.encode()
+        self._key_ends.append(len(self._keys))
         self._ends.append(self._rows)
         self._buffered += 1
         if self._buffered >= _FLUSH:
@@ -122,7 +124,13 @@ class StatsSpill:
         columns |= {"stats.has": np.ones(len(self), dtype=np.uint8), "stats.rows": self._rows_of_records(),
                     "stats.hist.ends": np.cumsum(bins, dtype=np.int64),
                     **{f"stats.hist.{name}": _FileBins(self._dir / name, dtype) for name, dtype in _BINS.items()}}
-        return RecordTable(Strings(encode_strings("key", self._keys), "key"), StatsTable(columns, "stats"))
+        return RecordTable(Strings(encode_strings("key", self._key_list()), "key"), StatsTable(columns, "stats"))
+
+    def _key_list(self) -> Iterator[str]:
+        view, start = memoryview(self._keys), 0
+        for end in self._key_ends:
+            yield str(view[start:end], "utf-8")
+            start = end
 
     def table_columns(self, keys: Sequence[str]) -> dict[str, Column]:
         """The columns of the statistics table of the records of `keys` (each spilled), in that order: what

@@ -11,7 +11,7 @@ from labzarr.convert.spec import ItemsSpec
 
 
 def entries(*rels: str) -> list[FileEntry]:
-    return [FileEntry(rel, Path("/raw") / rel, 10) for rel in rels]
+    return [FileEntry(rel, f"/raw/{rel}", 10) for rel in rels]
 
 
 def test_discover_is_pure_and_assigns_ids() -> None:

@@ -246,7 +246,7 @@ def _one_volume(tmp_path: Path, *, damage: Damage | None, recorded: bool = True,
     row = Row(item_id="case1", status="ok", source=rel, kind="nifti", sha256="a" * 64, array="volumes/case1/0")
     done = Recorded(volumes={rel: Outcome(fingerprint="s1", row=row)} if recorded else {},
                     damaged={"volumes/case1/0": damage} if damage else {})
-    return plan(spec, [Candidate(FileEntry(rel, Path("/raw") / rel, 10), "case1")], {rel: probe}, done,
+    return plan(spec, [Candidate(FileEntry(rel, f"/raw/{rel}", 10), "case1")], {rel: probe}, done,
                 fingerprint="s1")
 
 

@@ -195,7 +195,7 @@ def _spec(tmp_path: Path) -> Spec:
 
 
 def _inputs(rel: str, sha: str) -> tuple[list[Candidate], dict[str, Probe]]:
-    entry = FileEntry(rel, Path("/raw") / rel, 10)
+    entry = FileEntry(rel, f"/raw/{rel}", 10)
     probe = Probe(rel=rel, size=10, sha256=sha, kind="nifti", text=False, gzipped=False, gzip_error=None, magic=b"")
     return [Candidate(entry, "case1")], {rel: probe}
 
@@ -241,12 +241,16 @@ def test_duplicates_are_decided_before_decoding(tmp_path: Path) -> None:
 
 def test_samples_with_the_same_bytes_are_duplicates_after_decoding(tmp_path: Path) -> None:
     """Samples are grouped after probing, so their duplicates are found among decoded rows; the later one goes."""
-    from labzarr.convert.run.driver import _drop_duplicates
+    from labzarr.convert.run.finish import Decoded
+    from labzarr.convert.run.row_spill import RowSpill
 
     (tmp_path / "volumes" / "b").mkdir(parents=True)
     rows = [Row(item_id=i, status="ok", source=f"{i}_img.nii", sha256="a" * 64, group=f"volumes/{i}",
                 array=f"volumes/{i}/image") for i in ("b", "a")]
-    out = _drop_duplicates(rows, Folder(tmp_path), splits=None)
+    with RowSpill(tmp_path, splits=None) as spilled:
+        for row in rows:
+            spilled.add(row)
+        out = list(Decoded(spilled, Folder(tmp_path), decoded=2, converted=2).in_manifest_order())
     assert [(r.item_id, r.status, r.reason) for r in out] == [("a", "ok", None),
                                                                ("b", "rejected", Reason.DUPLICATE_CONTENT)]
     assert not (tmp_path / "volumes" / "b").exists()

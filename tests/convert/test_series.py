@@ -18,7 +18,7 @@ from ..dicom_data import CT5N, DICOMDIR_TESTS, four_d, multi_echo
 
 def probe(path: Path, rel: str, item_id: str | None = "case1") -> tuple[Candidate, Probe]:
     head = read_head(path)
-    return (Candidate(FileEntry(rel, path, path.stat().st_size), item_id),
+    return (Candidate(FileEntry(rel, str(path), path.stat().st_size), item_id),
             Probe(rel=rel, size=head.size, sha256=hashlib.sha256(path.read_bytes()).hexdigest(), kind="dicom",
                   text=False, gzipped=False, gzip_error=None, magic=head.data[:16],
                   dicom=read_dicom_header(path, head)))

@@ -96,7 +96,7 @@ def test_plan_decides_caps_and_broken_headers_without_decoding(tmp_path: Path) -
     spec = load_spec(write_spec(tmp_path / "m" / "delivery.toml", raw=tmp_path / "raw", store=tmp_path / "s.zarr",
                                 extra="\n[validate]\nmax_pixels = 1000000\n", labels=False), root=tmp_path)
     rels = ["img_1.jpg", "img_2.jpg", "img_3.jpg", "img_4.jpg", "img_5.png"]
-    found = discover([FileEntry(r, tmp_path / "raw" / r, 100) for r in rels], spec.items)
+    found = discover([FileEntry(r, str(tmp_path / "raw" / r), 100) for r in rels], spec.items)
     probes = {p.rel: p for p in [
         _probe("img_1.jpg", RGB16),
         _probe("img_2.jpg", Plane(3, 2000, 2000, "uint8")),  # 4 Mpx > the 1 Mpx cap
