@@ -25,13 +25,14 @@ from labzarr.convert import UsageError, convert_delivery, load_spec
 from labzarr.convert.cli import main
 from labzarr.convert.demo import write_demo, write_spec
 from labzarr.convert.qc.verify import verify_store
+from labzarr.convert.run.driver import local_cluster
+from labzarr.convert.spec import RunSpec
 from labzarr.convert.write.lock import LockInfo, store_lock
 from labzarr.loaders import open_store
 from labzarr.store import UrlStore
 
 from ..corpus._util import jpeg, put
 from ..s3 import S3Server, environment, free_port
-from .test_cluster import Cluster, cluster  # noqa: F401 - the fixture
 
 BUCKET = "labzarr"
 
@@ -81,14 +82,14 @@ def test_conversion_to_s3_equals_the_local_folder(converted_s3, converted_demo) 
     assert not [k for k in keys if "/.labzarr/staging/" in k or k.endswith("/.labzarr/lock")]  # swept, released
 
 
-def test_rerun_on_s3_converts_nothing(converted_s3) -> None:
+def test_rerun_on_s3_converts_nothing(converted_s3, s3_scheduler: str) -> None:
     d, first, url = converted_s3
-    again = convert_delivery(d.spec, workers=2)
+    again = convert_delivery(d.spec, scheduler=s3_scheduler)
     assert again.converted == 0 and again.unchanged == first.converted + first.unchanged > 0
     assert again.manifest.read_bytes() == first.manifest.read_bytes()
 
 
-def test_segmentation_samples_to_s3_equal_the_local_folder(converted_seg, s3: S3Server) -> None:
+def test_segmentation_samples_to_s3_equal_the_local_folder(converted_seg, s3_scheduler: str) -> None:
     """Samples (image + mask groups, written in place with `complete` on the group last) and class locations."""
     local, local_result, _ = converted_seg
     url = f"s3://{BUCKET}/seg.zarr"
@@ -96,7 +97,7 @@ def test_segmentation_samples_to_s3_equal_the_local_folder(converted_seg, s3: S3
     spec = local.spec.parent.parent / "seg-s3" / "delivery.toml"
     spec.parent.mkdir()
     spec.write_text(text.replace(f'store = "{local.store}"', f'store = "{url}"'))
-    result = convert_delivery(spec, workers=2)
+    result = convert_delivery(spec, scheduler=s3_scheduler)
     assert result.manifest.read_bytes() == local_result.manifest.read_bytes()
     assert_same_store(local.store, url)
     assert any(name.endswith("/labels/mask/0") for name in _arrays(_url_root(url)))
@@ -245,13 +246,16 @@ def test_stacks_on_s3_carry_shards_and_take_options_from_the_spec(s3: S3Server, 
     spec = write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=url, name="t", labels=False)
     options = f'storage_options = {{ endpoint_url = "{s3.endpoint}", key = "testing", secret = "testing" }}'
     spec.write_text(spec.read_text().replace("[store]\n", f"[store]\n{options}\n"))
-    first = convert_delivery(spec, workers=2)
-    assert (first.converted, first.unchanged) == (1100, 0)
-    with environment(s3.env()):
-        shard0 = _fs().cat_file(f"{BUCKET}/tiles.zarr/stacks/3x16x16_uint8/c/0/0/0/0")
-    last = next(r.source for r in first.rows if r.slot == 1099)
-    put(raw, last, jpeg(5000))  # changed content, same size, in the second shard: only that shard is redone
-    again = convert_delivery(spec, workers=2)
+    # Both runs on one cluster started here, after the variables are gone (the suite's shared one may have them):
+    # one cluster start instead of two, and still no credentials in any worker.
+    with local_cluster(2, crash_retries=RunSpec().crash_retries) as own:
+        first = convert_delivery(spec, scheduler=own.scheduler_address)
+        assert (first.converted, first.unchanged) == (1100, 0)
+        with environment(s3.env()):
+            shard0 = _fs().cat_file(f"{BUCKET}/tiles.zarr/stacks/3x16x16_uint8/c/0/0/0/0")
+        last = next(r.source for r in first.rows if r.slot == 1099)
+        put(raw, last, jpeg(5000))  # changed content, same size, in the second shard: only that shard is redone
+        again = convert_delivery(spec, scheduler=own.scheduler_address)
     assert (again.converted, again.unchanged) == (76, 1024)
     with environment(s3.env()):
         assert _fs().cat_file(f"{BUCKET}/tiles.zarr/stacks/3x16x16_uint8/c/0/0/0/0") == shard0  # carried
@@ -264,14 +268,15 @@ def test_stacks_on_s3_carry_shards_and_take_options_from_the_spec(s3: S3Server, 
         assert np.abs(view.array(item)[item.slot].astype(int) - want.astype(int)).max() <= 2
 
 
-def test_existing_cluster_writes_the_url_store(s3: S3Server, cluster: Cluster, converted_demo,  # noqa: F811
-                                               tmp_path: Path) -> None:
-    """`--scheduler` with `dask scheduler` + two `dask worker` processes (started with the AWS variables)."""
+def test_existing_cluster_writes_the_url_store(s3_scheduler: str, converted_demo, tmp_path: Path) -> None:
+    """`labzarr convert --scheduler` on the suite's running cluster, its workers given the AWS variables (a
+    cluster of `dask scheduler` + `dask worker` processes is test_cluster.py's; starting one here cost more than
+    the conversion)."""
     local, local_result = converted_demo
     raw = write_demo(tmp_path / "raw" / "demo")
     url = f"s3://{BUCKET}/cluster.zarr"
     spec = write_spec(tmp_path / "manifests" / "demo" / "delivery.toml", raw=raw, store=url, name="demo")
-    out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(spec), "--scheduler", cluster.address,
+    out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(spec), "--scheduler", s3_scheduler,
                           "--quiet"], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, out.stderr
