@@ -19,6 +19,7 @@ import fsspec
 import numpy as np
 import pytest
 import zarr
+from distributed import Client
 from PIL import Image
 
 from labzarr.convert import UsageError, convert_delivery, load_spec
@@ -33,6 +34,7 @@ from labzarr.store import UrlStore
 
 from ..corpus._util import jpeg, put
 from ..s3 import S3Server, environment, free_port
+from .test_cluster import Cluster, cluster  # noqa: F401 - the fixture
 
 BUCKET = "labzarr"
 
@@ -247,8 +249,16 @@ def test_stacks_on_s3_carry_shards_and_take_options_from_the_spec(s3: S3Server, 
     options = f'storage_options = {{ endpoint_url = "{s3.endpoint}", key = "testing", secret = "testing" }}'
     spec.write_text(spec.read_text().replace("[store]\n", f"[store]\n{options}\n"))
     # Both runs on one cluster started here, after the variables are gone (the suite's shared one may have them):
-    # one cluster start instead of two, and still no credentials in any worker.
-    with local_cluster(2, crash_retries=RunSpec().crash_retries) as own:
+    # one cluster start instead of two. Its workers fork from a server that may have started while the variables
+    # were set (the nanny only adds variables): they drop them too, so that only the spec can give credentials.
+    def without_aws() -> list[str]:
+        for var in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            os.environ.pop(var, None)
+        return [var for var in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if var in os.environ]
+
+    with local_cluster(2, crash_retries=RunSpec().crash_retries) as own, Client(own) as client:
+        left = client.run(without_aws)
+        assert len(left) == 2 and not any(left.values()), left
         first = convert_delivery(spec, scheduler=own.scheduler_address)
         assert (first.converted, first.unchanged) == (1100, 0)
         with environment(s3.env()):
@@ -268,15 +278,14 @@ def test_stacks_on_s3_carry_shards_and_take_options_from_the_spec(s3: S3Server, 
         assert np.abs(view.array(item)[item.slot].astype(int) - want.astype(int)).max() <= 2
 
 
-def test_existing_cluster_writes_the_url_store(s3_scheduler: str, converted_demo, tmp_path: Path) -> None:
-    """`labzarr convert --scheduler` on the suite's running cluster, its workers given the AWS variables (a
-    cluster of `dask scheduler` + `dask worker` processes is test_cluster.py's; starting one here cost more than
-    the conversion)."""
+def test_existing_cluster_writes_the_url_store(s3: S3Server, cluster: Cluster, converted_demo,  # noqa: F811
+                                               tmp_path: Path) -> None:
+    """`--scheduler` with `dask scheduler` + two `dask worker` processes (started with the AWS variables)."""
     local, local_result = converted_demo
     raw = write_demo(tmp_path / "raw" / "demo")
     url = f"s3://{BUCKET}/cluster.zarr"
     spec = write_spec(tmp_path / "manifests" / "demo" / "delivery.toml", raw=raw, store=url, name="demo")
-    out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(spec), "--scheduler", s3_scheduler,
+    out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(spec), "--scheduler", cluster.address,
                           "--quiet"], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, out.stderr
