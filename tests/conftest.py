@@ -158,6 +158,37 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         yield server
 
 
+@pytest.fixture
+def s3_scheduler(s3: object, scheduler: str, dask_client) -> Iterator[str]:
+    """The shared cluster's address, its workers given the AWS variables of `s3` for the test (and their own
+    values back after it): an s3 conversion that is not about the embedded cluster runs there, saving the
+    cluster start. A conversion whose point is that credentials come from the spec needs workers without them."""
+    from .s3 import S3Server
+
+    assert isinstance(s3, S3Server)
+
+    def swap(values: dict[str, str | None]) -> dict[str, str | None]:
+        import os
+
+        before = {k: os.environ.get(k) for k in values}
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        return before
+
+    before = dask_client.run(swap, dict(s3.env()))
+    assert before, "the shared cluster has workers"
+    try:
+        yield scheduler
+    finally:
+        alive = set(dask_client.scheduler_info()["workers"])  # a worker restarted since has the cluster's values
+        for worker, values in before.items():
+            if worker in alive:
+                dask_client.run(swap, values, workers=[worker])
+
+
 @pytest.fixture(scope="session")
 def converted_s3(s3: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Delivery, RunResult, str]]:
     """The demo delivery converted with 2 workers into s3://labzarr/demo.zarr (read-only for the tests)."""

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,20 @@ def _free_port() -> int:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster of its own, for a test that kills one of its workers."""
+    with _dask_cluster(tmp_path) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def intact_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for this module's tests that leave its workers running: a cluster start less each."""
+    with _dask_cluster(tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+@contextmanager
+def _dask_cluster(tmp_path: Path) -> Iterator[Cluster]:
     logs = tmp_path / "logs"
     logs.mkdir()
     port = _free_port()
@@ -87,7 +102,8 @@ def _assert_same_store(a: Path, b: Path) -> None:
         np.testing.assert_array_equal(x[...], y[...], err_msg=name)
 
 
-def test_cli_on_an_existing_cluster_equals_local_run(converted_demo, cluster: Cluster, tmp_path: Path) -> None:
+def test_cli_on_an_existing_cluster_equals_local_run(converted_demo, intact_cluster: Cluster, tmp_path: Path) -> None:
+    cluster = intact_cluster
     local, local_result = converted_demo
     d = make_delivery(tmp_path / "remote")
     out = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(d.spec), "--scheduler", cluster.address,
@@ -108,10 +124,10 @@ def _add_ct_volumes(raw: Path, n: int) -> None:
         nib.save(nib.Nifti1Image(data, np.diag([-0.9, -0.9, 2.0, 1.0])), raw / f"big_{i:03d}.nii.gz")
 
 
-def test_killing_a_worker_mid_run_gives_the_same_result(cluster: Cluster, tmp_path: Path) -> None:
+def test_killing_a_worker_mid_run_gives_the_same_result(cluster: Cluster, scheduler: str, tmp_path: Path) -> None:
     local = make_delivery(tmp_path / "local")
     _add_ct_volumes(local.raw, 3)
-    want = convert_delivery(local.spec, workers=2)
+    want = convert_delivery(local.spec, scheduler=scheduler)  # the reference: the suite's cluster, no kill
     d = make_delivery(tmp_path / "remote")
     _add_ct_volumes(d.raw, 3)
     killed: list[str] = []
@@ -145,7 +161,7 @@ def _untimed(value: object) -> object:
     return [_untimed(v) for v in value] if isinstance(value, list) else value
 
 
-def test_forked_workers_write_what_spawned_workers_write(cluster: Cluster, tmp_path: Path) -> None:
+def test_forked_workers_write_what_spawned_workers_write(intact_cluster: Cluster, tmp_path: Path) -> None:
     """`labzarr convert`'s own workers (forked from its worker server, run/worker_start.py) and an existing
     cluster's (`dask worker`: fresh interpreters) give the same bytes: manifest, summary and every store file."""
     raw = tmp_path / "raw"
@@ -153,7 +169,7 @@ def test_forked_workers_write_what_spawned_workers_write(cluster: Cluster, tmp_p
     spec = write_spec(tmp_path / "manifests" / "dicom" / "delivery.toml", raw=raw, store=tmp_path / "dicom.zarr",
                       name="dicom", labels=False)
     outputs: dict[str, dict[str, object]] = {}
-    for how, option in (("forked", ["--workers", "2"]), ("spawned", ["--scheduler", cluster.address])):
+    for how, option in (("forked", ["--workers", "2"]), ("spawned", ["--scheduler", intact_cluster.address])):
         done = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(spec), "--quiet", *option],
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0 and not done.stdout + done.stderr, done.stderr[-3000:]

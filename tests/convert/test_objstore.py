@@ -19,12 +19,15 @@ import fsspec
 import numpy as np
 import pytest
 import zarr
+from distributed import Client
 from PIL import Image
 
 from labzarr.convert import UsageError, convert_delivery, load_spec
 from labzarr.convert.cli import main
 from labzarr.convert.demo import write_demo, write_spec
 from labzarr.convert.qc.verify import verify_store
+from labzarr.convert.run.driver import local_cluster
+from labzarr.convert.spec import RunSpec
 from labzarr.convert.write.lock import LockInfo, store_lock
 from labzarr.loaders import open_store
 from labzarr.store import UrlStore
@@ -81,14 +84,14 @@ def test_conversion_to_s3_equals_the_local_folder(converted_s3, converted_demo) 
     assert not [k for k in keys if "/.labzarr/staging/" in k or k.endswith("/.labzarr/lock")]  # swept, released
 
 
-def test_rerun_on_s3_converts_nothing(converted_s3) -> None:
+def test_rerun_on_s3_converts_nothing(converted_s3, s3_scheduler: str) -> None:
     d, first, url = converted_s3
-    again = convert_delivery(d.spec, workers=2)
+    again = convert_delivery(d.spec, scheduler=s3_scheduler)
     assert again.converted == 0 and again.unchanged == first.converted + first.unchanged > 0
     assert again.manifest.read_bytes() == first.manifest.read_bytes()
 
 
-def test_segmentation_samples_to_s3_equal_the_local_folder(converted_seg, s3: S3Server) -> None:
+def test_segmentation_samples_to_s3_equal_the_local_folder(converted_seg, s3_scheduler: str) -> None:
     """Samples (image + mask groups, written in place with `complete` on the group last) and class locations."""
     local, local_result, _ = converted_seg
     url = f"s3://{BUCKET}/seg.zarr"
@@ -96,7 +99,7 @@ def test_segmentation_samples_to_s3_equal_the_local_folder(converted_seg, s3: S3
     spec = local.spec.parent.parent / "seg-s3" / "delivery.toml"
     spec.parent.mkdir()
     spec.write_text(text.replace(f'store = "{local.store}"', f'store = "{url}"'))
-    result = convert_delivery(spec, workers=2)
+    result = convert_delivery(spec, scheduler=s3_scheduler)
     assert result.manifest.read_bytes() == local_result.manifest.read_bytes()
     assert_same_store(local.store, url)
     assert any(name.endswith("/labels/mask/0") for name in _arrays(_url_root(url)))
@@ -245,13 +248,24 @@ def test_stacks_on_s3_carry_shards_and_take_options_from_the_spec(s3: S3Server, 
     spec = write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=url, name="t", labels=False)
     options = f'storage_options = {{ endpoint_url = "{s3.endpoint}", key = "testing", secret = "testing" }}'
     spec.write_text(spec.read_text().replace("[store]\n", f"[store]\n{options}\n"))
-    first = convert_delivery(spec, workers=2)
-    assert (first.converted, first.unchanged) == (1100, 0)
-    with environment(s3.env()):
-        shard0 = _fs().cat_file(f"{BUCKET}/tiles.zarr/stacks/3x16x16_uint8/c/0/0/0/0")
-    last = next(r.source for r in first.rows if r.slot == 1099)
-    put(raw, last, jpeg(5000))  # changed content, same size, in the second shard: only that shard is redone
-    again = convert_delivery(spec, workers=2)
+    # Both runs on one cluster started here, after the variables are gone (the suite's shared one may have them):
+    # one cluster start instead of two. Its workers fork from a server that may have started while the variables
+    # were set (the nanny only adds variables): they drop them too, so that only the spec can give credentials.
+    def without_aws() -> list[str]:
+        for var in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            os.environ.pop(var, None)
+        return [var for var in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if var in os.environ]
+
+    with local_cluster(2, crash_retries=RunSpec().crash_retries) as own, Client(own) as client:
+        left = client.run(without_aws)
+        assert len(left) == 2 and not any(left.values()), left
+        first = convert_delivery(spec, scheduler=own.scheduler_address)
+        assert (first.converted, first.unchanged) == (1100, 0)
+        with environment(s3.env()):
+            shard0 = _fs().cat_file(f"{BUCKET}/tiles.zarr/stacks/3x16x16_uint8/c/0/0/0/0")
+        last = next(r.source for r in first.rows if r.slot == 1099)
+        put(raw, last, jpeg(5000))  # changed content, same size, in the second shard: only that shard is redone
+        again = convert_delivery(spec, scheduler=own.scheduler_address)
     assert (again.converted, again.unchanged) == (76, 1024)
     with environment(s3.env()):
         assert _fs().cat_file(f"{BUCKET}/tiles.zarr/stacks/3x16x16_uint8/c/0/0/0/0") == shard0  # carried

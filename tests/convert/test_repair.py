@@ -30,6 +30,7 @@ from ..corpus._util import jpeg, put
 from .test_resume import N_DECODED
 
 STACK = "stacks/3x16x16_uint8"
+BIG_STACK, N_BIG, PER_SHARD = "stacks/3x1024x1024_uint8", 23, 21
 
 
 @dataclass(frozen=True)
@@ -149,35 +150,38 @@ def test_an_array_removed_by_hand_is_reported_as_repaired(tmp_path: Path, schedu
 
 def test_a_damaged_stack_redoes_only_its_damaged_shards(tmp_path: Path, scheduler: str) -> None:
     raw = tmp_path / "raw"
-    for i in range(1100):  # 16x16 RGB tiles: 1024 to a shard, so two shards (slots 0..1023 and 1024..1099)
-        put(raw, f"tiles/tile_{i:05d}.jpg", jpeg(i))
+    # 1024x1024 RGB images: 21 to a shard (SHARD_BYTES), so 23 make two shards (slots 0..20 and 21..22). Two
+    # shards, one damaged, are the point: 23 big images cost less than 1100 16x16 tiles (1024 to a shard).
+    for i in range(N_BIG):
+        put(raw, f"tiles/tile_{i:05d}.jpg", jpeg(i, (1024, 1024, 3)))
     spec = write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr", name="t", labels=False)
     store = tmp_path / "s.zarr"
-    stack = store / STACK
+    stack = store / BIG_STACK
     clean = convert_delivery(spec, scheduler=scheduler)
-    assert clean.converted == 1100
+    assert clean.converted == N_BIG
     want = snapshot(spec, as_location(store))
 
     flip(stack / "c/0/0/0/0")
     (stack / "c/1/0/0/0").unlink()
     again = convert_delivery(spec, scheduler=scheduler)
-    assert (again.converted, again.unchanged) == (76, 1024)  # only the lost shard; the flipped one is carried
-    assert {r.why for r in again.repaired} == {"chunk files missing"} and len(again.repaired) == 76
-    assert verify_store(store).damaged() == [STACK]
+    # only the lost shard; the flipped one is carried
+    assert (again.converted, again.unchanged) == (N_BIG - PER_SHARD, PER_SHARD)
+    assert {r.why for r in again.repaired} == {"chunk files missing"} and len(again.repaired) == N_BIG - PER_SHARD
+    assert verify_store(store).damaged() == [BIG_STACK]
     shard1 = (stack / "c/1/0/0/0").stat().st_ino
 
     fixed = repair_delivery(spec, only_damaged=True, scheduler=scheduler)
-    assert fixed.before is not None and fixed.before.damaged() == [STACK] and fixed.ok
-    assert fixed.run is not None and (fixed.run.converted, fixed.run.unchanged) == (1024, 76)
-    assert {r.why for r in fixed.run.repaired} == {"chunk unreadable"} and len(fixed.run.repaired) == 1024
+    assert fixed.before is not None and fixed.before.damaged() == [BIG_STACK] and fixed.ok
+    assert fixed.run is not None and (fixed.run.converted, fixed.run.unchanged) == (PER_SHARD, N_BIG - PER_SHARD)
+    assert {r.why for r in fixed.run.repaired} == {"chunk unreadable"} and len(fixed.run.repaired) == PER_SHARD
     assert (stack / "c/1/0/0/0").stat().st_ino == shard1  # the intact shard was carried over, not rewritten
     assert snapshot(spec, as_location(store)) == want
 
     meta = stack / "zarr.json"
     meta.write_bytes(b"{" + meta.read_bytes()[1:-9])  # torn
     third = convert_delivery(spec, scheduler=scheduler)
-    assert (third.converted, third.unchanged) == (1100, 0)
-    assert {r.why for r in third.repaired} == {"attributes unreadable"} and len(third.repaired) == 1100
+    assert (third.converted, third.unchanged) == (N_BIG, 0)
+    assert {r.why for r in third.repaired} == {"attributes unreadable"} and len(third.repaired) == N_BIG
     assert snapshot(spec, as_location(store)) == want
     assert verify_store(store).ok
 

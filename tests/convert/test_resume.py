@@ -161,21 +161,24 @@ def test_cli_says_nothing_to_convert(tmp_path: Path, dask_client, capsys: pytest
 
 def test_stacks_are_reused_shard_by_shard(tmp_path: Path, dask_client) -> None:
     raw = tmp_path / "raw"
-    for i in range(1100):  # 16x16 RGB tiles: 1024 to a shard, so two shards (slots 0..1023 and 1024..1099)
-        put(raw, f"tiles/tile_{i:05d}.jpg", jpeg(i))
+    # 1024x1024 RGB images: 21 to a shard (SHARD_BYTES), so 23 make two shards (slots 0..20 and 21..22). Two
+    # shards, one changed, are the point: 23 big images cost less than 1100 16x16 tiles (1024 to a shard).
+    for i in range(23):
+        put(raw, f"tiles/tile_{i:05d}.jpg", jpeg(i, (1024, 1024, 3)))
     spec = write_spec(tmp_path / "m" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr", name="t", labels=False)
-    stack = tmp_path / "s.zarr" / "stacks" / "3x16x16_uint8"
+    stack = tmp_path / "s.zarr" / "stacks" / "3x1024x1024_uint8"
     first = execute(load_spec(spec, root=tmp_path), dask_client)
-    assert (first.converted, first.unchanged) == (1100, 0)
+    assert (first.converted, first.unchanged) == (23, 0)
     shard0 = (stack / "c/0/0/0/0").stat().st_ino
     meta = (stack / "zarr.json").stat().st_mtime_ns
     again = execute(load_spec(spec, root=tmp_path), dask_client)
-    assert (again.converted, again.unchanged) == (0, 1100)
+    assert (again.converted, again.unchanged) == (0, 23)
     assert (stack / "zarr.json").stat().st_mtime_ns == meta  # the stack was not touched at all
-    last = next(r["source"] for r in read_manifest(first.manifest) if r["slot"] == "1099")
-    put(raw, last, jpeg(5000))  # changed content, same size, in the second shard: only that shard is redone
+    last = next(r["source"] for r in read_manifest(first.manifest) if r["slot"] == "22")
+    # changed content, same size, in the second shard: only that shard is redone
+    put(raw, last, jpeg(5000, (1024, 1024, 3)))
     third = execute(load_spec(spec, root=tmp_path), dask_client)
-    assert (third.converted, third.unchanged) == (76, 1024)
+    assert (third.converted, third.unchanged) == (2, 21)
     assert (stack / "c/0/0/0/0").stat().st_ino == shard0  # carried over (hard link), not rewritten
     assert verify_store(tmp_path / "s.zarr").ok
     view = open_store(tmp_path / "s.zarr")
