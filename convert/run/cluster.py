@@ -19,6 +19,7 @@ import psutil
 from distributed import Client, LocalCluster
 
 from ..errors import UsageError
+from . import worker_env
 from .starting import StartingCluster
 from .worker_start import METHOD, WORKER_MALLOC, sigint_blocked, start_worker_server, worker_environ
 
@@ -124,6 +125,9 @@ def local_cluster_config(crash_retries: int) -> dict[str, object]:
         # (docs/benchmarks.md, "Fixed cost"): CPU the workers' own tasks then lack.
         "distributed.worker.profile.enabled": False,
         "distributed.admin.tick.interval": "1s",
+        # Each worker drops the variables the cluster did not start with (`worker_env`): a worker forked from the
+        # worker server would otherwise keep what the caller has removed since the server started.
+        "distributed.worker.preload": [*dask.config.get("distributed.worker.preload", []), worker_env.__name__],
     }
 
 
@@ -142,6 +146,14 @@ def started_cluster(workers: int, *, crash_retries: int) -> LocalCluster:
         return _local_cluster(workers)
 
 
+def _worker_env() -> dict[str, str]:
+    """This process's environment for the workers, naming which variables they are to have (`worker_env`): these,
+    and those dask's nanny sets in them itself."""
+    nanny = [*worker_environ(dask.config.get("distributed.nanny.pre-spawn-environ")),
+             *dask.config.get("distributed.nanny.environ", {})]
+    return worker_env.wanted_environ(dict(os.environ), nanny)
+
+
 def _local_cluster(workers: int) -> LocalCluster:
     """Start the embedded cluster; a worker killed while starting (e.g. by the OOM killer) gets one more try."""
     for attempt in (1, 2):
@@ -151,10 +163,11 @@ def _local_cluster(workers: int) -> LocalCluster:
             # Worker deaths and hangs end as rows (boundary.py); dask's ERROR lines about them would only alarm.
             # env: a worker forked from the worker server starts with the server's environment, which is this
             # process's as it was when the server started (a library caller may have set credentials since, e.g.
-            # AWS_* for an s3 store); the nanny sets these in each worker before it runs anything.
+            # AWS_* for an s3 store, or removed them); the nanny sets these in each worker before it runs anything,
+            # and the worker's preload (`worker_env`) drops what is no longer there.
             return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                                 scheduler_kwargs={"dashboard": False}, silence_logs=logging.CRITICAL,
-                                env=dict(os.environ))
+                                env=_worker_env())
         except RuntimeError as exc:  # distributed's "Nanny failed to start."
             if attempt == 2:
                 raise UsageError(f"the local dask cluster ({workers} workers) did not start: {exc}",

@@ -38,6 +38,7 @@ PRELOAD: tuple[str, ...] = (
     # (`start_worker_server_early`), set before numpy loads its BLAS.
     "labzarr.convert.run._server_environ",
     "distributed",
+    "labzarr.convert.run.worker_env",  # every worker's preload (cluster.py)
     "numpy",
     "labzarr.convert.probe",
     "labzarr.convert.run.volume_task",

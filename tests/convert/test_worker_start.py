@@ -145,6 +145,33 @@ def test_a_variable_set_after_the_server_started_reaches_the_workers(dask_client
         del os.environ[name]
 
 
+_REMOVED = """
+import os
+from distributed import Client
+from labzarr.convert.run.cluster import local_cluster
+
+def names():
+    return sorted(k for k in os.environ if k.startswith("LABZARR_TEST_"))
+
+if __name__ == "__main__":
+    with local_cluster(1, crash_retries=1) as cluster, Client(cluster) as client:  # starts the worker server
+        before = list(client.run(names).values())
+    del os.environ["LABZARR_TEST_REMOVED"]
+    with local_cluster(1, crash_retries=1) as cluster, Client(cluster) as client:
+        print(before, list(client.run(names).values()), names())
+"""
+
+
+def test_a_variable_removed_after_the_server_started_does_not_reach_the_workers() -> None:
+    """The server's environment is the one it started with; a variable the caller removed since (credentials, say)
+    is gone from the workers of a cluster started after that, as it is from the caller's."""
+    env = {**os.environ, "LABZARR_TEST_REMOVED": "stale", "LABZARR_TEST_KEPT": "kept"}
+    out = subprocess.run([sys.executable, "-c", _REMOVED], capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == (
+        "[['LABZARR_TEST_KEPT', 'LABZARR_TEST_REMOVED']] [['LABZARR_TEST_KEPT']] ['LABZARR_TEST_KEPT']"), out.stdout
+
+
 def _periodic_callbacks(dask_worker: Worker) -> dict[str, float]:
     return {name: pc.callback_time for name, pc in dask_worker.periodic_callbacks.items()}
 
