@@ -28,7 +28,9 @@ PYTEST_ARGS ?=
 # Test processes for `make test` (pytest-xdist; each file runs whole in one of them). 0: one process.
 # --no-loadscope-reorder: files go out in collection order, which tests/conftest.py starts with the longest
 # files; xdist's own order (most tests first) left files of one long test to run alone at the end.
-TEST_JOBS ?= 2
+# Three on the 2 cores CI has: much of the suite waits on processes it starts (clusters, training ranks, the
+# moto server, the CLI), and a third file fills those waits.
+TEST_JOBS ?= 3
 
 .PHONY: help install test-deps demo test typecheck lint stress init check convert report diff verify inspect bench clean
 
