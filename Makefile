@@ -44,7 +44,7 @@ help:
 	@echo "make report   write the QC page data/reports/<delivery>/index.html (or DELIVERY=name)"
 	@echo "make diff     what changed in manifests/<delivery>/manifest.csv since its last commit (or DELIVERY=name)"
 	@echo "make verify   re-read every chunk of every converted store, check checksums and hashes (or DELIVERY=name)"
-	@echo "make stress   the long trials (tests marked slow)"
+	@echo "make stress   the long trials (tests marked slow; the scale section at 1,000,000 files)"
 	@echo "make typecheck  mypy --strict over the installed layout of the package (also part of make test)"
 	@echo "make lint     ruff check with the rules in pyproject.toml (also part of make test)"
 	@echo "make bench    run the benchmarks (one table per section, ratios vs baselines)"
@@ -121,8 +121,11 @@ typecheck: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_lint.py
 
+# The long trials: the tests marked slow, then the scale section at 100,000 and 1,000,000 tiny files (an hour or more).
 stress: $(STAMP) test-deps
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+	$(BIN)/python -m pip install -q -e ".[test,bench]"
+	$(BIN)/python bench/run.py --only scale --scale-sizes 100000 1000000
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[test,bench]"

@@ -2,7 +2,8 @@
 
 Unique 64x64 greyscale JPEGs in folders of 1,000 (tests/scale_data.py). The driver (the `labzarr convert`
 process) and every process below it (nannies, workers) are sampled every 100 ms. Per size it prints items/s,
-the driver's peak RSS and the largest worker's, and the store's bytes per item; between the two sizes, the
+the driver's peak RSS and the largest worker's, the store's, the manifest's and the store index's bytes per item,
+and the time and RSS of `PatchDataset(store)` in a fresh process; between the two sizes, the
 driver's growth per item. Each size runs twice: with `[store] statistics = false` (the driver's own per-item
 cost) and with the default (statistics on: their records are held per item too). Named baselines: the issue's
 measurement (statistics on, 2,000 and 20,000 files, before this work), and in the same run the largest size
@@ -40,18 +41,46 @@ _MB = 1e6
 # The issue's figures (same machine kind, `labzarr convert --workers 2`, statistics on, before this work), by size:
 # (wall s, driver peak RSS, largest worker RSS, store bytes).
 ISSUE = {2_000: (6.9, 221e6, 148e6, 33.6e6), 20_000: (36.4, 1_511e6, 156e6, 336e6)}
+# `PatchDataset(store)` construction (s, RSS added), statistics on, before this work.
+ISSUE_CONSTRUCTION = {2_000: (0.031, 4.4e6), 20_000: (0.72, 46e6)}
 ISSUE_KB_PER_ITEM = {True: 73.0, False: 6.3}  # driver growth per item, statistics on / off
 
 
 @dataclass(frozen=True)
 class Measured:
-    """One conversion: wall seconds, peak RSS of the driver and of its largest descendant, store bytes."""
+    """One conversion: wall seconds, peak RSS of the driver and of its largest descendant, store bytes, the
+    manifest's and the store index's bytes, and opening the store: `PatchDataset(store)` seconds and RSS added."""
 
     items: int
     wall_s: float
     driver_peak: int
     worker_peak: int
     store_bytes: int
+    manifest_bytes: int
+    index_bytes: int
+    construction_s: float
+    construction_rss: int
+
+
+# `PatchDataset(store)` in a fresh process: seconds and RSS added, measured after its imports.
+_CONSTRUCT = """
+import sys, time, psutil
+from labzarr import PatchDataset
+process = psutil.Process()
+before = process.memory_info().rss
+t = time.perf_counter()
+ds = PatchDataset(sys.argv[1], patch_size=(32, 32))
+print(time.perf_counter() - t, process.memory_info().rss - before, len(ds.items))
+"""
+
+
+def _construction(store: Path, items: int) -> tuple[float, int]:
+    out = subprocess.run([sys.executable, "-c", _CONSTRUCT, str(store)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    seconds, rss, n = out.stdout.split()
+    if int(n) != items:
+        raise RuntimeError(f"PatchDataset({store}) has {n} items, the manifest {items} ok rows")
+    return float(seconds), int(rss)
 
 
 def delivery(root: Path, n: int, *, statistics: bool, window: int | None = None) -> Path:
@@ -103,9 +132,12 @@ def convert(spec: Path, *, workers: int = 2) -> Measured:
     if proc.returncode != 0:
         raise RuntimeError(f"labzarr convert {spec} failed ({proc.returncode}): {err.decode()[-2000:]}")
     store = Path(tomllib.loads(spec.read_text())["delivery"]["store"])
-    items = sum(1 for _ in (spec.parent / "manifest.csv").open()) - 1
+    manifest = spec.parent / "manifest.csv"
+    items = sum(1 for _ in manifest.open()) - 1
+    seconds, rss = _construction(store, items)
     return Measured(items=items, wall_s=wall, driver_peak=peaks["driver"], worker_peak=peaks["worker"],
-                    store_bytes=_tree_bytes(store))
+                    store_bytes=_tree_bytes(store), manifest_bytes=manifest.stat().st_size,
+                    index_bytes=_tree_bytes(store / "index"), construction_s=seconds, construction_rss=rss)
 
 
 def _label(statistics: bool) -> str:
@@ -130,6 +162,7 @@ def run(workdir: Path, *, quick: bool = False, sizes: tuple[int, ...] | None = N
                           higher_is_better=False, group=growth, note="target <= 2 KB/item beyond statistics"))
         for n, m in got.items():
             issue = ISSUE.get(n) if statistics else None
+            built = ISSUE_CONSTRUCTION.get(n) if statistics else None
             group = f"{label}, {n:,} files"
             rows = [("items/s", m.items / m.wall_s, "items/s", True, issue and n / issue[0],
                      before.items / before.wall_s),
@@ -138,7 +171,15 @@ def run(workdir: Path, *, quick: bool = False, sizes: tuple[int, ...] | None = N
                     ("largest worker peak RSS", m.worker_peak / _MB, "MB", False, issue and issue[2] / _MB,
                      before.worker_peak / _MB),
                     ("store bytes per item", m.store_bytes / m.items, "B", False, issue and issue[3] / n,
-                     before.store_bytes / before.items)]
+                     before.store_bytes / before.items),
+                    ("manifest bytes per item", m.manifest_bytes / m.items, "B", False, None,
+                     before.manifest_bytes / before.items),
+                    ("index bytes per item", m.index_bytes / m.items, "B", False, None,
+                     before.index_bytes / before.items),
+                    ("PatchDataset(store) construction", m.construction_s, "s", False, built and built[0],
+                     before.construction_s),
+                    ("PatchDataset(store) construction RSS", m.construction_rss / _MB, "MB", False,
+                     built and built[1] / _MB, before.construction_rss / _MB)]
             for what, value, unit, higher, base, unbounded in rows:
                 if base:
                     out.append(Result(f"{what}: issue 36 (before)", base, unit, higher_is_better=higher, baseline=True,
