@@ -11,7 +11,7 @@ workbook leaves an item none, as `set_array_labels` does for labels.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import zarr
@@ -24,19 +24,12 @@ from ..annotations import AnnotationCells, Geometry, Refusal, place
 from ..manifest import Row
 from ..spec import AnnotationsSpec
 
-__all__ = ["Annotated", "Annotator", "annotate_rows"]
-
-
-@dataclass(frozen=True, slots=True)
-class Annotated:
-    """The rows with their annotations placed (refusals in their warnings), and the summary's section."""
-
-    rows: tuple[Row, ...]
-    summary: dict[str, Any]
+__all__ = ["Annotator"]
 
 
 class Annotator:
-    """`annotate_rows` a row at a time (`place`), for rows that are never all held; the summary's section once
+    """Annotations placed a row at a time (`place`: `cells` on each ok item's grid, read from its array's attrs, and
+    written back as the array's `annotations` attr), for rows that are never all held; the summary's section once
     every row has been placed (`summary`)."""
 
     def __init__(self, store: Location, spec: AnnotationsSpec) -> None:
@@ -78,15 +71,6 @@ class Annotator:
     def _counted(self, row: Row) -> Row:
         self.items += 1 if row.annotations else 0
         return row
-
-
-def annotate_rows(store: Location, rows: Sequence[Row], cells: Sequence[tuple[AnnotationCells, ...]],
-                  spec: AnnotationsSpec) -> Annotated:
-    """Place `cells` (parallel to `rows`) on each ok item's grid, read from its array's attrs, and write them
-    back as the array's `annotations` attr."""
-    annotator = Annotator(store, spec)
-    out = tuple(annotator.place(row, mine) for row, mine in zip(rows, cells, strict=True))
-    return Annotated(rows=out, summary=annotator.summary())
 
 
 def _geometry(store: Location, row: Row) -> Geometry:
