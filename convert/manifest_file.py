@@ -10,11 +10,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+
+from labzarr.store.location.folder import put_in_place, temp_beside
 
 from .manifest import Row, manifest_cells, manifest_header
 
@@ -33,12 +33,7 @@ class ManifestFile:
                  splits: Sequence[str] = (), metadata: Sequence[str] = ()) -> None:
         self.path = path
         self._columns = (tuple(label_names), tuple(role_names), tuple(splits), tuple(metadata))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        self._tmp = Path(tmp)
-        # mkstemp creates 0600; keep the mode of the file being replaced, else the usual 0644.
-        os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        self._file = os.fdopen(fd, "wb")
+        self._file, self._tmp = temp_beside(path)
         self._hash = hashlib.sha256()
         self._text = io.StringIO()
         self._csv = csv.writer(self._text, lineterminator="\n")
@@ -68,16 +63,7 @@ class ManifestFile:
     def commit(self) -> None:
         """Make the written file `path`, durably."""
         self._flush()
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.replace(self._tmp, self.path)
-        # The rename is durable only once the folder is synced too.
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        put_in_place(self._file, self._tmp, self.path)
 
     def _flush(self) -> None:
         data = self._text.getvalue().encode("utf-8")

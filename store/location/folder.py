@@ -22,14 +22,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PosixPath, PurePath
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Literal
 
 from .transport import Range
 
 if TYPE_CHECKING:
     import zarr.storage
 
-__all__ = ["Folder", "FolderTransport", "atomic_write"]
+__all__ = ["Folder", "FolderTransport", "atomic_write", "put_in_place", "temp_beside"]
 
 _PARALLEL_FSYNC = 8  # from this many files on, `fsync_tree` syncs them from this many threads at once
 
@@ -235,27 +235,45 @@ class Folder(PosixPath):
             return str(self)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file and rename, so readers never see half a file."""
+def temp_beside(path: Path) -> tuple[BinaryIO, Path]:
+    """A new temporary file beside `path`, open for writing, with the mode of the file it will replace (else the
+    usual 0644); `put_in_place` makes it `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         # mkstemp creates 0600; keep the mode of the file being replaced, else the usual 0644.
         os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        return os.fdopen(fd, "wb"), Path(tmp)
     except BaseException:
-        PosixPath(tmp).unlink(missing_ok=True)
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def put_in_place(file: BinaryIO, tmp: Path, path: Path) -> None:
+    """Sync and close `file` (written to `tmp`, from `temp_beside`), then rename it to `path`, durably."""
+    file.flush()
+    os.fsync(file.fileno())
+    file.close()
+    os.replace(tmp, path)
     # The rename is durable only once the folder is synced too.
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file and rename, so readers never see half a file."""
+    file, tmp = temp_beside(path)
+    try:
+        file.write(data)
+        put_in_place(file, tmp, path)
+    except BaseException:
+        file.close()
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass(slots=True)
