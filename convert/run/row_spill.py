@@ -15,7 +15,7 @@ import os
 import pickle
 import tempfile
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, overload
 
@@ -83,7 +83,7 @@ class RowFile(Sequence[Row]):
 
 
 class RowSpill:
-    """Rows appended as they arrive (`add`), read back by position (`row`), in manifest order (`ordered`).
+    """Rows appended as they arrive (`add`), read back by position (`row`), whose order `manifest_order` gives.
 
     `splits`: the run's `[splits]`, which `duplicate_key` depends on. The file is unnamed (nothing to sweep
     after a killed run) and closed with the spill.
@@ -132,11 +132,6 @@ class RowSpill:
     def planar(self, i: int) -> bool:
         """Whether the `i`-th row added is a stack's image's (`add`)."""
         return bool(self._planar[i])
-
-    def rows(self, order: Iterable[int] | np.ndarray) -> Iterator[Row]:
-        """The rows at positions `order`, read one at a time."""
-        for i in order:
-            yield self._rows[int(i)]
 
     def manifest_order(self) -> np.ndarray:
         """Positions in manifest order: by item_id, then source; rows equal in both stay in the order added
