@@ -92,12 +92,7 @@ def decode_chunk(data: bytes | memoryview, names: Sequence[str], nbytes: int) ->
     buf: Any = data
     for name in reversed(names):
         if name == "crc32c":
-            view = memoryview(buf)
-            if len(view) < 4:
-                raise ChunkDamage(f"{len(view)} B, too short for its crc32c")
-            if crc32c.crc32c(view[:-4]) != int.from_bytes(view[-4:], "little"):
-                raise ChunkDamage("crc32c mismatch")
-            buf = view[:-4]
+            buf = _crc32c_checked(buf)
             continue
         try:
             if name == "blosc":
@@ -108,6 +103,21 @@ def decode_chunk(data: bytes | memoryview, names: Sequence[str], nbytes: int) ->
                 buf = _GZIP.decode(buf)
         except Exception as exc:  # each decoder has its own error types; all mean the bytes are not a chunk
             raise ChunkDamage(f"{name} cannot decode it: {type(exc).__name__}: {exc}") from exc
+    return _sized(buf, nbytes)
+
+
+def _crc32c_checked(data: bytes | memoryview) -> memoryview:
+    """`data` without its crc32c trailer, once the trailer matches."""
+    view = memoryview(data)
+    if len(view) < 4:
+        raise ChunkDamage(f"{len(view)} B, too short for its crc32c")
+    body = view[:-4]
+    if crc32c.crc32c(body) != int.from_bytes(view[-4:], "little"):
+        raise ChunkDamage("crc32c mismatch")
+    return body
+
+
+def _sized(buf: Any, nbytes: int) -> Any:
     if len(buf) != nbytes:
         raise ChunkDamage(f"decodes to {len(buf):,} B, expected {nbytes:,} B")
     return buf
@@ -121,21 +131,14 @@ def chunk_decoder(names: Sequence[str], nbytes: int) -> Decode:
     if tuple(names) != ("blosc", "crc32c"):
         chain = tuple(names)
         return lambda data: decode_chunk(data, chain, nbytes)
-    check, decompress = crc32c.crc32c, numcodecs.blosc.decompress
+    decompress = numcodecs.blosc.decompress
 
     def blosc_crc32c(data: bytes | memoryview) -> Any:
-        view = memoryview(data)
-        if len(view) < 4:
-            raise ChunkDamage(f"{len(view)} B, too short for its crc32c")
-        body = view[:-4]
-        if check(body) != int.from_bytes(view[-4:], "little"):
-            raise ChunkDamage("crc32c mismatch")
+        body = _crc32c_checked(data)
         try:
             buf = decompress(body)
         except Exception as exc:  # as in decode_chunk: any error means the bytes are not a chunk
             raise ChunkDamage(f"blosc cannot decode it: {type(exc).__name__}: {exc}") from exc
-        if len(buf) != nbytes:
-            raise ChunkDamage(f"decodes to {len(buf):,} B, expected {nbytes:,} B")
-        return buf
+        return _sized(buf, nbytes)
 
     return blosc_crc32c
