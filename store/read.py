@@ -687,7 +687,7 @@ class StoreReader:
                     raise ValueError(f"{self._transport.where}: array {name!r}: {exc}; the labzarr reader does not "
                                      f"handle this layout (backend='auto' reads it with zarr-python)") from exc
                 log.debug("%s: array %r read with zarr-python: %s", self._transport.where, name, exc)
-        import zarr  # zarr-python only for the arrays its own path reads: every process (DataLoader workers too) does without
+        import zarr  # imported here only: a process reading labzarr's layouts (a DataLoader worker) does without it
 
         if self._zarr_store is None:
             self._zarr_store = zarr_store_for(self._store, self._options)
