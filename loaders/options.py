@@ -31,7 +31,8 @@ class ReadOptions:
     `max_open`: array handles kept open per process (least recently used closed first).
     `storage_options`: for a store at a URL, options for its fsspec filesystem (e.g. ``endpoint_url``).
     `threads`: threads decoding a batch's chunks in each process (``__getitems__``, which a DataLoader calls
-    with each batch's keys); 1 decodes in the calling thread. Default (None): the cores this process may use
+    with each batch's keys); with 1, one thread of the pool decodes while the calling thread waits (numcodecs
+    decodes blosc with blosc's own threads in a main thread). Default (None): the cores this process may use
     (``os.sched_getaffinity``), shared out among a DataLoader's workers.
     """
 

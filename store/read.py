@@ -38,11 +38,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import EllipsisType
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
-import zarr
 
 from .chunks.codecs import ChunkDamage, chunk_decoder
 from .chunks.shard import ABSENT, decode_index
@@ -50,6 +49,9 @@ from .format.layout import Layout, UnsupportedLayout
 from .format.nodes import NodeError, node_key, parse_node
 from .format.written import STORED, StoredFiles
 from .location import Transport, open_transport, zarr_store_for
+
+if TYPE_CHECKING:
+    import zarr
 
 __all__ = ["ArrayReader", "Backend", "ChecksumError", "Mapper", "Selection", "StoreReader", "UncheckedStoreWarning",
            "UnsupportedLayout"]
@@ -685,6 +687,8 @@ class StoreReader:
                     raise ValueError(f"{self._transport.where}: array {name!r}: {exc}; the labzarr reader does not "
                                      f"handle this layout (backend='auto' reads it with zarr-python)") from exc
                 log.debug("%s: array %r read with zarr-python: %s", self._transport.where, name, exc)
+        import zarr  # imported here only: a process reading labzarr's layouts (a DataLoader worker) does without it
+
         if self._zarr_store is None:
             self._zarr_store = zarr_store_for(self._store, self._options)
         array = zarr.open_array(self._zarr_store, path=name, mode="r")

@@ -296,8 +296,9 @@ class FolderTransport:
     def where(self) -> str:
         return str(self.root)
 
-    @contextmanager
-    def _fd(self, key: str) -> Iterator[int]:
+    def _take(self, key: str) -> int:
+        """The open descriptor of `key`, counted busy until `_give` (a pair, not a context manager: a read task
+        takes one per file, and a generator's frame per task is Python the read threads contend for)."""
         self._own()
         with self._lock:
             fd = self._fds.get(key)
@@ -307,16 +308,17 @@ class FolderTransport:
                     self._drop(self._fds.pop(next(iter(self._fds))))
                 self._fds[key] = fd
             self._busy[fd] = self._busy.get(fd, 0) + 1
-        try:
-            yield fd
-        finally:
-            with self._lock:
-                self._busy[fd] -= 1
-                if not self._busy[fd]:
-                    del self._busy[fd]
-                    if fd in self._retired:
-                        self._retired.discard(fd)
-                        os.close(fd)
+        return fd
+
+    def _give(self, fd: int) -> None:
+        """The end of a read on `fd` from `_take`: a descriptor dropped meanwhile is closed once no read uses it."""
+        with self._lock:
+            self._busy[fd] -= 1
+            if not self._busy[fd]:
+                del self._busy[fd]
+                if fd in self._retired:
+                    self._retired.discard(fd)
+                    os.close(fd)
 
     def _own(self) -> None:
         """In a forked child, forget the parent's descriptors (shared offsets, not ours) and its lock (which a
@@ -337,7 +339,8 @@ class FolderTransport:
 
     def read_ranges(self, key: str, ranges: Sequence[Range]) -> list[bytes]:
         out = []
-        with self._fd(key) as fd:
+        fd = self._take(key)
+        try:
             for start, length in ranges:
                 if start < 0:
                     size = os.fstat(fd).st_size
@@ -346,11 +349,16 @@ class FolderTransport:
                 if len(data) != length:
                     raise EOFError(f"{self.root / key}: {len(data)} B at offset {start:,}, expected {length:,} B")
                 out.append(data)
+        finally:
+            self._give(fd)
         return out
 
     def size(self, key: str) -> int:
-        with self._fd(key) as fd:
+        fd = self._take(key)
+        try:
             return os.fstat(fd).st_size
+        finally:
+            self._give(fd)
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         base = self.root / prefix if prefix else self.root
