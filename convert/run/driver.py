@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -40,7 +41,7 @@ from ..errors import UsageError
 from ..labels import LabelJoiner, load_labels, workbook_rel
 from ..manifest import Numbering, Row, atomic_write, earlier_index, split_columns, summary_json
 from ..manifest_file import ManifestFile
-from ..plan.build import VOLUMES, Plan, plan
+from ..plan.build import VOLUMES, Plan, VolumeTask, plan
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
 from ..plan.stacks import STACKS
 from ..probe import Probe, probe_with
@@ -59,6 +60,7 @@ from .worker_start import WORKER_MALLOC
 if TYPE_CHECKING:
     from labzarr.readers import LabelSheet
 
+    from ..plan.parts import VolumePart
     from ..write.annotations import Annotator
     from ..write.stacks import StagedStack
     from .row_spill import RowSpill
@@ -299,7 +301,6 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
     from ..write.arrays import open_root
     from ..write.stacks import stage_stacks
     from .batches import batch_volumes
-    from .part_task import stage_parts
     from .row_spill import RowSpill
     from .supervise import Jobs, run_tasks
 
@@ -315,9 +316,8 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
         task_settings = _task_settings(spec, client, lock, fingerprint, reports)
         staged = stage_stacks(store, the_plan, spec)
         workers = len(client.scheduler_info().get("workers", {}))
-        in_parts = {t.array: parts for t in the_plan.tasks
-                    if (parts := stage_parts(store, t, task_settings, workers=workers,
-                                             parts_bytes=spec.run.parts_bytes))}
+        in_parts = _staged_parts(client, store, the_plan.tasks, task_settings, workers=workers,
+                                 parts_bytes=spec.run.parts_bytes)
         volumes, batches = batch_volumes([t for t in the_plan.tasks if t.array not in in_parts], workers)
         jobs = Jobs(volumes=volumes, batches=batches, shards=the_plan.shards,
                     targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
@@ -441,7 +441,8 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
     workers = len(client.scheduler_info().get("workers", {}))
     plugins = list(spec.run.readers)  # names: each batch builds its readers where it runs (`probe_with`)
     feeder = Feeder(_probe_batches(todo, workers),
-                    lambda batch: client.map(probe_with, batch, plugins=plugins, key=job_keys("probe", len(batch))),
+                    lambda batch: client.map(probe_with, batch, plugins=plugins, key=job_keys("probe", len(batch)),
+                                             pure=False),
                     window_size(client, spec.run.window))
     out: dict[str, Probe] = {}
     bytes_total = sum(c.entry.size for c in candidates
@@ -463,6 +464,33 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
             in_flight += 1
         if progress:
             progress(ProgressEvent("probe", len(out), len(todo), bytes_done, bytes_total))
+    return out
+
+
+def _staged_parts(client: Client, store: Location, tasks: Sequence[VolumeTask], settings: TaskSettings, *,
+                  workers: int, parts_bytes: int) -> dict[str, tuple[VolumePart, ...]]:
+    """The parts of every volume worth writing in parts, by array, each staged (`part_task.stage_parts`) by a
+    worker: opening a DICOM series on the driver imported pydicom there, between the probe and the first task
+    (docs/benchmarks.md, "Fixed cost"). A worker that dies opening a volume leaves it to its ordinary task, which
+    meets the same crash and reports it as the item's row; a store that cannot be written raises, as here."""
+    from distributed import KilledWorker
+
+    from .part_task import stage_parts, worth_opening
+
+    todo = [t for t in tasks if worth_opening(t, settings, workers=workers, parts_bytes=parts_bytes)]
+    if not todo:
+        return {}
+    staging = partial(stage_parts, workers=workers, parts_bytes=parts_bytes)
+    futures = client.map(staging, [store] * len(todo), todo, settings=settings, key=job_keys("stage", len(todo)),
+                         pure=False)
+    out: dict[str, tuple[VolumePart, ...]] = {}
+    for task, future in zip(todo, futures):
+        try:
+            parts = future.result()
+        except KilledWorker:
+            continue
+        if parts:
+            out[task.array] = parts
     return out
 
 
