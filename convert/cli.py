@@ -334,8 +334,8 @@ def _convert(args: argparse.Namespace) -> int:
     from .run.driver_malloc import tune_driver_malloc
 
     tune_driver_malloc()  # this process is the driver: what it frees goes back (driver_malloc.py)
-    # The collector is off while the driver imports (distributed, the driver, the writers: about 150,000 objects
-    # and almost no garbage), as in the worker server (run/_server_heap.py); on again before the run begins.
+    # The collector is off while the driver imports (dask's configuration, distributed, the driver: about 150,000
+    # objects and almost no garbage), as in the worker server (run/_server_heap.py); on again before the run.
     gc.disable()
     try:
         starting = None
@@ -359,7 +359,11 @@ def _convert_with(args: argparse.Namespace, starting: StartingCluster | None) ->
     from .run.driver import convert_delivery
 
     _quiet_dask()
-    gc.enable()  # the imports are done (the writers' follow in `convert_delivery`, beside the cluster's start)
+    # The imports are done (the writers' follow in `convert_delivery`, beside the cluster's start). Frozen first:
+    # on again over unfrozen imports, the collector's first pass would scan every one of them at once, where the
+    # run waits for it (the run freezes its heap anyway, `driver._heap_frozen`, and hands it back when it ends).
+    gc.freeze()
+    gc.enable()
 
     if args.dry_run:  # the older name of `labzarr check`
         return _check(args)
