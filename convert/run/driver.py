@@ -70,7 +70,8 @@ __all__ = ["MESSAGE_LOG", "Progress", "ProgressEvent", "RunResult", "WORKER_MALL
            "default_workers", "execute", "local_cluster", "local_cluster_config"]
 
 log = logging.getLogger(__name__)
-_PROBE_BATCH = 64
+_PROBE_BATCH = 64  # files a probe task reads at most in a small delivery; a larger one's grow (`_probe_batches`)
+_PROBE_ROUNDS, _PROBE_MOST = 8, 256
 # What the run imports after the probe (`_convert`, `_write`): the store's writers (zarr) and the tasks it submits,
 # and numpy.ma, which numpy imports at the plan's first `np.median` (a DICOM series' slice spacing).
 _WRITERS = ("labzarr.convert.write.annotations", "labzarr.convert.write.arrays", "labzarr.convert.write.outcomes",
@@ -503,9 +504,15 @@ def _import_writers() -> None:
 
 
 def _probe_batches(files: Sequence[_T], workers: int) -> list[Sequence[_T]]:
-    """`files` in batches of at most `_PROBE_BATCH`, as many batches as a multiple of `workers` and as even as
-    can be: with 400 files and 2 workers, 8 of 50 rather than 7 of 64, whose last round kept one worker idle."""
-    count = math.ceil(len(files) / _PROBE_BATCH)
+    """`files` in batches of at most `_PROBE_BATCH`, or for a delivery of more than `_PROBE_ROUNDS` such batches a
+    worker, that many a worker of at most `_PROBE_MOST`; as many batches as a multiple of `workers` and as even as
+    can be: with 400 files and 2 workers, 8 of 50 rather than 7 of 64, whose last round kept one worker idle.
+
+    Each batch costs the driver (where the embedded cluster's scheduler runs) about 4 ms of its own beside the
+    workers it shares the cores with, and each starts a template of its own (`_dicom_walk.py`): 4,376 files in 69
+    batches cost it 0.45-0.49 CPU s, in 18 of at most 256 files 0.24-0.27 (`dcm_qa_ge`, docs/benchmarks.md)."""
+    per = min(_PROBE_MOST, max(_PROBE_BATCH, math.ceil(len(files) / (_PROBE_ROUNDS * max(1, workers)))))
+    count = math.ceil(len(files) / per)
     count = min(len(files), math.ceil(count / max(1, workers)) * max(1, workers))
     if not count:
         return []
