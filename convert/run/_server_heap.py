@@ -17,13 +17,14 @@ from __future__ import annotations
 import gc
 import sys
 from multiprocessing import forkserver
+from types import FrameType
 
 __all__ = ["frozen", "held"]
 
 
 def _preloading() -> bool:
     """Whether multiprocessing's forkserver is importing this module as its preload."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "main" and frame.f_code.co_filename == forkserver.__file__:
             return True
