@@ -29,12 +29,15 @@ reads them from bare git mirrors, `../.mirror/neurolabusc+<name>/repo` beside th
 Each is converted whole, from command start to exit, by `labzarr convert --workers 2 --quiet` (a spec `labzarr
 init` wrote, store removed before each run) and by `dcm2niix -z n -b y` (the PyPI build beside this Python),
 best of 2 each, alternated. An absent corpus is named on one line and the section goes on; a mirror lacking
-some blobs converts what it holds, and the group title says how many files are missing.
+some blobs converts what it holds, and the group title says how many files are missing. labzarr's own sources are
+compiled to bytecode first, as pip compiles an installed wheel's (`_compiled`).
 """
 
 from __future__ import annotations
 
+import compileall
 import copy
+import importlib.util
 import math
 import random
 import shutil
@@ -270,6 +273,16 @@ def _qa_corpora() -> ModuleType:
     return qa_corpora
 
 
+def _compiled() -> None:
+    """Compile labzarr's sources to bytecode (`__pycache__`), as pip does for an installed wheel's. An editable
+    install under PYTHONDONTWRITEBYTECODE (as in these sessions) otherwise compiles every module again in every
+    run, in the command and in its worker server alike, which a user's installed copy never does."""
+    for name in ("labzarr", "labzarr.convert", "labzarr.loaders", "labzarr.readers", "labzarr.store"):
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            compileall.compile_dir(folder, quiet=1)
+
+
 def _wall(cmd: list[str], before: Callable[[], None]) -> tuple[float, str]:
     """Wall seconds of `cmd` from start to exit, after `before` (which clears its outputs), and what it printed."""
     before()
@@ -316,6 +329,7 @@ def corpora(workdir: Path, mirrors: Path | None = None) -> list[Result]:
         print(f"DICOM corpora: {', '.join(absent)} not under {mirrors} (neurolabusc+<name>/repo); skipped")
     out: list[Result] = []
     total_d2n = total_lz = 0.0
+    _compiled()
     for name, corpus in found.items():
         if corpus is None or not corpus.files:
             continue

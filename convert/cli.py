@@ -7,6 +7,7 @@ line saying what and where, a hint line saying what to do, and exit code 2.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -333,18 +334,24 @@ def _convert(args: argparse.Namespace) -> int:
     from .run.driver_malloc import tune_driver_malloc
 
     tune_driver_malloc()  # this process is the driver: what it frees goes back (driver_malloc.py)
-    starting = None
-    if args.scheduler is None and not args.dry_run and args.spec.is_file():  # a mistyped path starts nothing
-        _start_workers_early()
-        if not args.verify and (args.workers is None or args.workers >= 1) and args.progress_every > 0:
-            from .spec import load_spec
+    # The collector is off while the driver imports (dask's configuration, distributed, the driver: about 150,000
+    # objects and almost no garbage), as in the worker server (run/_server_heap.py); on again before the run.
+    gc.disable()
+    try:
+        starting = None
+        if args.scheduler is None and not args.dry_run and args.spec.is_file():  # a mistyped path starts nothing
+            _start_workers_early()
+            if not args.verify and (args.workers is None or args.workers >= 1) and args.progress_every > 0:
+                from .spec import load_spec
 
-            # A spec that does not load is one error line, with no cluster started and stopped first; the worker
-            # server is still the first to start, and its imports outlast reading the spec.
-            load_spec(args.spec)
-            starting = _start_cluster_early(args.workers)
-    with starting or nullcontext():
-        return _convert_with(args, starting)
+                # A spec that does not load is one error line, with no cluster started and stopped first; the
+                # worker server is still the first to start, and its imports outlast reading the spec.
+                load_spec(args.spec)
+                starting = _start_cluster_early(args.workers)
+        with starting or nullcontext():
+            return _convert_with(args, starting)
+    finally:
+        gc.enable()
 
 
 def _convert_with(args: argparse.Namespace, starting: StartingCluster | None) -> int:
@@ -352,6 +359,11 @@ def _convert_with(args: argparse.Namespace, starting: StartingCluster | None) ->
     from .run.driver import convert_delivery
 
     _quiet_dask()
+    # The imports are done (the writers' follow in `convert_delivery`, beside the cluster's start). Frozen first:
+    # on again over unfrozen imports, the collector's first pass would scan every one of them at once, where the
+    # run waits for it (the run freezes its heap anyway, `driver._heap_frozen`, and hands it back when it ends).
+    gc.freeze()
+    gc.enable()
 
     if args.dry_run:  # the older name of `labzarr check`
         return _check(args)

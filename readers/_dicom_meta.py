@@ -35,6 +35,8 @@ from .records import Metadata, MetaValue
 if TYPE_CHECKING:
     from pydicom.dataset import Dataset
 
+    from ._dicom_groups import FunctionalGroups, Group
+
 # pydicom and the header reader are imported by the functions that read a file: the spec and the plan use only the
 # allow-list, and the conversion driver, which imports them, does not import pydicom (readers/__init__.py).
 
@@ -74,7 +76,8 @@ def acquisition_metadata(path: Path, *, gzipped: bool, frame: int, image_type: S
                          echo_time_ms: float | None, extra: Sequence[str] = (),
                          phase_axes: tuple[str, str] | None = None, phase_signs: tuple[float, float] = (1.0, 1.0),
                          image_shape: tuple[int, int] | None = None,
-                         slice_tiles: Sequence[int] = (), descriptors: Descriptors = "drop") -> Metadata:
+                         slice_tiles: Sequence[int] = (), descriptors: Descriptors = "drop",
+                         raw: bool = True) -> Metadata:
     """The allow-listed metadata of the item whose first image is `frame` of `path`, plus the `extra` keywords.
 
     `image_type` and `echo_time_ms` are the item's own (an enhanced file's parts differ in them);
@@ -82,11 +85,34 @@ def acquisition_metadata(path: Path, *, gzipped: bool, frame: int, image_type: S
     `phase_signs` whether each runs the same way (+1) or reversed (-1); `image_shape` is one image's (rows,
     columns) (a mosaic's tile); `slice_tiles` the mosaic tile of each stored slice, in stored order;
     `descriptors` whether `DESCRIPTORS` are read.
+
+    An enhanced file's functional groups are read from the bytes the header walk left raw (`_dicom_groups.py`):
+    only the frame's own item and the shared one are read, not a pydicom `Dataset` for every item of every frame
+    (most of converting a small enhanced delivery, docs/benchmarks.md). `raw` False reads them through pydicom's
+    datasets, the reference the raw reading is tested against; so does an item the raw reading leaves to pydicom.
     """
+    from ._dicom_groups import functional_groups
     from ._dicom_header import header_dataset
+    from ._dicom_walk import Unwalkable
 
     ds = header_dataset(path, gzipped=gzipped)
-    groups = _groups(ds, frame)
+
+    def read(groups: FunctionalGroups | None) -> Metadata:
+        return _metadata(ds, _groups(groups, frame), image_type=image_type, echo_time_ms=echo_time_ms, extra=extra,
+                         phase_axes=phase_axes, phase_signs=phase_signs, image_shape=image_shape,
+                         slice_tiles=slice_tiles, descriptors=descriptors)
+
+    if raw:
+        try:
+            return read(functional_groups(ds))
+        except Unwalkable:
+            pass
+    return read(functional_groups(ds, raw=False))
+
+
+def _metadata(ds: Dataset, groups: Sequence[Group], *, image_type: Sequence[str], echo_time_ms: float | None,
+              extra: Sequence[str], phase_axes: tuple[str, str] | None, phase_signs: tuple[float, float],
+              image_shape: tuple[int, int] | None, slice_tiles: Sequence[int], descriptors: Descriptors) -> Metadata:
     out: dict[str, MetaValue] = {}
     for name, keyword, group, scale in _TAGS:
         if descriptors == "drop" and name in DESCRIPTORS:
@@ -157,26 +183,28 @@ def _siemens_timing(ds: Dataset, axis: str, sign: float, image_shape: tuple[int,
     return out
 
 
-def _groups(ds: Dataset, frame: int) -> list[Dataset]:
-    """An enhanced file's functional groups for `frame`: its per-frame item, then the shared one."""
-    out = []
-    per_frame = ds.get("PerFrameFunctionalGroupsSequence")
-    if per_frame is not None and frame < len(per_frame):
-        out.append(per_frame[frame])
-    shared = ds.get("SharedFunctionalGroupsSequence")
-    if shared:
-        out.append(shared[0])
-    return out
+def _groups(groups: FunctionalGroups | None, frame: int) -> list[Group]:
+    """An enhanced file's functional groups for `frame`: its per-frame item, then the shared one (none for a file
+    without them)."""
+    if groups is None:
+        return []
+    out = [groups.per_frame[frame]] if frame < len(groups.per_frame) else []
+    return out if groups.shared is None else [*out, groups.shared]
 
 
-def _value(ds: Dataset, groups: Iterable[Dataset], keyword: str, group: str) -> MetaValue | None:
+def _value(ds: Dataset, groups: Iterable[Group], keyword: str, group: str) -> MetaValue | None:
     """`keyword`'s value at the top level, else inside `group` of the frame's functional groups."""
     found = _plain(ds.get(keyword))
     if found is None and group:
+        from pydicom.datadict import tag_for_keyword
+
+        group_tag, tag = tag_for_keyword(group), tag_for_keyword(keyword)
+        if group_tag is None or tag is None:
+            raise ValueError(f"{group}, {keyword}: not DICOM dictionary keywords")
         for g in groups:
-            seq = g.get(group)
-            if seq:
-                found = _plain(seq[0].get(keyword))
+            item = g.first(group_tag)
+            if item is not None:
+                found = _plain(item.get(tag))
                 if found is not None:
                     break
     return found

@@ -242,7 +242,7 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
         at0 = pos - delta  # where the comparison starts, in the template
         if pos + limit - at0 > len(buf):
             return None
-        differ = np.flatnonzero(data[pos : pos + limit - at0] != t.data[at0:limit])
+        differ = (data[pos : pos + limit - at0] != t.data[at0:limit]).nonzero()[0]  # the methods: no dispatch
         shifted, k = False, 0
         # Only the first differing byte of each element matters: the next one past an element read is found by
         # bisection, not by listing every differing byte (a private blob or a shifted tail differs in thousands).
@@ -268,7 +268,7 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
             if stop - t_end != delta:  # a length differs: compare the rest shifted
                 delta, pos, shifted = stop - t_end, stop, True
                 break
-            k = int(np.searchsorted(differ, t_end - at0))  # the first differing byte past this element
+            k = int(differ.searchsorted(t_end - at0))  # the first differing byte past this element
         if not shifted:
             break
     if end + delta + 12 > len(buf):

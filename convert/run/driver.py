@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -40,7 +41,7 @@ from ..errors import UsageError
 from ..labels import LabelJoiner, load_labels, workbook_rel
 from ..manifest import Numbering, Row, atomic_write, earlier_index, split_columns, summary_json
 from ..manifest_file import ManifestFile
-from ..plan.build import VOLUMES, Plan, plan
+from ..plan.build import VOLUMES, Plan, VolumeTask, plan
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
 from ..plan.stacks import STACKS
 from ..probe import Probe, probe_with
@@ -59,6 +60,7 @@ from .worker_start import WORKER_MALLOC
 if TYPE_CHECKING:
     from labzarr.readers import LabelSheet
 
+    from ..plan.parts import VolumePart
     from ..write.annotations import Annotator
     from ..write.stacks import StagedStack
     from .row_spill import RowSpill
@@ -68,7 +70,8 @@ __all__ = ["MESSAGE_LOG", "Progress", "ProgressEvent", "RunResult", "WORKER_MALL
            "default_workers", "execute", "local_cluster", "local_cluster_config"]
 
 log = logging.getLogger(__name__)
-_PROBE_BATCH = 64
+_PROBE_BATCH = 64  # files a probe task reads at most in a small delivery; a larger one's grow (`_probe_batches`)
+_PROBE_ROUNDS, _PROBE_MOST = 8, 256
 # What the run imports after the probe (`_convert`, `_write`): the store's writers (zarr) and the tasks it submits,
 # and numpy.ma, which numpy imports at the plan's first `np.median` (a DICOM series' slice spacing).
 _WRITERS = ("labzarr.convert.write.annotations", "labzarr.convert.write.arrays", "labzarr.convert.write.outcomes",
@@ -299,7 +302,6 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
     from ..write.arrays import open_root
     from ..write.stacks import stage_stacks
     from .batches import batch_volumes
-    from .part_task import stage_parts
     from .row_spill import RowSpill
     from .supervise import Jobs, run_tasks
 
@@ -315,9 +317,8 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
         task_settings = _task_settings(spec, client, lock, fingerprint, reports)
         staged = stage_stacks(store, the_plan, spec)
         workers = len(client.scheduler_info().get("workers", {}))
-        in_parts = {t.array: parts for t in the_plan.tasks
-                    if (parts := stage_parts(store, t, task_settings, workers=workers,
-                                             parts_bytes=spec.run.parts_bytes))}
+        in_parts = _staged_parts(client, store, the_plan.tasks, task_settings, workers=workers,
+                                 parts_bytes=spec.run.parts_bytes)
         volumes, batches = batch_volumes([t for t in the_plan.tasks if t.array not in in_parts], workers)
         jobs = Jobs(volumes=volumes, batches=batches, shards=the_plan.shards,
                     targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
@@ -441,7 +442,8 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
     workers = len(client.scheduler_info().get("workers", {}))
     plugins = list(spec.run.readers)  # names: each batch builds its readers where it runs (`probe_with`)
     feeder = Feeder(_probe_batches(todo, workers),
-                    lambda batch: client.map(probe_with, batch, plugins=plugins, key=job_keys("probe", len(batch))),
+                    lambda batch: client.map(probe_with, batch, plugins=plugins, key=job_keys("probe", len(batch)),
+                                             pure=False),
                     window_size(client, spec.run.window))
     out: dict[str, Probe] = {}
     bytes_total = sum(c.entry.size for c in candidates
@@ -466,6 +468,33 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
     return out
 
 
+def _staged_parts(client: Client, store: Location, tasks: Sequence[VolumeTask], settings: TaskSettings, *,
+                  workers: int, parts_bytes: int) -> dict[str, tuple[VolumePart, ...]]:
+    """The parts of every volume worth writing in parts, by array, each staged (`part_task.stage_parts`) by a
+    worker: opening a DICOM series on the driver imported pydicom there, between the probe and the first task
+    (docs/benchmarks.md, "Fixed cost"). A worker that dies opening a volume leaves it to its ordinary task, which
+    meets the same crash and reports it as the item's row; a store that cannot be written raises, as here."""
+    from distributed import KilledWorker
+
+    from .part_task import stage_parts, worth_opening
+
+    todo = [t for t in tasks if worth_opening(t, settings, workers=workers, parts_bytes=parts_bytes)]
+    if not todo:
+        return {}
+    staging = partial(stage_parts, workers=workers, parts_bytes=parts_bytes)
+    futures = client.map(staging, [store] * len(todo), todo, settings=settings, key=job_keys("stage", len(todo)),
+                         pure=False)
+    out: dict[str, tuple[VolumePart, ...]] = {}
+    for task, future in zip(todo, futures):
+        try:
+            parts = future.result()
+        except KilledWorker:
+            continue
+        if parts:
+            out[task.array] = parts
+    return out
+
+
 def _import_writers() -> None:
     """Import `_WRITERS`, which the run needs after its probe, at a moment the driver would otherwise wait: the
     imports (zarr's 0.3 s of CPU, docs/benchmarks.md) then run beside the cluster's start or the probe, rather than
@@ -475,9 +504,15 @@ def _import_writers() -> None:
 
 
 def _probe_batches(files: Sequence[_T], workers: int) -> list[Sequence[_T]]:
-    """`files` in batches of at most `_PROBE_BATCH`, as many batches as a multiple of `workers` and as even as
-    can be: with 400 files and 2 workers, 8 of 50 rather than 7 of 64, whose last round kept one worker idle."""
-    count = math.ceil(len(files) / _PROBE_BATCH)
+    """`files` in batches of at most `_PROBE_BATCH`, or for a delivery of more than `_PROBE_ROUNDS` such batches a
+    worker, that many a worker of at most `_PROBE_MOST`; as many batches as a multiple of `workers` and as even as
+    can be: with 400 files and 2 workers, 8 of 50 rather than 7 of 64, whose last round kept one worker idle.
+
+    Each batch costs the driver (where the embedded cluster's scheduler runs) about 4 ms of its own beside the
+    workers it shares the cores with, and each starts a template of its own (`_dicom_walk.py`): 4,376 files in 69
+    batches cost it 0.45-0.49 CPU s, in 18 of at most 256 files 0.24-0.27 (`dcm_qa_ge`, docs/benchmarks.md)."""
+    per = min(_PROBE_MOST, max(_PROBE_BATCH, math.ceil(len(files) / (_PROBE_ROUNDS * max(1, workers)))))
+    count = math.ceil(len(files) / per)
     count = min(len(files), math.ceil(count / max(1, workers)) * max(1, workers))
     if not count:
         return []

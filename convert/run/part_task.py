@@ -31,7 +31,7 @@ from .slab_loop import write_slabs
 from .slab_progress import SlabReporter
 from .volume_task import attrs_for, ok_row, open_volume, record_attrs, volume_layout
 
-__all__ = ["DICOM_PARTS_DIVISOR", "SCAN_RATIO", "convert_part", "finish_parts", "stage_parts"]
+__all__ = ["DICOM_PARTS_DIVISOR", "SCAN_RATIO", "convert_part", "finish_parts", "stage_parts", "worth_opening"]
 
 
 # Files under parts_bytes / SCAN_RATIO on disk are not opened to see whether they are worth writing in parts:
@@ -43,21 +43,29 @@ SCAN_RATIO = 64
 DICOM_PARTS_DIVISOR = 32
 
 
+def worth_opening(task: VolumeTask, settings: TaskSettings, *, workers: int, parts_bytes: int) -> bool:
+    """Whether `stage_parts` opens `task`'s volume to see whether it is worth writing in parts: what the plan alone
+    tells (its size, its reader, a DICOM series' decoded size) does not rule it out. The driver asks this before it
+    has a volume staged on a worker."""
+    parts_bytes = _parts_bytes(task, parts_bytes)
+    if parts_bytes <= 0 or workers < 2 or task.size * SCAN_RATIO < parts_bytes or not _streams(task, settings):
+        return False
+    # A series that fits one part is one part whatever its header says (`part_slabs`), and opening it would cost
+    # its first file's dataset and acquisition metadata, series after series.
+    return task.stack is None or _decoded_bytes(task.stack) > parts_bytes
+
+
 def stage_parts(store: Location, task: VolumeTask, settings: TaskSettings, *, workers: int,
                 parts_bytes: int) -> tuple[VolumePart, ...]:
     """Create `task`'s array in staging and return its parts, when its volume is worth writing in parts; else ().
 
-    Runs on the driver and reads the header only (never voxels). A header the reader refuses is left to the
-    ordinary task, which meets the same refusal on a worker and reports it as the item's row.
+    Reads the header only (never voxels). The run stages its volumes on the workers (`driver._staged_parts`),
+    which have the readers' libraries imported. A header the reader refuses is left to the ordinary task, which
+    meets the same refusal and reports it as the item's row.
     """
-    if task.stack is not None and parts_bytes > 0:
-        parts_bytes = max(1, parts_bytes // DICOM_PARTS_DIVISOR)
-    if parts_bytes <= 0 or workers < 2 or task.size * SCAN_RATIO < parts_bytes or not _streams(task, settings):
+    if not worth_opening(task, settings, workers=workers, parts_bytes=parts_bytes):
         return ()
-    # A series that fits one part is one part whatever its header says (`part_slabs`), and opening it would cost
-    # the driver its first file's dataset and acquisition metadata, series after series.
-    if task.stack is not None and _decoded_bytes(task.stack) <= parts_bytes:
-        return ()
+    parts_bytes = _parts_bytes(task, parts_bytes)
     try:
         source = open_volume(task, settings)
     except Exception:  # noqa: BLE001 - not a silent fallback: the item's own task reports this error
@@ -153,6 +161,13 @@ def finish_parts(parts: Sequence[VolumePart], outcomes: Sequence[PartResult | Ro
     finally:
         if not sealed:
             discard(folder.parent)  # the staged image group
+
+
+def _parts_bytes(task: VolumeTask, parts_bytes: int) -> int:
+    """`[run] parts_bytes` as it applies to `task`: a DICOM series' is smaller (`DICOM_PARTS_DIVISOR`)."""
+    if task.stack is not None and parts_bytes > 0:
+        return max(1, parts_bytes // DICOM_PARTS_DIVISOR)
+    return parts_bytes
 
 
 def _decoded_bytes(stack: SeriesStack) -> int:

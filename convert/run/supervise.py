@@ -197,7 +197,10 @@ class _Run:
         return future
 
     def _submit(self, batch: Sequence[Job | VolumeBatch]) -> list[Future[Any]]:
-        """One `client.map` per run of jobs of one kind (per stack, for shards: they differ in where they write)."""
+        """One `client.map` per run of jobs of one kind (per stack, for shards: they differ in where they write).
+
+        pure=False: each task's key is fresh already (`job_keys`), and a pure map would still tokenize every
+        argument, every item record of every job, on the driver."""
         out: list[Future[Any]] = []
         for _, group in groupby(batch, key=lambda j: (type(j), j.stack.array if isinstance(j, ShardTask) else "")):
             same = list(group)
@@ -205,10 +208,10 @@ class _Run:
             if isinstance(first, ShardTask):
                 folder, records = self.targets[first.stack.array]
                 out += self.client.map(convert_shard, same, settings=self.settings, folder=folder, records=records,
-                                       key=job_keys(_STAGE, len(same)))
+                                       key=job_keys(_STAGE, len(same)), pure=False)
             else:
                 out += self.client.map(_TASKS[type(first)], same, settings=self.settings,
-                                       key=job_keys(_STAGE, len(same)))
+                                       key=job_keys(_STAGE, len(same)), pure=False)
         return out
 
     def _wait_for_one(self) -> None:

@@ -37,6 +37,7 @@ PRELOAD: tuple[str, ...] = (
     # First: the environment the `labzarr` command left to the server to read from dask's configuration
     # (`start_worker_server_early`), set before numpy loads its BLAS.
     "labzarr.convert.run._server_environ",
+    "labzarr.convert.run._server_heap",  # the collector off while the server imports (frozen by `_server_exit`)
     "distributed",
     "labzarr.convert.run.worker_env",  # every worker's preload (cluster.py)
     "numpy",
@@ -63,7 +64,8 @@ PRELOAD: tuple[str, ...] = (
     "numpy.ma",
     "statistics",
     "labzarr.convert.run.warnings_log",
-    "labzarr.convert.run._server_exit",  # the server's own quick exit: imported there and nowhere else
+    # The server's own quick exit, and its imports frozen (`_server_heap`): imported there and nowhere else.
+    "labzarr.convert.run._server_exit",
 )
 
 # dask's nanny starts each worker with MALLOC_TRIM_THRESHOLD_=65536, and setting any glibc malloc threshold freezes

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import crc32c
 import numpy as np
@@ -47,6 +47,7 @@ INDEX_ENTRY = 16  # (offset, nbytes) as two little-endian uint64 per inner chunk
 CRC = 4
 _IN_FLIGHT_BYTES = 16 << 20  # voxels of the inner chunks being encoded at once (each also has its encoded copy)
 _MIN_WINDOW = 4  # jobs in flight at least (memory allowing), whatever the thread count
+_R = TypeVar("_R")
 _JOB_CHUNKS, _JOB_BYTES = 8, 1 << 20  # inner chunks handed to an encoding thread at once: at most these
 Gather = Callable[[npt.NDArray[Any]], npt.NDArray[Any]]  # a region of the voxels, copied compact (or as it is)
 CopyInto = Callable[[npt.NDArray[Any], npt.NDArray[Any]], npt.NDArray[Any]]  # (view, C-ordered out) -> out
@@ -119,8 +120,11 @@ class ShardCodec:
 
         with (folder / self.keys(tuple(int(k) for k in coords))).write_stream() as write:
             out = _ShardFile(write)
+            # One job has nothing to overlap with: it is encoded here, and a small volume (a shard of up to
+            # _JOB_CHUNKS chunks, most small series) starts and stops no encoding thread.
+            submit = pool.submit if len(jobs) > 1 else _here
             for job in jobs:
-                pending.append((job, pool.submit(self._encode_job, data, job, gather, copy)))
+                pending.append((job, submit(self._encode_job, data, job, gather, copy)))
                 if len(pending) >= window:
                     self._put(out, index, digests, first, *pending.popleft())
             while pending:
@@ -169,6 +173,16 @@ class ShardCodec:
         for step in self.steps:
             encoded = step(encoded)
         return digest, bytes(encoded)
+
+
+def _here(fn: Callable[..., _R], /, *args: Any) -> Future[_R]:
+    """`fn(*args)` run in this thread, as a finished future (its exception, if it raised, kept for `result`)."""
+    done: Future[_R] = Future()
+    try:
+        done.set_result(fn(*args))
+    except Exception as exc:  # raised again by `result`, where a pool's future would raise it
+        done.set_exception(exc)
+    return done
 
 
 def index_nbytes(chunks_per_shard: Sequence[int], *, crc: bool) -> int:

@@ -35,8 +35,10 @@ def test_a_batch_holds_at_most_a_few_items_and_none_of_one() -> None:
 
 
 def test_probe_batches_fill_every_round_of_the_workers() -> None:
-    """At most 64 files a probe task, as many tasks as a multiple of the workers, as even as can be, in order."""
-    for n, workers, count, sizes in ((400, 2, 8, {50}), (640, 2, 10, {64}), (2000, 2, 32, {62, 63}), (10, 2, 2, {5}),
+    """At most 64 files a probe task, or 8 tasks a worker of at most 256 files for a larger delivery; as many tasks
+    as a multiple of the workers, as even as can be, in order."""
+    for n, workers, count, sizes in ((400, 2, 8, {50}), (640, 2, 10, {64}), (1024, 2, 16, {64}), (2000, 2, 16, {125}),
+                                     (4376, 2, 18, {243, 244}), (20_000, 2, 80, {250}), (10, 2, 2, {5}),
                                      (3, 8, 3, {1}), (130, 3, 3, {43, 44}), (0, 2, 0, set())):
         batches = _probe_batches(list(range(n)), workers)
         assert (len(batches), {len(b) for b in batches}) == (count, sizes), n

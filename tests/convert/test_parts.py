@@ -229,20 +229,23 @@ def test_a_dicom_series_is_in_parts_from_a_32nd_of_parts_bytes(parts_and_whole, 
 def test_a_dicom_series_that_fits_one_part_is_not_opened_on_the_driver(parts_and_whole, dask_client,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Whether a series is worth parts follows from the plan's stack alone when it fits one part: the driver then
-    reads none of its files (each open reads a dataset and the acquisition metadata), and the store is the same."""
+    has none of its files read (each open reads a dataset and the acquisition metadata), and the store is the
+    same."""
     base, _, whole, _ = parts_and_whole
     dicom = {r.item_id: math.prod(r.shape) * np.dtype(r.dtype).itemsize for r in whole.rows if r.kind == "dicom"}
     raw = base / "raw-fits"
     for item in dicom:
         shutil.copytree(base / "raw" / item, raw / item)
     opened: list[str] = []
-    real = part_task.open_volume
+    real = part_task.worth_opening
 
-    def counted(task, settings):
-        opened.append(task.item_id)
-        return real(task, settings)
+    def counted(task, settings, **kwargs):
+        worth = real(task, settings, **kwargs)
+        if worth:  # the driver has a worker open it (`driver._staged_parts`)
+            opened.append(task.item_id)
+        return worth
 
-    monkeypatch.setattr(part_task, "open_volume", counted)  # stage_parts runs in this process, the tasks do not
+    monkeypatch.setattr(part_task, "worth_opening", counted)  # asked in this process, the driver
     smaller, larger = sorted(dicom, key=dicom.__getitem__)
     assert dicom[smaller] < dicom[larger]
     got = execute(load_spec(_spec(base / "fits", raw, parts_bytes=DICOM_PARTS_DIVISOR * dicom[smaller]), root=base),

@@ -3,6 +3,7 @@ with the environment a spawned worker would start with."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -18,13 +19,14 @@ from labzarr.convert.run.worker_start import PRELOAD, WORKER_MALLOC, pre_spawn_e
 _SALT = "labzarr"  # hashed by each worker: the hash seed its process started with, not only the variable
 
 
-def _worker_state() -> tuple[list[str], dict[str, str | None], int, int, int]:
+def _worker_state() -> tuple[list[str], dict[str, str | None], int, int, int, bool, int]:
     names = ("OMP_NUM_THREADS", "PYTHONHASHSEED", *WORKER_MALLOC)
     server = os.getppid()
     # The server's threads: one, or numpy's BLAS started a pool there (its thread count not set before numpy loaded).
     threads = int(next(line.split()[1] for line in Path(f"/proc/{server}/status").read_text().splitlines()
                        if line.startswith("Threads:")))
-    return [m for m in PRELOAD if m in sys.modules], {n: os.environ.get(n) for n in names}, server, hash(_SALT), threads
+    return ([m for m in PRELOAD if m in sys.modules], {n: os.environ.get(n) for n in names}, server, hash(_SALT),
+            threads, gc.isenabled(), gc.get_freeze_count())
 
 
 def _hash_with_seed(seed: str) -> int:
@@ -76,7 +78,7 @@ def test_workers_start_with_their_modules_imported(tmp_path, cli: bool, configur
     states, driver, driver_seed = json.loads(out.stdout.strip().splitlines()[-1])
     seed = configured or "6640"
     assert len(states) == 2
-    for modules, worker_env, parent, hashed, threads in states.values():
+    for modules, worker_env, parent, hashed, threads, collecting, frozen in states.values():
         # The server's own exit module is imported by the server and by nothing a task runs.
         assert modules == list(PRELOAD)
         # As a spawned worker's.
@@ -88,6 +90,9 @@ def test_workers_start_with_their_modules_imported(tmp_path, cli: bool, configur
         assert hashed == _hash_with_seed(seed)  # the server started with it: its workers hash with it
         assert threads == 1  # the server set the BLAS thread count before numpy loaded
         assert parent != driver  # forked by the server, not by the driver
+        # The server imported with its collector off, then froze what it imported (`_server_heap`): a worker
+        # collects, and leaves the server's hundreds of thousands of objects out of its collections.
+        assert collecting and frozen > 100_000
 
 
 def test_the_cli_starts_the_server_with_the_clusters_environment() -> None:
@@ -182,3 +187,11 @@ def test_the_workers_event_loops_wake_only_for_what_the_run_uses(dask_client) ->
     for callbacks in dask_client.run(_periodic_callbacks).values():
         assert "heartbeat" in callbacks and "profile" not in callbacks and "profile-cycle" not in callbacks
         assert callbacks["tick"] == 1000  # milliseconds
+
+
+def test_only_the_servers_preload_turns_the_collector_off() -> None:
+    """`_server_heap` holds the collector only where multiprocessing's forkserver imports it as its preload (the
+    state test above); a process importing it otherwise, to list the preload say, keeps its collector on."""
+    code = "import gc, labzarr.convert.run._server_heap as heap; print(heap.held, gc.isenabled())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False", "True"]

@@ -28,8 +28,10 @@ from labzarr.readers._dicom_header import (
     _PHILIPS_SCALE_SLOPE,
     GROUP_ELEMENTS,
     _group_item,
+    header_dataset,
     read_header,
 )
+from labzarr.readers._dicom_meta import acquisition_metadata
 from labzarr.readers._dicom_walk import walk_header
 
 from ..dicom_corpora import CORPORA, corpus_repo, extract
@@ -110,6 +112,19 @@ def _check_groups(path: Path) -> None:
         assert [type(v) for v in got] == [type(v) for v in want], f"frame {k}"
 
 
+def _check_metadata(path: Path) -> None:
+    """An item's acquisition metadata (readers/_dicom_meta.py), its frame's groups read raw, is the one read through
+    pydicom's datasets: for the first, a middle and the last frame, with every lookup that reads a group."""
+    groups = functional_groups(header_dataset(path, gzipped=False))
+    assert groups is not None
+    frames = len(groups.per_frame)
+    for k in sorted({0, frames // 2, frames - 1}):
+        fast, reference = (acquisition_metadata(path, gzipped=False, frame=k, image_type=(), echo_time_ms=None,
+                                                phase_axes=("i", "j"), image_shape=(4, 4), descriptors="keep", raw=raw)
+                           for raw in (True, False))
+        assert fast == reference, f"frame {k}"
+
+
 def test_pydicom_ships_enhanced_files_the_walk_takes() -> None:
     """The element checks below are not vacuous: pydicom's own files hold enhanced ones the fast path reads."""
     assert sum(_groups(p) is not None for p in _SHIPPED_ENHANCED) >= 2
@@ -118,6 +133,8 @@ def test_pydicom_ships_enhanced_files_the_walk_takes() -> None:
 @pytest.mark.parametrize("path", _SHIPPED_ENHANCED, ids=lambda p: p.name)
 def test_every_group_element_has_pydicoms_value(path: Path) -> None:
     _check_groups(path)
+    if _groups(path) is not None:
+        _check_metadata(path)
 
 
 def _outcome(path: Path, *, walk: bool, values: DecodedValues | None = None) -> object:
@@ -170,6 +187,7 @@ def test_the_fast_path_gives_pydicoms_values_on_the_corpora(name: str, every: in
     _check_headers(sample)
     for path in _enhanced(sample):
         _check_groups(path)
+        _check_metadata(path)
 
 
 def _reencoded(dest: Path, syntax: pydicom.uid.UID, frames: int) -> Path:
@@ -205,6 +223,7 @@ def test_groups_in_every_native_encoding_private_ones_included(syntax: pydicom.u
     path = _reencoded(tmp_path, syntax, frames=7)
     assert _groups(path) is not None, "the walk leaves this file to dcmread"
     _check_groups(path)
+    _check_metadata(path)
     _check_headers([path])
     header = read_dicom_header(path, read_head(path))
     assert header.enhanced and [f.scale_slope for f in header.frames] == [2.5 + k for k in range(7)]
