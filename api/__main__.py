@@ -22,7 +22,7 @@ def main() -> int:
     try:
         from labzarr.convert.cli import main as cli
 
-        code = cli()
+        code = cli(command_process=True)
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
         return 130
