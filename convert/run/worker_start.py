@@ -39,6 +39,7 @@ PRELOAD: tuple[str, ...] = (
     "distributed",
     "labzarr.convert.run.worker_env",  # every worker's preload (cluster.py)
     "numpy",
+    "labzarr.convert.run._server_pydicom",  # pydicom, before a reader imports it, without what it never uses here
     "labzarr.convert.probe",
     "labzarr.convert.run.volume_task",
     "labzarr.convert.run.shard_task",

@@ -41,7 +41,7 @@ def _mapped_alone(size: int) -> bool:
         libc.free(block)
 
 
-def _worker_state() -> tuple[list[str], dict[str, str | None], int, int, int, bool, int, bool, bool]:
+def _worker_state() -> tuple[list[str], dict[str, str | None], int, int, int, bool, int, bool, bool, bool]:
     names = ("OMP_NUM_THREADS", "PYTHONHASHSEED", *WORKER_MALLOC)
     server = os.getppid()
     # The server's threads: one, or numpy's BLAS started a pool there (its thread count not set before numpy loaded).
@@ -50,7 +50,7 @@ def _worker_state() -> tuple[list[str], dict[str, str | None], int, int, int, bo
     # A server started by exec runs multiprocessing's forkserver as its command; a forked one, its driver's.
     forked = b"forkserver" not in Path(f"/proc/{server}/cmdline").read_bytes()
     return ([m for m in PRELOAD if m in sys.modules], {n: os.environ.get(n) for n in names}, server, hash(_SALT),
-            threads, gc.isenabled(), gc.get_freeze_count(), _mapped_alone(_BLOCK), forked)
+            threads, gc.isenabled(), gc.get_freeze_count(), _mapped_alone(_BLOCK), forked, "requests" in sys.modules)
 
 
 def _hash_with_seed(seed: str) -> int:
@@ -107,7 +107,7 @@ def test_workers_start_with_their_modules_imported(tmp_path, cli: bool, configur
     states, driver, driver_seed = json.loads(out.stdout.strip().splitlines()[-1])
     seed = configured or "6640"
     assert len(states) == 2
-    for modules, worker_env, parent, hashed, threads, collecting, frozen, mapped, forked in states.values():
+    for modules, worker_env, parent, hashed, threads, collecting, frozen, mapped, forked, requests in states.values():
         # The server's own exit module is imported by the server and by nothing a task runs.
         assert modules == list(PRELOAD)
         # As a spawned worker's.
@@ -125,6 +125,7 @@ def test_workers_start_with_their_modules_imported(tmp_path, cli: bool, configur
         # As glibc reads MALLOC_MMAP_THRESHOLD_ at a spawned worker's start: a forked server sets it with `mallopt`.
         assert not mapped
         assert forked == (cli and configured is None)
+        assert not requests  # pydicom loaded without it (`_server_pydicom`)
 
 
 def test_only_variables_read_at_start_that_nothing_sets_later_keep_the_server_from_being_forked() -> None:
