@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, *, command_process: bool = False) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failed items where relevant, 2 bad usage).
 
     A Ctrl-C propagates as KeyboardInterrupt; the `labzarr` command (`labzarr.__main__`) turns it into one
@@ -269,7 +269,6 @@ def main(argv: Sequence[str] | None = None, *, command_process: bool = False) ->
     quietly, exit code 141 as for a process SIGPIPE ends.
     """
     args = build_parser().parse_args(argv)
-    args.command_process = command_process
     # --quiet: errors only; warnings (hidden sheets, uncached formulas) are in summary.json and on the report page.
     level = logging.ERROR if getattr(args, "quiet", False) else logging.WARNING
     logging.basicConfig(level=level, format="labzarr: %(levelname)s: %(message)s")
@@ -299,37 +298,18 @@ def _quiet_dask() -> None:
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
-# In the environment the `labzarr` command starts again with (`_with_workers_seed`): the hash seed there is the
-# command's choice, not its caller's, and dask's configuration may choose another.
-_SEED_CHOSEN = "LABZARR_SEED_CHOSEN"
-
-
-def _with_workers_seed() -> None:
-    """Start this command again with the hash seed dask gives its workers where its caller set none: the worker
-    server is forked from this process (`run/server_fork.py`), and a forked process hashes with the seed of the
-    process it was forked from. Nothing is imported or started yet; a seed dask's configuration sets otherwise is
-    found once it is read (`_start_workers`), and the server is then started by exec with it."""
-    from .run.worker_start import HASH_SEED
-
-    if os.environ.get("PYTHONHASHSEED") in (None, "0"):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.execve(sys.executable, sys.orig_argv, {**os.environ, "PYTHONHASHSEED": HASH_SEED, _SEED_CHOSEN: "1"})
-
-
 def _start_workers(spec: Path | None = None) -> None:
     """Start the embedded cluster's worker server (`run/worker_start.py`): forked from this process once it has
     imported what the server and the driver share (`run/server_fork.py`), or by exec at once where a fork cannot
     give the workers their environment. This process's environment is the workers' before it imports numpy, as a
     worker's. `spec` is loaded first: a spec that does not load is one error line, with nothing started."""
+    from .run.hash_seed import CHOSEN, caller_environ
     from .run.server_fork import fork_worker_server, forkable
     from .run.worker_start import pre_spawn_environ, start_worker_server, worker_environ
 
-    started = dict(os.environ)
-    chosen = started.pop(_SEED_CHOSEN, None) is not None
-    caller = {k: v for k, v in started.items() if not (chosen and k == "PYTHONHASHSEED")}
-    wanted = worker_environ(pre_spawn_environ(), caller)
-    os.environ.pop(_SEED_CHOSEN, None)
+    started = {k: v for k, v in os.environ.items() if k != CHOSEN}
+    wanted = worker_environ(pre_spawn_environ(), caller_environ(os.environ))
+    os.environ.pop(CHOSEN, None)
     os.environ.update(wanted)
     if "numpy" in sys.modules or forkable(started, wanted):  # too late for the BLAS counts, or read at start
         start_worker_server(wanted)
@@ -368,15 +348,14 @@ def _positive(name: str, value: float | int, hint: str) -> None:
 def _convert(args: argparse.Namespace) -> int:
     from .run.driver_malloc import tune_driver_malloc
 
+    embedded = args.scheduler is None and not args.dry_run and args.spec.is_file()  # a mistyped path starts nothing
     tune_driver_malloc()  # this process is the driver: what it frees goes back (driver_malloc.py)
     # The collector is off while the driver imports (dask's configuration, distributed, the driver: about 150,000
     # objects and almost no garbage), as in the worker server (run/_server_heap.py); on again before the run.
     gc.disable()
     try:
         starting = None
-        if args.scheduler is None and not args.dry_run and args.spec.is_file():  # a mistyped path starts nothing
-            if args.command_process:
-                _with_workers_seed()
+        if embedded:
             _start_workers(args.spec)
             if not args.verify and (args.workers is None or args.workers >= 1) and args.progress_every > 0:
                 starting = _start_cluster_early(args.workers)

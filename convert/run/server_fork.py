@@ -12,7 +12,7 @@ forked only while this process runs one thread, and only when every variable a p
 this process started with it, or is one that can be set after the start. The glibc malloc variables are set with
 `mallopt` in the server (`MALLOPT`); the BLAS thread counts are read when numpy loads, which the command's caller
 sets before that (`forkable`); the hash seed is the command's own (the `labzarr` command starts again with the
-workers' seed, `cli._with_workers_seed`). Otherwise the caller starts the server by exec
+workers' seed, `hash_seed.py`). Otherwise the caller starts the server by exec
 (`worker_start.start_worker_server`).
 """
 

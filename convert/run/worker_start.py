@@ -25,7 +25,9 @@ from contextlib import contextmanager
 from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 
-__all__ = ["HASH_SEED", "METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "sigint_blocked",
+from .hash_seed import HASH_SEED
+
+__all__ = ["METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "sigint_blocked",
            "start_worker_server", "worker_environ"]
 
 METHOD = "forkserver"  # distributed.worker.multiprocessing-method of the embedded cluster
@@ -75,8 +77,6 @@ PRELOAD: tuple[str, ...] = (
 # in the driver's own environment takes precedence there (that is how a user overrides them).
 WORKER_MALLOC: dict[str, int] = {"MALLOC_MMAP_THRESHOLD_": 64 << 20, "MALLOC_TRIM_THRESHOLD_": 64 << 20}
 
-# dask's nanny gives every worker this seed unless one is set (so that hashing agrees between workers).
-HASH_SEED = "6640"
 
 def worker_environ(pre_spawn: Mapping[str, object], environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The environment a worker starts with, as dask's nanny computes it: `pre_spawn` (the config's

@@ -82,21 +82,21 @@ def test_workers_start_with_their_modules_imported(tmp_path, cli: bool, configur
     """In a process of its own: the worker server is per process, and a test process may have started one of
     its own kind already (a forkserver DataLoader), whose workers then import their modules themselves.
 
-    `labzarr convert` starts again with dask's default hash seed where its caller set none (`cli._with_workers_seed`)
+    `labzarr convert` starts again with dask's default hash seed where its caller set none (`hash_seed.py`)
     and forks the worker server from itself (`server_fork.py`). A hash seed in dask's configuration and not in the
     environment (`configured`) is found only once the configuration is read: the server is then started by exec,
     with the configured seed."""
     import json
 
-    from labzarr.convert.cli import _SEED_CHOSEN
+    from labzarr.convert.run.hash_seed import CHOSEN
 
     assert PRELOAD[0] == "labzarr.convert.run._server_heap"
     assert PRELOAD[-1] == "labzarr.convert.run._server_exit"
     script = tmp_path / "states.py"
     script.write_text(_STATES.format(tests=str(Path(__file__).parents[1]), cli=cli))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
-    if cli:  # as the command started again (`_with_workers_seed`)
-        env |= {"PYTHONHASHSEED": "6640", _SEED_CHOSEN: "1"}
+    if cli:  # as the command started again (`restart_with_workers_seed`)
+        env |= {"PYTHONHASHSEED": "6640", CHOSEN: "1"}
     if configured:
         (tmp_path / "dask").mkdir()
         (tmp_path / "dask" / "seed.yaml").write_text(
@@ -154,6 +154,33 @@ def test_a_process_running_threads_does_not_fork_its_server() -> None:
     """A fork keeps only the forking thread: whatever another thread held (a lock, a half-written buffer) stays held."""
     out = subprocess.run([sys.executable, "-c", _THREADED], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False"]
+
+
+_RESTART = """
+import os
+from labzarr.convert.run.hash_seed import restart_with_workers_seed
+print(os.environ.get("PYTHONHASHSEED"), os.environ.get("LABZARR_SEED_CHOSEN"), hash({salt!r}), flush=True)
+restart_with_workers_seed()
+"""
+
+
+@pytest.mark.parametrize("caller", [None, "0", "123"])
+def test_the_command_starts_again_with_the_workers_seed_where_its_caller_set_none(caller: str | None) -> None:
+    from labzarr.convert.run.hash_seed import caller_environ
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHASHSEED", "LABZARR_SEED_CHOSEN")}
+    if caller is not None:
+        env["PYTHONHASHSEED"] = caller
+    out = subprocess.run([sys.executable, "-c", _RESTART.format(salt=_SALT)], capture_output=True, text=True,
+                         timeout=120, check=True, env=env)
+    lines = [line.split() for line in out.stdout.splitlines()]
+    if caller == "123":  # the caller's seed is kept, as dask's nanny keeps it
+        assert len(lines) == 1 and lines[0][:2] == ["123", "None"]
+    else:  # started again, once, hashing as a worker does
+        assert len(lines) == 2 and lines[1] == ["6640", "1", str(_hash_with_seed("6640"))]
+    restarted = {"PYTHONHASHSEED": "6640", "LABZARR_SEED_CHOSEN": "1", "HOME": "/h"}
+    assert caller_environ(restarted) == {"HOME": "/h"}
+    assert caller_environ({"PYTHONHASHSEED": "123", "HOME": "/h"}) == {"PYTHONHASHSEED": "123", "HOME": "/h"}
 
 
 def test_the_cli_starts_the_server_with_the_clusters_environment() -> None:
