@@ -498,7 +498,8 @@ def _staged_parts(client: Client, store: Location, tasks: Sequence[VolumeTask], 
 def import_writers() -> None:
     """Import `_WRITERS`, which the run needs after its probe, at a moment the driver would otherwise wait: the
     imports (zarr's 0.3 s of CPU, docs/benchmarks.md) then run beside the cluster's start or the probe, rather than
-    between the probe and the conversion tasks."""
+    between the probe and the conversion tasks. The `labzarr` command imports them before it forks its worker server
+    (`cli._start_workers`, `server_fork.py`), which then has them too."""
     for name in _WRITERS:
         importlib.import_module(name)
 
