@@ -78,6 +78,9 @@ def fork_worker_server(environ: Mapping[str, str]) -> bool:
     if sys.version_info >= (3, 14) or threads() != 1 or server._forkserver_pid is not None:
         return False
     malloc = {MALLOPT[k]: int(v) for k, v in environ.items() if k in MALLOPT}
+    mallopt = _mallopt()
+    if malloc and mallopt is None:  # a C library without glibc's `mallopt`: only its variables at start set them
+        return False
     multiprocessing.get_context(METHOD).set_forkserver_preload(list(PRELOAD))
     # Without the server's lock (`ForkServer.ensure_running` takes it): this process runs one thread, and a lock held
     # across the fork would stay held in the server and in every worker.
@@ -93,9 +96,14 @@ def fork_worker_server(environ: Mapping[str, str]) -> bool:
             listener.listen()
             # Every client of the server holds the pipe's write end; the server ends when the last one is closed.
             alive_r, alive_w = os.pipe()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(alive_r)
+                os.close(alive_w)
+                raise
             if pid == 0:
-                _serve(listener.fileno(), alive_r, malloc)
+                _serve(listener.fileno(), alive_r, malloc, mallopt)
             os.close(alive_r)
     server._forkserver_address = address
     server._forkserver_alive_fd = alive_w
@@ -103,7 +111,7 @@ def fork_worker_server(environ: Mapping[str, str]) -> bool:
     return True
 
 
-def _serve(listener: int, alive_r: int, malloc: Mapping[int, int]) -> NoReturn:
+def _serve(listener: int, alive_r: int, malloc: Mapping[int, int], mallopt: _Mallopt | None) -> NoReturn:
     """The forked server: what differs from a server started by exec set right, then the forkserver's loop."""
     code = 1
     try:
@@ -114,7 +122,9 @@ def _serve(listener: int, alive_r: int, malloc: Mapping[int, int]) -> NoReturn:
                     os.close(fd)
                 except OSError:  # the listing's own, closed already
                     pass
-        _mallopt(malloc)
+        for param, value in malloc.items():
+            if mallopt is not None:
+                mallopt(param, value)
         # The command's log configuration (its root handler and level, `cli.main`) is its own: the workers log as a
         # fresh interpreter's would, which the cluster then silences.
         root = logging.getLogger()
@@ -122,19 +132,25 @@ def _serve(listener: int, alive_r: int, malloc: Mapping[int, int]) -> NoReturn:
             root.removeHandler(handler)
         root.setLevel(logging.WARNING)
         gc.enable()  # for `_server_heap` to hold while the preload imports, and turn on again when it is done
-        try:
-            forkserver.main(listener, alive_r, PRELOAD)
-        except SystemExit:  # every client is gone: the command has ended
-            code = 0
+        forkserver.main(listener, alive_r, PRELOAD)
+    except SystemExit:  # every client is gone: the command has ended
+        code = 0
+    except BaseException:  # as an exec'd server's interpreter would: the traceback on stderr
+        sys.excepthook(*sys.exc_info())
+        sys.stderr.flush()
     finally:
         os._exit(code)
 
 
-def _mallopt(malloc: Mapping[int, int]) -> None:
-    if not malloc:
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    for param, value in malloc.items():
-        libc.mallopt(param, value)
+class _Mallopt(Protocol):
+    def __call__(self, param: int, value: int, /) -> int: ...
 
+
+def _mallopt() -> _Mallopt | None:
+    """glibc's `mallopt`, or None where the C library has none."""
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.argtypes, function.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return cast(_Mallopt, function)
