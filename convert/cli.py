@@ -349,6 +349,10 @@ def _convert(args: argparse.Namespace) -> int:
     from .run.driver_malloc import tune_driver_malloc
 
     embedded = args.scheduler is None and not args.dry_run and args.spec.is_file()  # a mistyped path starts nothing
+    if not embedded:
+        from .run.hash_seed import forget_chosen_seed
+
+        forget_chosen_seed(os.environ)
     tune_driver_malloc()  # this process is the driver: what it frees goes back (driver_malloc.py)
     # The collector is off while the driver imports (dask's configuration, distributed, the driver: about 150,000
     # objects and almost no garbage), as in the worker server (run/_server_heap.py); on again before the run.

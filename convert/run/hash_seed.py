@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 
-__all__ = ["CHOSEN", "HASH_SEED", "caller_environ", "restart_with_workers_seed"]
+__all__ = ["CHOSEN", "HASH_SEED", "caller_environ", "forget_chosen_seed", "restart_with_workers_seed"]
 
 HASH_SEED = "6640"  # dask's nanny gives every worker this seed unless one is set (so that hashing agrees between them)
 CHOSEN = "LABZARR_SEED_CHOSEN"  # in the environment the command started again with: the seed there is its own choice
@@ -32,3 +32,10 @@ def caller_environ(environ: Mapping[str, str]) -> dict[str, str]:
     """`environ` as the command's caller set it: without the seed `restart_with_workers_seed` chose."""
     chosen = CHOSEN in environ
     return {k: v for k, v in environ.items() if k != CHOSEN and not (chosen and k == "PYTHONHASHSEED")}
+
+
+def forget_chosen_seed(environ: MutableMapping[str, str]) -> None:
+    """Make `environ` the caller's again (a run that starts no cluster of its own: `--scheduler`, `--dry-run`); its
+    interpreter keeps the seed, which only hashing in this process sees."""
+    if environ.pop(CHOSEN, None) is not None:
+        environ.pop("PYTHONHASHSEED", None)

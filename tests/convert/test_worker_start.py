@@ -166,7 +166,7 @@ restart_with_workers_seed()
 
 @pytest.mark.parametrize("caller", [None, "0", "123"])
 def test_the_command_starts_again_with_the_workers_seed_where_its_caller_set_none(caller: str | None) -> None:
-    from labzarr.convert.run.hash_seed import caller_environ
+    from labzarr.convert.run.hash_seed import caller_environ, forget_chosen_seed
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHASHSEED", "LABZARR_SEED_CHOSEN")}
     if caller is not None:
@@ -180,6 +180,11 @@ def test_the_command_starts_again_with_the_workers_seed_where_its_caller_set_non
         assert len(lines) == 2 and lines[1] == ["6640", "1", str(_hash_with_seed("6640"))]
     restarted = {"PYTHONHASHSEED": "6640", "LABZARR_SEED_CHOSEN": "1", "HOME": "/h"}
     assert caller_environ(restarted) == {"HOME": "/h"}
+    forget_chosen_seed(restarted)
+    assert restarted == {"HOME": "/h"}
+    own = {"PYTHONHASHSEED": "123"}
+    forget_chosen_seed(own)
+    assert own == {"PYTHONHASHSEED": "123"}
     assert caller_environ({"PYTHONHASHSEED": "123", "HOME": "/h"}) == {"PYTHONHASHSEED": "123", "HOME": "/h"}
 
 
