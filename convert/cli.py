@@ -298,15 +298,30 @@ def _quiet_dask() -> None:
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
-def _start_workers_early() -> None:
-    """Start the embedded cluster's worker server now (`run/worker_start.py`): it imports what a worker needs while
-    this process imports the driver, rather than after it. It starts before this process reads dask's configuration
-    (`start_worker_server_early`); this process's environment is then the workers' before it imports numpy, as a
-    worker's, as when the cluster starts the server itself."""
-    from .run.worker_start import pre_spawn_environ, start_worker_server_early, worker_environ
+def _start_workers(spec: Path | None = None) -> None:
+    """Start the embedded cluster's worker server (`run/worker_start.py`): forked from this process once it has
+    imported what the server and the driver share (`run/server_fork.py`), or by exec at once where a fork cannot
+    give the workers their environment. This process's environment is the workers' before it imports numpy, as a
+    worker's. `spec` is loaded first: a spec that does not load is one error line, with nothing started."""
+    from .run.hash_seed import CHOSEN, caller_environ
+    from .run.server_fork import fork_worker_server, forkable
+    from .run.worker_start import pre_spawn_environ, start_worker_server, worker_environ
 
-    start_worker_server_early()
-    os.environ.update(worker_environ(pre_spawn_environ()))
+    started = {k: v for k, v in os.environ.items() if k != CHOSEN}
+    wanted = worker_environ(pre_spawn_environ(), caller_environ(os.environ))
+    os.environ.pop(CHOSEN, None)
+    os.environ.update(wanted)
+    if "numpy" in sys.modules or forkable(started, wanted):  # too late for the BLAS counts, or read at start
+        start_worker_server(wanted)
+    if spec is not None:
+        from .spec import load_spec
+
+        load_spec(spec)
+    from .run.driver import import_writers  # the driver's imports: distributed, numpy, zarr, the store's writers
+
+    import_writers()
+    if not fork_worker_server(wanted):
+        start_worker_server(wanted)  # where it runs already (started above), this finds it running
 
 
 def _start_cluster_early(workers: int | None) -> StartingCluster:
@@ -333,20 +348,20 @@ def _positive(name: str, value: float | int, hint: str) -> None:
 def _convert(args: argparse.Namespace) -> int:
     from .run.driver_malloc import tune_driver_malloc
 
+    embedded = args.scheduler is None and not args.dry_run and args.spec.is_file()  # a mistyped path starts nothing
+    if not embedded:
+        from .run.hash_seed import forget_chosen_seed
+
+        forget_chosen_seed(os.environ)
     tune_driver_malloc()  # this process is the driver: what it frees goes back (driver_malloc.py)
     # The collector is off while the driver imports (dask's configuration, distributed, the driver: about 150,000
     # objects and almost no garbage), as in the worker server (run/_server_heap.py); on again before the run.
     gc.disable()
     try:
         starting = None
-        if args.scheduler is None and not args.dry_run and args.spec.is_file():  # a mistyped path starts nothing
-            _start_workers_early()
+        if embedded:
+            _start_workers(args.spec)
             if not args.verify and (args.workers is None or args.workers >= 1) and args.progress_every > 0:
-                from .spec import load_spec
-
-                # A spec that does not load is one error line, with no cluster started and stopped first; the
-                # worker server is still the first to start, and its imports outlast reading the spec.
-                load_spec(args.spec)
                 starting = _start_cluster_early(args.workers)
         with starting or nullcontext():
             return _convert_with(args, starting)

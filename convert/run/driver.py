@@ -6,7 +6,7 @@ holds the store's lock throughout, sweeps what a killed run left, reuses what
 earlier runs recorded (`plan/records.py`, `write/outcomes.py`), and writes the manifest last, atomically.
 
 Importing this module imports only what walking and probing need. The modules that write the store (zarr) and the
-tasks are imported while the driver would otherwise wait (`_import_writers`): for its cluster, when one is starting
+tasks are imported while the driver would otherwise wait (`import_writers`): for its cluster, when one is starting
 in a thread of its own (the `labzarr` command's), else for its first probe results. The tasks import the readers'
 libraries (pydicom, nibabel, Pillow) where they read, on the workers: the driver never does
 (docs/benchmarks.md, "Fixed cost"; `tests/convert/test_driver_imports.py`).
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from .settings import TaskSettings
 
 __all__ = ["MESSAGE_LOG", "Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery",
-           "default_workers", "execute", "local_cluster", "local_cluster_config"]
+           "default_workers", "execute", "import_writers", "local_cluster", "local_cluster_config"]
 
 log = logging.getLogger(__name__)
 _PROBE_BATCH = 64  # files a probe task reads at most in a small delivery; a larger one's grow (`_probe_batches`)
@@ -167,7 +167,7 @@ def convert_delivery(
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
     if cluster is not None:  # starting in its thread: the wait for it would leave this one idle
-        _import_writers()
+        import_writers()
     client = client_of(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries,
                        starting=cluster)
     with _running(parsed.delivery.store, client) as (started_client, lock, warned):
@@ -452,7 +452,7 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
     if progress:
         progress(ProgressEvent("probe", 0, len(todo), 0, bytes_total))
     first = feeder.top_up(0)
-    _import_writers()  # while the workers probe (a no-op where they were imported while the cluster started)
+    import_writers()  # while the workers probe (a no-op where they were imported while the cluster started)
     running, in_flight = as_completed([f for f, _ in first]), len(first)
     for future in running:
         for p in future.result():
@@ -495,10 +495,11 @@ def _staged_parts(client: Client, store: Location, tasks: Sequence[VolumeTask], 
     return out
 
 
-def _import_writers() -> None:
+def import_writers() -> None:
     """Import `_WRITERS`, which the run needs after its probe, at a moment the driver would otherwise wait: the
     imports (zarr's 0.3 s of CPU, docs/benchmarks.md) then run beside the cluster's start or the probe, rather than
-    between the probe and the conversion tasks."""
+    between the probe and the conversion tasks. The `labzarr` command imports them before it forks its worker server
+    (`cli._start_workers`, `server_fork.py`), which then has them too."""
     for name in _WRITERS:
         importlib.import_module(name)
 

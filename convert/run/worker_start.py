@@ -3,10 +3,11 @@
 dask's nanny starts each worker as a fresh interpreter (multiprocessing's spawn) by default, and every worker
 then imports distributed, numpy, pydicom, nibabel, zarr and labzarr's task modules before its first task: on a
 small delivery that and the workers' slow exit are most of the run (docs/benchmarks.md, "Fixed cost"). Here the
-workers are forked by multiprocessing's forkserver instead: one process, started by exec (not a fork of the
-driver, whose event-loop and pool threads a fork would copy in whatever state they were in), imports `PRELOAD`
-once and forks a worker on request, its modules already imported. A worker is still its own process, so a reader that
-segfaults or hangs costs its item only, as with spawned workers.
+workers are forked by multiprocessing's forkserver instead: one process, which imports `PRELOAD` once and forks a
+worker on request, its modules already imported. It is started by exec here (not a fork of a driver whose event-loop
+and pool threads a fork would copy in whatever state they were in); the `labzarr` command forks it from itself
+before it starts any thread, once it has imported what both need (`server_fork.py`). A worker is still its own
+process, so a reader that segfaults or hangs costs its item only, as with spawned workers.
 
 Variables a process reads when it starts (the malloc thresholds, the BLAS thread counts, the hash seed) must be in
 the server's environment: its children never start an interpreter of their own.
@@ -24,8 +25,10 @@ from contextlib import contextmanager
 from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 
-__all__ = ["GUESSED", "METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "sigint_blocked",
-           "start_worker_server", "start_worker_server_early", "worker_environ"]
+from .hash_seed import HASH_SEED
+
+__all__ = ["METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "sigint_blocked",
+           "start_worker_server", "worker_environ"]
 
 METHOD = "forkserver"  # distributed.worker.multiprocessing-method of the embedded cluster
 
@@ -34,13 +37,11 @@ METHOD = "forkserver"  # distributed.worker.multiprocessing-method of the embedd
 # not be here (a fork keeps only the forking thread); highdicom and scikit-image, which few deliveries need, are
 # imported by the task that needs them.
 PRELOAD: tuple[str, ...] = (
-    # First: the environment the `labzarr` command left to the server to read from dask's configuration
-    # (`start_worker_server_early`), set before numpy loads its BLAS.
-    "labzarr.convert.run._server_environ",
     "labzarr.convert.run._server_heap",  # the collector off while the server imports (frozen by `_server_exit`)
     "distributed",
     "labzarr.convert.run.worker_env",  # every worker's preload (cluster.py)
     "numpy",
+    "labzarr.convert.run._server_pydicom",  # pydicom, before a reader imports it, without what it never uses here
     "labzarr.convert.probe",
     "labzarr.convert.run.volume_task",
     "labzarr.convert.run.shard_task",
@@ -76,13 +77,6 @@ PRELOAD: tuple[str, ...] = (
 # in the driver's own environment takes precedence there (that is how a user overrides them).
 WORKER_MALLOC: dict[str, int] = {"MALLOC_MMAP_THRESHOLD_": 64 << 20, "MALLOC_TRIM_THRESHOLD_": 64 << 20}
 
-# dask's nanny gives every worker this seed unless one is set (so that hashing agrees between workers).
-_HASH_SEED = "6640"
-
-# The variables of the worker server's environment that `start_worker_server_early` chose without reading dask's
-# configuration (space-separated names), which the server checks against it (`_server_environ`).
-GUESSED = "LABZARR_SERVER_GUESSED"
-
 
 def worker_environ(pre_spawn: Mapping[str, object], environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The environment a worker starts with, as dask's nanny computes it: `pre_spawn` (the config's
@@ -90,7 +84,7 @@ def worker_environ(pre_spawn: Mapping[str, object], environ: Mapping[str, str] =
     variable already."""
     env = {k: environ.get(k, str(v)) for k, v in pre_spawn.items()}
     if env.get("PYTHONHASHSEED") in (None, "0"):
-        env["PYTHONHASHSEED"] = _HASH_SEED
+        env["PYTHONHASHSEED"] = HASH_SEED
     return env
 
 
@@ -123,27 +117,6 @@ def start_worker_server(environ: Mapping[str, str]) -> None:
     os.environ.update(environ)
     with sigint_blocked():
         forkserver.ensure_running()
-
-
-def start_worker_server_early() -> None:
-    """`start_worker_server` before this process has read dask's configuration (importing dask is much of the
-    `labzarr` command's start, docs/benchmarks.md): the server starts with the variables a process reads when it
-    starts that are known without the configuration (`WORKER_MALLOC`, the hash seed), and reads the rest itself
-    (`_server_environ`), where it imports dask anyway. The hash seed a configuration may set otherwise is named in
-    `GUESSED` for the server to check. This process's own environment is left as it was: its caller sets the
-    workers' environment in it (`worker_environ(pre_spawn_environ())`) before it imports numpy, as
-    `start_worker_server` would have."""
-    known = worker_environ(WORKER_MALLOC)  # the malloc thresholds are WORKER_MALLOC's whatever the configuration says
-    guessed = [k for k in known if k not in WORKER_MALLOC and k not in os.environ]
-    before = {k: os.environ.get(k) for k in [*known, GUESSED]}
-    try:
-        start_worker_server({**known, GUESSED: " ".join(guessed)})
-    finally:
-        for k, v in before.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
 
 
 @contextmanager

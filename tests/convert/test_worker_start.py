@@ -3,6 +3,7 @@ with the environment a spawned worker would start with."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import subprocess
@@ -14,19 +15,42 @@ import pytest
 from distributed import Worker
 
 from labzarr.convert.run.driver import local_cluster_config
+from labzarr.convert.run.server_fork import forkable
 from labzarr.convert.run.worker_start import PRELOAD, WORKER_MALLOC, pre_spawn_environ, worker_environ
 
 _SALT = "labzarr"  # hashed by each worker: the hash seed its process started with, not only the variable
+_BLOCK = 40 << 20  # above glibc's largest mmap threshold of its own (32 MiB), below WORKER_MALLOC's
 
 
-def _worker_state() -> tuple[list[str], dict[str, str | None], int, int, int, bool, int]:
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _mapped_alone(size: int) -> bool:
+    """Whether glibc gives a block of `size` bytes a mapping of its own (its mmap threshold is below `size`)."""
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = _MallInfo2
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(size)
+    try:
+        return bool(libc.mallinfo2().hblkhd - before >= size)
+    finally:
+        libc.free(block)
+
+
+def _worker_state() -> tuple[list[str], dict[str, str | None], int, int, int, bool, int, bool, bool, bool]:
     names = ("OMP_NUM_THREADS", "PYTHONHASHSEED", *WORKER_MALLOC)
     server = os.getppid()
     # The server's threads: one, or numpy's BLAS started a pool there (its thread count not set before numpy loaded).
     threads = int(next(line.split()[1] for line in Path(f"/proc/{server}/status").read_text().splitlines()
                        if line.startswith("Threads:")))
+    # A server started by exec runs multiprocessing's forkserver as its command; a forked one, its driver's.
+    forked = b"forkserver" not in Path(f"/proc/{server}/cmdline").read_bytes()
     return ([m for m in PRELOAD if m in sys.modules], {n: os.environ.get(n) for n in names}, server, hash(_SALT),
-            threads, gc.isenabled(), gc.get_freeze_count())
+            threads, gc.isenabled(), gc.get_freeze_count(), _mapped_alone(_BLOCK), forked, "requests" in sys.modules)
 
 
 def _hash_with_seed(seed: str) -> int:
@@ -39,9 +63,9 @@ _STATES = """
 import json, os, sys
 sys.path.insert(0, {tests!r})
 if __name__ == "__main__":
-    if {cli!r}:  # as `labzarr convert` starts it: before dask's configuration is read
-        from labzarr.convert.cli import _start_workers_early
-        _start_workers_early()
+    if {cli!r}:  # as `labzarr convert` starts it, having started again with the workers' seed
+        from labzarr.convert.cli import _start_workers
+        _start_workers()
     from distributed import Client
     from labzarr.convert.run.driver import local_cluster
     from convert.test_worker_start import _worker_state
@@ -58,16 +82,21 @@ def test_workers_start_with_their_modules_imported(tmp_path, cli: bool, configur
     """In a process of its own: the worker server is per process, and a test process may have started one of
     its own kind already (a forkserver DataLoader), whose workers then import their modules themselves.
 
-    A hash seed in dask's configuration and not in the environment (`configured`): `labzarr convert` starts the
-    worker server before it reads the configuration, with dask's default seed, and the server, finding it
-    configured otherwise, starts itself again with the configured one (`_server_environ`)."""
+    `labzarr convert` starts again with dask's default hash seed where its caller set none (`hash_seed.py`)
+    and forks the worker server from itself (`server_fork.py`). A hash seed in dask's configuration and not in the
+    environment (`configured`) is found only once the configuration is read: the server is then started by exec,
+    with the configured seed."""
     import json
 
-    assert PRELOAD[0] == "labzarr.convert.run._server_environ"
+    from labzarr.convert.run.hash_seed import CHOSEN
+
+    assert PRELOAD[0] == "labzarr.convert.run._server_heap"
     assert PRELOAD[-1] == "labzarr.convert.run._server_exit"
     script = tmp_path / "states.py"
     script.write_text(_STATES.format(tests=str(Path(__file__).parents[1]), cli=cli))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    if cli:  # as the command started again (`restart_with_workers_seed`)
+        env |= {"PYTHONHASHSEED": "6640", CHOSEN: "1"}
     if configured:
         (tmp_path / "dask").mkdir()
         (tmp_path / "dask" / "seed.yaml").write_text(
@@ -78,13 +107,13 @@ def test_workers_start_with_their_modules_imported(tmp_path, cli: bool, configur
     states, driver, driver_seed = json.loads(out.stdout.strip().splitlines()[-1])
     seed = configured or "6640"
     assert len(states) == 2
-    for modules, worker_env, parent, hashed, threads, collecting, frozen in states.values():
+    for modules, worker_env, parent, hashed, threads, collecting, frozen, mapped, forked, requests in states.values():
         # The server's own exit module is imported by the server and by nothing a task runs.
         assert modules == list(PRELOAD)
         # As a spawned worker's.
         with dask.config.set(local_cluster_config(crash_retries=1)):
             pre_spawn = dask.config.get("distributed.nanny.pre-spawn-environ") | {"PYTHONHASHSEED": seed}
-            expected = worker_environ(pre_spawn, env)
+            expected = worker_environ(pre_spawn, {k: v for k, v in env.items() if k != "PYTHONHASHSEED"})
         assert worker_env == {k: v for k, v in expected.items() if k in worker_env}
         assert worker_env["OMP_NUM_THREADS"] == "1" and worker_env["PYTHONHASHSEED"] == seed == driver_seed
         assert hashed == _hash_with_seed(seed)  # the server started with it: its workers hash with it
@@ -93,6 +122,70 @@ def test_workers_start_with_their_modules_imported(tmp_path, cli: bool, configur
         # The server imported with its collector off, then froze what it imported (`_server_heap`): a worker
         # collects, and leaves the server's hundreds of thousands of objects out of its collections.
         assert collecting and frozen > 100_000
+        # As glibc reads MALLOC_MMAP_THRESHOLD_ at a spawned worker's start: a forked server sets it with `mallopt`.
+        assert not mapped
+        assert forked == (cli and configured is None)
+        assert not requests  # pydicom loaded without it (`_server_pydicom`)
+
+
+def test_only_variables_read_at_start_that_nothing_sets_later_keep_the_server_from_being_forked() -> None:
+    started = {"PYTHONHASHSEED": "6640", "MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "4", "HOME": "/h"}
+    same = dict(started)
+    assert forkable(started, same) == frozenset()
+    # mallopt sets the malloc thresholds in the server; the BLAS counts are read when numpy loads.
+    assert forkable(started, {**same, "MALLOC_TRIM_THRESHOLD_": "67108864", "MALLOC_MMAP_THRESHOLD_": "67108864",
+                              "OMP_NUM_THREADS": "1"}) == frozenset()
+    assert forkable(started, {**same, "PYTHONHASHSEED": "123", "PYTHONMALLOC": "malloc"}) == {"PYTHONHASHSEED",
+                                                                                             "PYTHONMALLOC"}
+
+
+_THREADED = """
+import threading
+from labzarr.convert.run.server_fork import fork_worker_server
+stop = threading.Event()
+thread = threading.Thread(target=stop.wait)
+thread.start()
+print(fork_worker_server({}))
+stop.set()
+"""
+
+
+def test_a_process_running_threads_does_not_fork_its_server() -> None:
+    """A fork keeps only the forking thread: whatever another thread held (a lock, a half-written buffer) stays held."""
+    out = subprocess.run([sys.executable, "-c", _THREADED], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False"]
+
+
+_RESTART = """
+import os
+from labzarr.convert.run.hash_seed import restart_with_workers_seed
+print(os.environ.get("PYTHONHASHSEED"), os.environ.get("LABZARR_SEED_CHOSEN"), hash({salt!r}), flush=True)
+restart_with_workers_seed()
+"""
+
+
+@pytest.mark.parametrize("caller", [None, "0", "123"])
+def test_the_command_starts_again_with_the_workers_seed_where_its_caller_set_none(caller: str | None) -> None:
+    from labzarr.convert.run.hash_seed import caller_environ, forget_chosen_seed
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHASHSEED", "LABZARR_SEED_CHOSEN")}
+    if caller is not None:
+        env["PYTHONHASHSEED"] = caller
+    out = subprocess.run([sys.executable, "-c", _RESTART.format(salt=_SALT)], capture_output=True, text=True,
+                         timeout=120, check=True, env=env)
+    lines = [line.split() for line in out.stdout.splitlines()]
+    if caller == "123":  # the caller's seed is kept, as dask's nanny keeps it
+        assert len(lines) == 1 and lines[0][:2] == ["123", "None"]
+    else:  # started again, once, hashing as a worker does
+        assert len(lines) == 2 and lines[1] == ["6640", "1", str(_hash_with_seed("6640"))]
+    restarted = {"PYTHONHASHSEED": "6640", "LABZARR_SEED_CHOSEN": "1", "HOME": "/h"}
+    assert caller_environ(restarted) == {"HOME": "/h"}
+    forget_chosen_seed(restarted)
+    assert restarted == {"HOME": "/h"}
+    own = {"PYTHONHASHSEED": "123"}
+    forget_chosen_seed(own)
+    assert own == {"PYTHONHASHSEED": "123"}
+    assert caller_environ({"PYTHONHASHSEED": "123", "HOME": "/h"}) == {"PYTHONHASHSEED": "123", "HOME": "/h"}
 
 
 def test_the_cli_starts_the_server_with_the_clusters_environment() -> None:
