@@ -33,7 +33,7 @@ from labzarr.store import read_index
 from ..conftest import Delivery, make_delivery
 from ..corpus._util import jpeg, put
 
-MODES = ("group", "driver", "worker")
+MODES = ("worker", "group", "driver")  # a worker first: its trial falls early in the run, while workers run
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,24 @@ def wait_for_lock(d: Delivery, proc: subprocess.Popen[bytes]) -> float:
 
 
 def workers_of(pid: int) -> list[psutil.Process]:
+    """The embedded cluster's worker processes: the children of the driver's children (its worker server, forked or
+    exec'd, has them). The driver's direct children are that server and multiprocessing's resource tracker."""
     try:
-        kids = psutil.Process(pid).children(recursive=True)
+        servers = psutil.Process(pid).children()
     except psutil.NoSuchProcess:
         return []
-    return [k for k in kids if "spawn_main" in " ".join(_cmdline(k))]
+    kids = []
+    for server in servers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            kids += [k for k in server.children() if _alive(k)]
+    return kids
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _cmdline(proc: psutil.Process) -> list[str]:
@@ -110,15 +123,19 @@ def kill_trials(tmp_path: Path, client: object, n: int, seed: int) -> list[str]:
         wait_for_lock(d, proc)
         time.sleep(delay)
         arrays_before = len(list((d.store / "volumes").glob("*"))) if (d.store / "volumes").exists() else 0
+        killed = 0
         if mode == "group":
             os.killpg(proc.pid, signal.SIGKILL)
         elif mode == "driver":
             proc.send_signal(signal.SIGKILL)
         else:
-            victims = workers_of(proc.pid)
+            # The workers may still be starting: the first to be up is killed.
+            while not (victims := workers_of(proc.pid)) and proc.poll() is None:
+                time.sleep(0.01)
             if victims:
                 with contextlib.suppress(psutil.NoSuchProcess):  # it may have exited on its own since
                     rng.choice(victims).send_signal(signal.SIGKILL)
+                    killed = 1
         code = proc.wait(timeout=300)
         if mode == "worker":
             assert code == 0, f"trial {i}: a killed worker must not fail the run (exit {code})"
@@ -132,7 +149,7 @@ def kill_trials(tmp_path: Path, client: object, n: int, seed: int) -> list[str]:
         assert report.ok and report.leftovers == 0, report.describe()
         assert not list(d.store.rglob("*.partial"))
         assert not any((d.store / ".labzarr" / "staging").iterdir())
-        log.append(f"{mode}@{delay:.2f}s/{arrays_before}arrays/exit{code}")
+        log.append(f"{mode}@{delay:.2f}s/{arrays_before}arrays/exit{code}/killed{killed}")
     return log
 
 
@@ -156,6 +173,8 @@ def test_a_kill_trial_of_each_mode(tmp_path: Path, dask_client) -> None:
     """One trial per way of dying (the process group, the driver, a worker); `make stress` runs fifty."""
     log = kill_trials(tmp_path, dask_client, n=len(MODES), seed=3)
     assert sorted(entry.split("@")[0] for entry in log) == sorted(MODES)
+    worker_trial = next(entry for entry in log if entry.startswith("worker@"))
+    assert worker_trial.endswith("/killed1"), f"the worker trial killed no worker: {worker_trial}"
 
 
 @pytest.mark.slow
