@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from ._batched import Compiled, Placement, route
+from ._batched import read as read_compiled
 from .chunks.codecs import ChunkDamage, chunk_decoder
 from .chunks.shard import ABSENT, decode_index
 from .format.layout import Layout, UnsupportedLayout
@@ -254,6 +256,19 @@ def _read(chunks: list[_Chunk]) -> None:
             box[target] = decoded[inner]
 
 
+def _read_python(plans: Sequence[tuple[ArrayReader, Selection, _Region, npt.NDArray[Any]]], mapper: Mapper) -> None:
+    """The regions of `plans` read by the Python path: one task per file, through `mapper`."""
+    last: dict[tuple[int, tuple[int, ...]], int] = {}  # each file's last request: its chunks are then all known
+    for n, (array, _, region, _) in enumerate(plans):
+        if array._direct is not None:
+            last.update((file, n) for file in array._direct.files(region))
+    due: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+    for file, n in last.items():
+        due.setdefault(n, []).append(file)
+    for _ in mapper(_read, _tasks(plans, due)):
+        pass  # consumed for the errors: a read or decode that raised re-raises here, in the caller's thread
+
+
 class _Direct:
     """The labzarr read path for one array: shard indexes, byte ranges, numcodecs, numpy.
 
@@ -262,8 +277,8 @@ class _Direct:
     seal), an absent file reads as fill value, as zarr reads it.
     """
 
-    __slots__ = ("transport", "path", "layout", "stored", "slots", "decoder", "_prefix", "_indexes", "_item",
-                 "_strides")
+    __slots__ = ("transport", "path", "layout", "stored", "slots", "decoder", "batched", "_prefix", "_indexes",
+                 "_item", "_strides")
 
     def __init__(self, transport: Transport, path: str, layout: Layout, slots: Mapping[int, str] | None = None) -> None:
         self.transport, self.path, self.layout = transport, path, layout
@@ -276,6 +291,10 @@ class _Direct:
         self._strides = tuple(math.prod(per[a + 1:]) for a in range(len(per)))
         self.decoder = chunk_decoder(layout.codecs, math.prod(layout.chunks) * layout.stored_dtype.itemsize)
         self.stored = self._record()
+        why = route(self)
+        if why is not None:
+            log.debug("%s: array %r: batches read by the Python path: %s", transport.where, path, why)
+        self.batched = None if why is not None else Compiled(self)
 
     def _record(self) -> StoredFiles | None:
         value = self.layout.attributes.get(STORED)
@@ -709,18 +728,20 @@ class StoreReader:
         if out is not None and len(out) != len(requests):
             raise ValueError(f"{len(out)} out arrays for {len(requests)} requests")
         plans = []
-        last: dict[tuple[int, tuple[int, ...]], int] = {}  # each file's last request: its chunks are then all known
+        placements = []
         for n, (name, selection) in enumerate(requests):
             array = self.array(name)
             region, dest = array._prepare(selection, None if out is None else out[n])
             plans.append((array, selection, region, dest))
-            if array._direct is not None:
-                last.update((file, n) for file in array._direct.files(region))
-        due: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
-        for file, n in last.items():
-            due.setdefault(n, []).append(file)
-        for _ in mapper(_read, _tasks(plans, due)):
-            pass  # consumed for the errors: a read or decode that raised re-raises here, in the caller's thread
+            if array._direct is not None and array._direct.batched is not None:
+                placements.append(Placement(n, array._direct, array._direct.batched, region, dest))
+        compiled = {p.n for p in placements}
+        again = read_compiled(placements, mapper) if placements else []
+        # The Python path: the arrays the compiled one does not take, and the regions of any chunk it declined
+        # (read again whole: the error raised is then the one this path always raised).
+        rest = [plan for n, plan in enumerate(plans) if n not in compiled or n in again]
+        if rest:
+            _read_python(rest, map if again else mapper)
         return [dest for *_, dest in plans]
 
     def path_used(self, name: str) -> Literal["labzarr", "zarr"]:
