@@ -17,8 +17,8 @@ Invariants:
 - Bytes are the Python path's exactly; tests/store/test_batched_kernel.py checks them against it and zarr-python
   across dtypes, edge regions, shard layouts and fill values.
 - A chunk the kernel cannot place (short read, crc32c mismatch, a blosc header or decode that is not the
-  chunk's) is not an error here: every region that chunk fills is read again by the Python path, which raises
-  the error it always raised (or reads what the kernel declined). Damage is never returned as voxels.
+  chunk's) is not an error here: the batch is read again, whole, by the Python path, which raises the error it
+  always raised, naming the same chunk (or reads what the kernel declined). Damage is never returned as voxels.
 - `route` is the one place that says which arrays take this path: a store in a local folder (its transport
   hands out file descriptors), sharded, the default chain (blosc, then crc32c), native byte order, elements of
   at most 8 bytes, at most `MAX_NDIM` axes, on an x86-64 CPU with SSE4.2, with c-blosc's entry found in
@@ -151,16 +151,15 @@ class Placement:
     dest: npt.NDArray[Any]
 
 
-def read(placements: Sequence[Placement], mapper: Callable[[Callable[[Any], None], Any], Any]) -> list[int]:
-    """Read every placement's region into its destination; returns the placements (their `n`) that must be read
-    again by the Python path (a chunk of theirs the kernel declined). `mapper` runs the kernel's share-out: each
-    task it is handed runs the kernel until the batch's chunks are all taken."""
+def read(placements: Sequence[Placement], mapper: Callable[[Callable[[Any], None], Any], Any]) -> bool:
+    """Read every placement's region into its destination; returns whether the kernel declined a chunk (the
+    batch must then be read again by the Python path). `mapper` runs the kernel's share-out: each task it is
+    handed runs the kernel until the batch's chunks are all taken."""
     rows: list[list[int]] = []
     arrays: dict[int, int] = {}
     geometry: list[list[int]] = []
     shards: list[tuple[int, int]] = []
     taken: list[tuple[Descriptors, int]] = []
-    kept: list[Placement] = []
     try:
         for p in placements:
             lay = p.direct.layout
@@ -177,7 +176,6 @@ def read(placements: Sequence[Placement], mapper: Callable[[Callable[[Any], None
             rows.append([a, box.__array_interface__["data"][0], len(shards), *p.region.start, *pad,
                          *p.region.stop, *pad, *box.strides, *pad, *first, *pad,
                          *(h - f + 1 for f, h in zip(first, last)), *pad])
-            kept.append(p)
             direct = p.direct
             descriptors = direct.transport.descriptors()
             assert descriptors is not None  # `route` admitted only transports that have them
@@ -190,15 +188,15 @@ def read(placements: Sequence[Placement], mapper: Callable[[Callable[[Any], None
                     taken.append((descriptors, fd))
                 shards.append((fd, index))
         if not rows:
-            return []
-        return _run(kept, rows, geometry, shards, mapper)
+            return False
+        return _run(rows, geometry, shards, mapper)
     finally:
         for descriptors, fd in taken:
             descriptors.give(fd)
 
 
-def _run(kept: Sequence[Placement], rows: list[list[int]], geometry: list[list[int]], shards: list[tuple[int, int]],
-         mapper: Callable[[Callable[[Any], None], Any], Any]) -> list[int]:
+def _run(rows: list[list[int]], geometry: list[list[int]], shards: list[tuple[int, int]],
+         mapper: Callable[[Callable[[Any], None], Any], Any]) -> bool:
     kernel = _kernel()
     entries = _entries()
     assert entries is not None  # `route` admitted nothing without them
@@ -222,8 +220,4 @@ def _run(kept: Sequence[Placement], rows: list[list[int]], geometry: list[list[i
 
     for _ in mapper(run, tokens()):
         pass
-    failed = np.flatnonzero(status)
-    if not len(failed):
-        return []
-    again = {int(parts[j]) for k in failed for j in range(chunks[k, kernel.C_FIRST], chunks[k, kernel.C_END])}
-    return sorted(kept[r].n for r in again)
+    return bool(status.any())

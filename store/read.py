@@ -735,13 +735,14 @@ class StoreReader:
             plans.append((array, selection, region, dest))
             if array._direct is not None and array._direct.batched is not None:
                 placements.append(Placement(n, array._direct, array._direct.batched, region, dest))
+        declined = read_compiled(placements, mapper) if placements else False
         compiled = {p.n for p in placements}
-        again = read_compiled(placements, mapper) if placements else []
-        # The Python path: the arrays the compiled one does not take, and the regions of any chunk it declined
-        # (read again whole: the error raised is then the one this path always raised).
-        rest = [plan for n, plan in enumerate(plans) if n not in compiled or n in again]
+        # The Python path reads the arrays the compiled one does not take; and, when the compiled one declined a
+        # chunk, the whole batch again, as it would have alone: it raises the error it always raised, naming the
+        # same chunk (a short read names the first chunk of the range it was in, which depends on the batch).
+        rest = plans if declined else [plan for n, plan in enumerate(plans) if n not in compiled]
         if rest:
-            _read_python(rest, map if again else mapper)
+            _read_python(rest, mapper)
         return [dest for *_, dest in plans]
 
     def path_used(self, name: str) -> Literal["labzarr", "zarr"]:
