@@ -80,7 +80,7 @@ def test_a_batch_of_several_arrays_shares_chunks_once(tmp_path: Path) -> None:
     za = write(root, kind("volume", dtype="int16"), name="a")
     zb = write(root, kind("volume", dtype="float32", written="part", fill=2.5), name="b")
     requests: list[tuple[str, Any]] = []
-    for name, z in (("a", za), ("b", zb)):
+    for name in ("a", "b"):
         requests += [(name, (slice(None), slice(3, 30), slice(0, 20), slice(4, 19))),
                      (name, (1, slice(10, 37), 5, slice(None))), (name, (slice(None), slice(3, 30)))]
     want = [np.asarray({"a": za, "b": zb}[name][sel]) for name, sel in requests]
