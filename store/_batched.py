@@ -116,7 +116,7 @@ class Compiled:
     __slots__ = ("tables", "fill", "fill_at", "geometry")
 
     def __init__(self, direct: _Direct) -> None:
-        self.tables: dict[tuple[int, ...], npt.NDArray[np.int64]] = {}
+        self.tables: dict[tuple[int, ...], tuple[str, int, npt.NDArray[np.int64] | None]] = {}
         lay = direct.layout
         self.fill = np.array([lay.fill_value], dtype=lay.dtype).view(np.uint8)
         self.fill_at = self.fill.__array_interface__["data"][0]
@@ -127,17 +127,18 @@ class Compiled:
             geometry += [*values, *([1] * (_MAX_NDIM - nd))]
         self.geometry = geometry
 
-    def table(self, direct: _Direct, key: str, shard: tuple[int, ...]) -> int:
-        """The address of `shard`'s index as (offset, nbytes) int64 pairs (0: never written); reads and checks it
-        through `_Direct._index` (cached there), which raises today's errors for a damaged one."""
+    def shard(self, direct: _Direct, shard: tuple[int, ...]) -> tuple[str, int]:
+        """`shard`'s key, and the address of its index as (offset, nbytes) int64 pairs (0: never written); the
+        index is read and checked through `_Direct._index` (which raises today's errors for a damaged one) the
+        first time, then kept."""
         found = self.tables.get(shard)
         if found is None:
+            key = direct._prefix + direct.layout.key(shard)
             index = direct._index(key, shard)
-            if index is None:
-                return 0
-            found = self.tables[shard] = np.array(index, dtype=np.uint64).view(np.int64)
-        address: int = found.__array_interface__["data"][0]
-        return address
+            table = None if index is None else np.array(index, dtype=np.uint64).view(np.int64)
+            address = 0 if table is None else int(table.__array_interface__["data"][0])
+            found = self.tables[shard] = (key, address, table)  # the table kept alive with its address
+        return found[0], found[1]
 
 
 @dataclass(slots=True)
@@ -159,39 +160,41 @@ def read(placements: Sequence[Placement], mapper: Callable[[Callable[[Any], None
     arrays: dict[int, int] = {}
     geometry: list[list[int]] = []
     shards: list[tuple[int, int]] = []
-    taken: list[tuple[Descriptors, int]] = []
+    taken: dict[str, tuple[Descriptors, int]] = {}  # each file's descriptor, taken once for the batch
     try:
         for p in placements:
-            lay = p.direct.layout
-            if p.dest.size == 0:
+            dest, region = p.dest, p.region
+            if dest.size == 0:
                 continue
             a = arrays.get(id(p.compiled))
             if a is None:
                 a = arrays[id(p.compiled)] = len(geometry)
                 geometry.append(p.compiled.geometry)
-            box = p.dest[tuple(None if one else slice(None) for one in p.region.picked)]
-            pad = [0] * (_MAX_NDIM - len(box.shape))
-            first = [lo // g for lo, g in zip(p.region.start, lay.grid)]
-            last = [(hi - 1) // g for hi, g in zip(p.region.stop, lay.grid)]
-            rows.append([a, box.__array_interface__["data"][0], len(shards), *p.region.start, *pad,
-                         *p.region.stop, *pad, *box.strides, *pad, *first, *pad,
-                         *(h - f + 1 for f, h in zip(first, last)), *pad])
             direct = p.direct
-            descriptors = direct.transport.descriptors()
-            assert descriptors is not None  # `route` admitted only transports that have them
+            grid = direct.layout.grid
+            kept = iter(dest.strides)  # an axis an int picked is not in `dest`: one voxel, any stride
+            strides = [0 if one else next(kept) for one in region.picked]
+            pad = [0] * (_MAX_NDIM - len(strides))
+            first = [lo // g for lo, g in zip(region.start, grid)]
+            last = [(hi - 1) // g for hi, g in zip(region.stop, grid)]
+            rows.append([a, dest.__array_interface__["data"][0], len(shards), *region.start, *pad, *region.stop,
+                         *pad, *strides, *pad, *first, *pad, *(h - f + 1 for f, h in zip(first, last)), *pad])
             for shard in itertools.product(*(range(f, h + 1) for f, h in zip(first, last))):
-                key = direct._prefix + lay.key(shard)
-                index = p.compiled.table(direct, key, shard)
+                key, index = p.compiled.shard(direct, shard)
                 fd = -1
                 if index:
-                    fd = descriptors.take(key)
-                    taken.append((descriptors, fd))
+                    held = taken.get(key)
+                    if held is None:
+                        descriptors = direct.transport.descriptors()
+                        assert descriptors is not None  # `route` admitted only transports that have them
+                        held = taken[key] = (descriptors, descriptors.take(key))
+                    fd = held[1]
                 shards.append((fd, index))
         if not rows:
             return False
         return _run(rows, geometry, shards, mapper)
     finally:
-        for descriptors, fd in taken:
+        for descriptors, fd in taken.values():
             descriptors.give(fd)
 
 
