@@ -102,10 +102,11 @@ def _entries() -> tuple[int, int] | None:
 
 
 @functools.cache
-def _kernel() -> ModuleType:
-    from . import _batched_kernel  # imports numba
+def _kernel() -> tuple[ModuleType, npt.NDArray[np.uint32]]:
+    """The kernels' module (importing numba), and the crc32c kernel's tables for this process."""
+    from . import _batched_kernel
 
-    return _batched_kernel
+    return _batched_kernel, _batched_kernel.shifts()
 
 
 class Compiled:
@@ -200,7 +201,7 @@ def read(placements: Sequence[Placement], mapper: Callable[[Callable[[Any], None
 
 def _run(rows: list[list[int]], geometry: list[list[int]], shards: list[tuple[int, int]],
          mapper: Callable[[Callable[[Any], None], Any], Any]) -> bool:
-    kernel = _kernel()
+    kernel, tables = _kernel()
     entries = _entries()
     assert entries is not None  # `route` admitted nothing without them
     pread, decompress = entries
@@ -219,7 +220,7 @@ def _run(rows: list[list[int]], geometry: list[list[int]], shards: list[tuple[in
             yield None
 
     def run(_: None) -> None:
-        kernel.work(arrays, regions, chunks, parts, status, counter, pread, decompress)
+        kernel.work(arrays, regions, chunks, parts, status, counter, pread, decompress, tables)
 
     for _ in mapper(run, tokens()):
         pass

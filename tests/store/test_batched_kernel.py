@@ -148,14 +148,20 @@ def test_damage_in_a_batch_raises_the_python_paths_error(tmp_path: Path, target:
     assert messages[0] == messages[1]
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 1000, 65536 + 3])
+STRIPES = 3 * 2048  # `_batched_kernel.STRIPE`'s blocks: lengths around them run both the joined and the plain loop
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 1000, STRIPES - 1, STRIPES, STRIPES + 1,
+                               2 * STRIPES + 13, 33554, 65536 + 3])
 def test_the_kernels_crc32c_is_the_packages(n: int) -> None:
     from labzarr.store import _batched_kernel
 
+    assert _batched_kernel.STRIPE * 3 == STRIPES
+    tables = _batched_kernel.shifts()
     data = np.random.default_rng(n).integers(0, 256, n + 3, dtype=np.uint8)
     for start in (0, 1, 3):  # unaligned starts too
         view = data[start:start + n]
-        assert _batched_kernel._crc32c(view.ctypes.data, n) == crc32c.crc32c(view.tobytes())
+        assert _batched_kernel._crc32c(tables, view.ctypes.data, n) == crc32c.crc32c(view.tobytes())
 
 
 def test_a_zip_of_the_same_store_reads_the_same_batches(tmp_path: Path) -> None:
