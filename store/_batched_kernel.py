@@ -298,7 +298,7 @@ def shifts() -> Any:  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True)
-def _advance(tables: Any, t: int, crc: int) -> int:  # pragma: no cover - compiled
+def _advance(tables: Any, t: int, crc: int) -> Any:  # pragma: no cover - compiled
     return (tables[t, 0, crc & 0xFF] ^ tables[t, 1, (crc >> 8) & 0xFF] ^ tables[t, 2, (crc >> 16) & 0xFF]
             ^ tables[t, 3, (crc >> 24) & 0xFF])
 
