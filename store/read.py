@@ -19,7 +19,10 @@ Invariants:
   reads (`StoreReader.read_many`) runs one task per file read (a chunk file, or a shard's touched chunks:
   fetch, decode, place) through the caller's `map`, which may be a thread pool's; the tasks come from an
   iterator that plans the regions, each file's task yielded once the last region touching it is planned, so
-  each stored chunk is decoded once however many regions share it.
+  each stored chunk is decoded once however many regions share it. The arrays `_batched.route` admits (a local
+  folder's sharded blosc + crc32c arrays) are read instead by compiled kernels holding no GIL, each task of the
+  caller's `map` one thread's run over the batch's chunks (`_batched.py` says why, and how damage still raises
+  this path's errors).
 - A shard's index is fetched once per reader and kept; then each read fetches only the byte ranges of the
   chunks it touches (contiguous ranges merged into one request), never a whole shard. A reader therefore sees a
   shard as it was when first touched; open a new reader to see a rewritten store.
@@ -175,7 +178,8 @@ _Part = tuple[npt.NDArray[Any], tuple[slice, ...], tuple[slice, ...]]  # (box, w
 Mapper = Callable[[Callable[[Any], None], Iterable[Any]], Iterable[None]]
 """How a batch runs its reads: the builtin `map`, or a thread pool's that pulls the tasks (an iterator that plans
 the next regions as it goes) under a lock: reads, decodes and copies are `pread`, numcodecs and numpy, which
-release the GIL."""
+release the GIL, or a compiled kernel's run that holds none (`_batched.py`). A mapper may also list the tasks
+first (each is then run in turn)."""
 
 
 @dataclass(slots=True)
