@@ -737,7 +737,9 @@ class StoreReader:
             array = self.array(name)
             region, dest = array._prepare(selection, None if out is None else out[n])
             plans.append((array, selection, region, dest))
-            if array._direct is not None and array._direct.batched is not None:
+            # A read-only `out` is left to the Python path, whose assignment refuses it (the kernels write through
+            # its address).
+            if array._direct is not None and array._direct.batched is not None and dest.flags.writeable:
                 placements.append(Placement(n, array._direct, array._direct.batched, region, dest))
         declined = read_compiled(placements, mapper) if placements else False
         compiled = {p.n for p in placements}

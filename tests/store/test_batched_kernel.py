@@ -106,6 +106,16 @@ def test_the_route_names_why_an_array_is_read_by_the_python_path(tmp_path: Path,
     same(reader.read_many([(NAME, sel)]), [np.asarray(z[sel])], [sel])
 
 
+def test_a_read_only_destination_is_refused_as_before(tmp_path: Path) -> None:
+    write(tmp_path / "s.zarr", kind("volume"))
+    sel = (0, slice(0, 4), slice(0, 4), slice(0, 4))
+    out = np.zeros((4, 4, 4), np.int16)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        StoreReader(tmp_path / "s.zarr").read_many([(NAME, sel)], out=[out])
+    assert not out.any()
+
+
 def damage(root: Path, target: str) -> None:
     """Damage chunk (0, 1, 0, 1) of the first shard of `kind("volume")`-like arrays of 8³ chunks, 16³ shards."""
     per = 2 * 2 * 2
