@@ -4,8 +4,9 @@ blosc decode and copy into the batch, for the arrays `route` admits; the rest of
 Why hand-written: a batch's Python path (`read.py`'s `_read`) runs a few lines of Python per chunk between the
 calls that release the GIL (pread, blosc, numpy's copies), and the crc32c package keeps the GIL on purpose (a
 chunk's checksum costs less than handing the GIL over). On one thread that Python is cheap; on two, the threads
-queue for the GIL once a chunk each, and the process spent 1.6x the CPU per sample of one thread (`make bench`,
-loaders section, batched-reads group; docs/benchmarks.md has the figures before and after). Here Python plans a
+queue for the GIL once a chunk each, and a second thread cost more CPU a sample than it saved in time (`make
+bench`, loaders section, batched-reads group; docs/benchmarks.md has the figures before and after, and what
+loading numba costs a process). Here Python plans a
 batch region by region (shard indexes, open files: what may raise today's errors), then one compiled call lists
 the chunks the regions touch, each once, and each read thread makes one GIL-free call that takes chunks off a
 shared counter until none is left: pread (libc), crc32c (SSE4.2's crc32 instruction), `blosc_decompress_ctx`
