@@ -36,14 +36,15 @@ R_COLUMNS = 3 + 5 * MAX_NDIM
 # chunks are read from and the address of its index (0 for a shard never written: every chunk is fill value).
 S_FD, S_INDEX = 0, 1
 S_COLUMNS = 2
-# `chunks`, what `plan` returns, a row per stored chunk the batch touches: its array, file, byte range (nbytes -1:
-# the fill value), and its parts' span in the `parts` array (the regions it fills), then its grid coordinates.
+# `chunks`, what `plan` returns, a row per stored chunk the batch touches: its array, file, byte range (offset -1,
+# the index's ABSENT: the fill value), and its parts' span in the `parts` array (the regions it fills), then its
+# grid coordinates.
 C_ARRAY, C_FD, C_OFFSET, C_NBYTES, C_FIRST, C_END, C_COORDS = 0, 1, 2, 3, 4, 5, 6
 C_COLUMNS = 6 + MAX_NDIM
 
 # What `work` reports per chunk: 0 placed; else why the Python path must read it again (it then raises the error
 # it always raised, or reads what the kernel could not).
-OK, SHORT_READ, TOO_SHORT, CRC_MISMATCH, HEADER, DECOMPRESS = 0, 1, 2, 3, 4, 5
+OK, SHORT_READ, TOO_SHORT, CRC_MISMATCH, HEADER, DECOMPRESS, TOO_LONG = 0, 1, 2, 3, 4, 5, 6
 
 cgutils: Any = _cgutils  # numba's code-generation helpers, unannotated
 
@@ -259,7 +260,7 @@ def plan(arrays: Any, regions: Any, shards: Any) -> Any:  # pragma: no cover - c
         index = shards[row, S_INDEX]
         offset = _ABSENT if index == 0 else _load_i64(index + 16 * local)
         if offset == _ABSENT:
-            chunks[k, C_OFFSET], chunks[k, C_NBYTES] = 0, -1
+            chunks[k, C_OFFSET], chunks[k, C_NBYTES] = _ABSENT, 0
         else:
             chunks[k, C_OFFSET], chunks[k, C_NBYTES] = offset, _load_i64(index + 16 * local + 8)
     return chunks, parts
@@ -382,12 +383,13 @@ def work(arrays: Any, regions: Any, chunks: Any, parts: Any, status: Any, counte
     nchunks = chunks.shape[0]
     if counter[0] >= nchunks:
         return
-    most = 0
     biggest = 0
     for k in range(nchunks):
-        most = max(most, chunks[k, C_NBYTES])
         biggest = max(biggest, arrays[chunks[k, C_ARRAY], A_NBYTES])
-    stored = np.empty(max(most, 1), np.uint8)
+    # c-blosc stores a chunk it cannot shrink as a copy after its header: no frame of a chunk is longer than
+    # the chunk and the header, and the crc32c's 4 bytes after it. A longer one (another writer's, or an index
+    # out of its mind) is declined unread, not allocated.
+    stored = np.empty(biggest + _BLOSC_HEADER + 4, np.uint8)
     decoded = np.empty(max(biggest, 1), np.uint8)
     while True:
         # Addresses taken afresh each time round: numba frees an array after its last use, so the buffers must
@@ -398,10 +400,13 @@ def work(arrays: Any, regions: Any, chunks: Any, parts: Any, status: Any, counte
             return
         a = chunks[k, C_ARRAY]
         n = chunks[k, C_NBYTES]
-        if n < 0:
+        if chunks[k, C_OFFSET] == _ABSENT:
             for j in range(chunks[k, C_FIRST], chunks[k, C_END]):
                 _place(arrays, regions, a, parts[j], chunks, k, 0, True)
             status[k] = OK
+            continue
+        if n < 0 or n > arrays[a, A_NBYTES] + _BLOSC_HEADER + 4:
+            status[k] = TOO_LONG
             continue
         if _pread(pread, chunks[k, C_FD], src, n, chunks[k, C_OFFSET]) != n:
             status[k] = SHORT_READ

@@ -123,6 +123,12 @@ def damage(root: Path, target: str) -> None:
     offset, nbytes = shard_entry(shard, per, 1 * 4 + 0 * 2 + 1)
     if target == "crc":
         flip(shard, offset + nbytes // 2)
+    elif target == "long":  # the index (its crc32c made to match) gives the chunk more bytes than a frame has
+        blob = bytearray(shard.read_bytes())
+        at = len(blob) - (16 * per + 4) + 16 * (1 * 4 + 0 * 2 + 1) + 8
+        blob[at:at + 8] = (nbytes + 5000).to_bytes(8, "little")
+        blob[-4:] = crc32c.crc32c(bytes(blob[-(16 * per + 4):-4])).to_bytes(4, "little")
+        shard.write_bytes(bytes(blob))
     elif target == "short":  # the shard cut inside the chunk, its index kept at the end: a short read
         blob = shard.read_bytes()
         shard.write_bytes(blob[:offset + nbytes // 2] + blob[-(16 * per + 4):])
@@ -137,6 +143,7 @@ def damage(root: Path, target: str) -> None:
 @pytest.mark.parametrize("target, expect", [
     pytest.param("crc", r"chunk \(0, 1, 0, 1\) in shard '.*c/0/0/0/0'.*crc32c mismatch", id="crc32c"),
     pytest.param("short", r"chunk \(0, [01], 0, [01]\) in shard .*cannot read it", id="short-read"),
+    pytest.param("long", r"chunk \(0, [01], 0, [01]\) in shard .*cannot read it", id="longer-than-a-frame"),
     pytest.param("header", r"chunk \(0, 1, 0, 1\) in shard .*blosc cannot decode it", id="header"),
 ])
 def test_damage_in_a_batch_raises_the_python_paths_error(tmp_path: Path, target: str, expect: str) -> None:
