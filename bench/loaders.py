@@ -35,7 +35,8 @@ is its own):
   the parent itself read `ds[0]` (best of `ROUNDS` runs each);
 - layout: one random 64³ patch of one volume per `[store]` layout, through
   labzarr's reader, with zarr-python and tensorstore in the note;
-- batched reads (`THREAD_VOLUMES` volumes of their own, default layout): num_workers
+- batched reads (`THREAD_VOLUMES` volumes of their own, default layout, so read by
+  the compiled batched path, `store/_batched.py`): num_workers
   0, 2 and 4, each with `ReadOptions(threads=1)` and with one decode thread per
   core in every process, against the decode limit (cores x 1000 / p50 ms of a
   bare pread + decode of the same chunks), each row's CPU per sample and the

@@ -32,8 +32,10 @@ class ReadOptions:
     `storage_options`: for a store at a URL, options for its fsspec filesystem (e.g. ``endpoint_url``).
     `threads`: threads decoding a batch's chunks in each process (``__getitems__``, which a DataLoader calls
     with each batch's keys); with 1, one thread of the pool decodes while the calling thread waits (numcodecs
-    decodes blosc with blosc's own threads in a main thread). Default (None): the cores this process may use
-    (``os.sched_getaffinity``), shared out among a DataLoader's workers.
+    decodes blosc with blosc's own threads in a main thread). A store in a local folder, in labzarr's default
+    layout, is read by compiled code holding no GIL (each thread one call a batch), so the threads scale with
+    the cores; a zip or URL store, or another codec chain, by Python between GIL-free calls. Default (None):
+    the cores this process may use (``os.sched_getaffinity``), shared out among a DataLoader's workers.
     """
 
     backend: Backend = "auto"

@@ -19,7 +19,10 @@ Invariants:
   reads (`StoreReader.read_many`) runs one task per file read (a chunk file, or a shard's touched chunks:
   fetch, decode, place) through the caller's `map`, which may be a thread pool's; the tasks come from an
   iterator that plans the regions, each file's task yielded once the last region touching it is planned, so
-  each stored chunk is decoded once however many regions share it.
+  each stored chunk is decoded once however many regions share it. The arrays `_batched.route` admits (a local
+  folder's sharded blosc + crc32c arrays) are read instead by compiled kernels holding no GIL, each task of the
+  caller's `map` one thread's run over the batch's chunks (`_batched.py` says why, and how damage still raises
+  this path's errors).
 - A shard's index is fetched once per reader and kept; then each read fetches only the byte ranges of the
   chunks it touches (contiguous ranges merged into one request), never a whole shard. A reader therefore sees a
   shard as it was when first touched; open a new reader to see a rewritten store.
@@ -43,6 +46,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from ._batched import Compiled, Placement, route
+from ._batched import read as read_compiled
 from .chunks.codecs import ChunkDamage, chunk_decoder
 from .chunks.shard import ABSENT, decode_index
 from .format.layout import Layout, UnsupportedLayout
@@ -173,7 +178,8 @@ _Part = tuple[npt.NDArray[Any], tuple[slice, ...], tuple[slice, ...]]  # (box, w
 Mapper = Callable[[Callable[[Any], None], Iterable[Any]], Iterable[None]]
 """How a batch runs its reads: the builtin `map`, or a thread pool's that pulls the tasks (an iterator that plans
 the next regions as it goes) under a lock: reads, decodes and copies are `pread`, numcodecs and numpy, which
-release the GIL."""
+release the GIL, or a compiled kernel's run that holds none (`_batched.py`). A mapper may also list the tasks
+first (each is then run in turn)."""
 
 
 @dataclass(slots=True)
@@ -254,6 +260,19 @@ def _read(chunks: list[_Chunk]) -> None:
             box[target] = decoded[inner]
 
 
+def _read_python(plans: Sequence[tuple[ArrayReader, Selection, _Region, npt.NDArray[Any]]], mapper: Mapper) -> None:
+    """The regions of `plans` read by the Python path: one task per file, through `mapper`."""
+    last: dict[tuple[int, tuple[int, ...]], int] = {}  # each file's last request: its chunks are then all known
+    for n, (array, _, region, _) in enumerate(plans):
+        if array._direct is not None:
+            last.update((file, n) for file in array._direct.files(region))
+    due: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+    for file, n in last.items():
+        due.setdefault(n, []).append(file)
+    for _ in mapper(_read, _tasks(plans, due)):
+        pass  # consumed for the errors: a read or decode that raised re-raises here, in the caller's thread
+
+
 class _Direct:
     """The labzarr read path for one array: shard indexes, byte ranges, numcodecs, numpy.
 
@@ -262,8 +281,8 @@ class _Direct:
     seal), an absent file reads as fill value, as zarr reads it.
     """
 
-    __slots__ = ("transport", "path", "layout", "stored", "slots", "decoder", "_prefix", "_indexes", "_item",
-                 "_strides")
+    __slots__ = ("transport", "path", "layout", "stored", "slots", "decoder", "batched", "_prefix", "_indexes",
+                 "_item", "_strides")
 
     def __init__(self, transport: Transport, path: str, layout: Layout, slots: Mapping[int, str] | None = None) -> None:
         self.transport, self.path, self.layout = transport, path, layout
@@ -276,6 +295,10 @@ class _Direct:
         self._strides = tuple(math.prod(per[a + 1:]) for a in range(len(per)))
         self.decoder = chunk_decoder(layout.codecs, math.prod(layout.chunks) * layout.stored_dtype.itemsize)
         self.stored = self._record()
+        why = route(self)
+        if why is not None:
+            log.debug("%s: array %r: batches read by the Python path: %s", transport.where, path, why)
+        self.batched = None if why is not None else Compiled(self)
 
     def _record(self) -> StoredFiles | None:
         value = self.layout.attributes.get(STORED)
@@ -709,18 +732,23 @@ class StoreReader:
         if out is not None and len(out) != len(requests):
             raise ValueError(f"{len(out)} out arrays for {len(requests)} requests")
         plans = []
-        last: dict[tuple[int, tuple[int, ...]], int] = {}  # each file's last request: its chunks are then all known
+        placements = []
         for n, (name, selection) in enumerate(requests):
             array = self.array(name)
             region, dest = array._prepare(selection, None if out is None else out[n])
             plans.append((array, selection, region, dest))
-            if array._direct is not None:
-                last.update((file, n) for file in array._direct.files(region))
-        due: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
-        for file, n in last.items():
-            due.setdefault(n, []).append(file)
-        for _ in mapper(_read, _tasks(plans, due)):
-            pass  # consumed for the errors: a read or decode that raised re-raises here, in the caller's thread
+            # A read-only `out` is left to the Python path, whose assignment refuses it (the kernels write through
+            # its address).
+            if array._direct is not None and array._direct.batched is not None and dest.flags.writeable:
+                placements.append(Placement(n, array._direct, array._direct.batched, region, dest))
+        declined = read_compiled(placements, mapper) if placements else False
+        compiled = {p.n for p in placements}
+        # The Python path reads the arrays the compiled one does not take; and, when the compiled one declined a
+        # chunk, the whole batch again, as it would have alone: it raises the error it always raised, naming the
+        # same chunk (a short read names the first chunk of the range it was in, which depends on the batch).
+        rest = plans if declined else [plan for n, plan in enumerate(plans) if n not in compiled]
+        if rest:
+            _read_python(rest, mapper)
         return [dest for *_, dest in plans]
 
     def path_used(self, name: str) -> Literal["labzarr", "zarr"]:

@@ -296,8 +296,12 @@ class FolderTransport:
     def where(self) -> str:
         return str(self.root)
 
-    def _take(self, key: str) -> int:
-        """The open descriptor of `key`, counted busy until `_give` (a pair, not a context manager: a read task
+    def descriptors(self) -> FolderTransport:
+        """This transport: its `take` and `give` hand out the descriptors it keeps open."""
+        return self
+
+    def take(self, key: str) -> int:
+        """The open descriptor of `key`, counted busy until `give` (a pair, not a context manager: a read task
         takes one per file, and a generator's frame per task is Python the read threads contend for)."""
         self._own()
         with self._lock:
@@ -310,8 +314,8 @@ class FolderTransport:
             self._busy[fd] = self._busy.get(fd, 0) + 1
         return fd
 
-    def _give(self, fd: int) -> None:
-        """The end of a read on `fd` from `_take`: a descriptor dropped meanwhile is closed once no read uses it."""
+    def give(self, fd: int) -> None:
+        """The end of a read on `fd` from `take`: a descriptor dropped meanwhile is closed once no read uses it."""
         with self._lock:
             self._busy[fd] -= 1
             if not self._busy[fd]:
@@ -339,7 +343,7 @@ class FolderTransport:
 
     def read_ranges(self, key: str, ranges: Sequence[Range]) -> list[bytes]:
         out = []
-        fd = self._take(key)
+        fd = self.take(key)
         try:
             for start, length in ranges:
                 if start < 0:
@@ -350,15 +354,15 @@ class FolderTransport:
                     raise EOFError(f"{self.root / key}: {len(data)} B at offset {start:,}, expected {length:,} B")
                 out.append(data)
         finally:
-            self._give(fd)
+            self.give(fd)
         return out
 
     def size(self, key: str) -> int:
-        fd = self._take(key)
+        fd = self.take(key)
         try:
             return os.fstat(fd).st_size
         finally:
-            self._give(fd)
+            self.give(fd)
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         base = self.root / prefix if prefix else self.root

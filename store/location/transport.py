@@ -18,9 +18,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["Range", "Transport"]
+__all__ = ["Descriptors", "Range", "Transport"]
 
 Range = tuple[int, int]  # (start, length); start < 0 with length 0 reads the last -start bytes
+
+
+class Descriptors(Protocol):
+    """Open file descriptors of a store's keys, for reading with `pread` outside Python (the compiled batched
+    read, `store/_batched.py`): a descriptor taken is open until given back, whatever else the transport closes."""
+
+    def take(self, key: str) -> int:
+        """The open descriptor of `key`, held until `give`; raises FileNotFoundError for a missing key."""
+
+    def give(self, fd: int) -> None:
+        """The end of a use of `fd` from `take`."""
 
 
 class Transport(Protocol):
@@ -44,3 +55,7 @@ class Transport(Protocol):
 
     def close(self) -> None:
         """Close what this process holds open (files, a connection); a later read opens it again."""
+
+    def descriptors(self) -> Descriptors | None:
+        """File descriptors of this store's keys (a local folder's), or None where keys are no files of their own
+        (a zip's members, a URL's objects)."""

@@ -385,6 +385,10 @@ class FsspecTransport:
         """Forget the filesystem."""
         self._fs = None
 
+    def descriptors(self) -> None:
+        """None: an object store's keys are no local files."""
+        return None
+
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "options": dict(self.options)}
 

@@ -119,6 +119,10 @@ class ZipTransport:
             os.close(self._fd)
         self._fd, self._members = None, None
 
+    def descriptors(self) -> None:
+        """None: a member is a byte range of the zip (possibly deflated), not a file of its own."""
+        return None
+
     def __del__(self) -> None:
         self.close()  # as for FolderTransport
 
