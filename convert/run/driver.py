@@ -51,6 +51,7 @@ from ..survey import readable
 from ..write.lock import LockInfo, store_lock
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, spill_dir, sweep
 from .cluster import MESSAGE_LOG, client_of, default_workers, local_cluster, local_cluster_config
+from .probe_table import ProbeTable
 from .starting import StartingCluster
 from .tally import Tally
 from .warnings_log import RunWarnings, run_warnings
@@ -280,6 +281,7 @@ def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, sp
     files_bytes = sum(c.entry.size for c in candidates)  # every file under raw, for summary.json
     # From here on the plan is all the driver keeps of each file: a walked entry and its probe (paths, headers,
     # magic bytes) would otherwise stay alive, per file, until the run ends.
+    probes.close()
     del candidates, probes
     if the_plan.repaired:
         log.info("%s: converting %d damaged item(s) again", store, len(the_plan.repaired))
@@ -436,8 +438,9 @@ def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
 
 
 def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
-           progress: Progress | None) -> dict[str, Probe]:
-    """Every readable candidate's probe, by rel: batches of files on the workers, a window of them in flight."""
+           progress: Progress | None) -> ProbeTable:
+    """Every readable candidate's probe, by rel (on disk until the plan reads it: `probe_table.py`): batches of files
+    on the workers, a window of them in flight."""
     todo = _to_probe(candidates)
     workers = len(client.scheduler_info().get("workers", {}))
     plugins = list(spec.run.readers)  # names: each batch builds its readers where it runs (`probe_with`)
@@ -445,7 +448,7 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
                     lambda batch: client.map(probe_with, batch, plugins=plugins, key=job_keys("probe", len(batch)),
                                              pure=False),
                     window_size(client, spec.run.window))
-    out: dict[str, Probe] = {}
+    out = ProbeTable(_spill_folder(spec.delivery.store))
     bytes_total = sum(c.entry.size for c in candidates
                       if not c.excluded_by and not c.entry.outside and not c.entry.special)
     bytes_done = 0
@@ -455,10 +458,11 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
     _import_writers()  # while the workers probe (a no-op where they were imported while the cluster started)
     running, in_flight = as_completed([f for f, _ in first]), len(first)
     for future in running:
-        for p in future.result():
-            out[p.rel] = p
-            bytes_done += p.size
+        probes: list[Probe] = future.result()
+        out.add(probes)
+        bytes_done += sum(p.size for p in probes)
         future.release()
+        del probes
         in_flight -= 1
         for more, _ in feeder.top_up(in_flight):
             running.add(more)
