@@ -51,6 +51,7 @@ from ..survey import readable
 from ..write.lock import LockInfo, store_lock
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, spill_dir, sweep
 from .cluster import MESSAGE_LOG, client_of, default_workers, local_cluster, local_cluster_config
+from .driver_malloc import give_back_freed
 from .probe_table import ProbeTable
 from .starting import StartingCluster
 from .tally import Tally
@@ -283,6 +284,7 @@ def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, sp
     # magic bytes) would otherwise stay alive, per file, until the run ends.
     probes.close()
     del candidates, probes
+    give_back_freed()  # the walk's and the probes' objects, a few per file (driver_malloc.py)
     if the_plan.repaired:
         log.info("%s: converting %d damaged item(s) again", store, len(the_plan.repaired))
     t_probe = time.perf_counter()
@@ -335,6 +337,7 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
             spilled.add(row, compared=False)
         planned = Planned.of(the_plan)
         del the_plan, jobs, volumes, batches
+        give_back_freed()  # the plan's records, a few per item
         return _finish(spec, client, lock, warned, spill, spilled, planned, staged, fingerprint=fingerprint,
                        files_bytes=files_bytes, labels=labels, converted=converted, parts=len(in_parts),
                        timings=(*timings, t_convert))
@@ -387,7 +390,8 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
                       split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
                       spec.manifest.metadata) as manifest:
         out = write_rows(final, manifest, numbering, written=volumes.written, folder=_spill_folder(store))
-        del final
+        del final, numbering
+        give_back_freed()  # each row's objects, made and dropped a row at a time
         _write_array_labels(client, store, out.labels)
         manifest_sha = manifest.sha256
         write_spilled(store, spill, out.stats_keys)
