@@ -82,11 +82,14 @@ def encoder(codec: object) -> Encode | None:
     return None
 
 
-def chunk_encoder(codecs: Sequence[object]) -> EncodePieces:
+def chunk_encoder(codecs: object) -> EncodePieces:
     """A chunk's encoder for an array whose `zarr.json` lists `codecs` (the `bytes` codec, then bytes-to-bytes
     ones, each as zarr-python runs it: `encoder`), as a function of the chunk's raw bytes giving the stored bytes in
     pieces to write one after the other: a trailing crc32c is its own piece, so a large chunk is not copied again
-    to append four bytes. Raises ValueError for a chain this module does not encode exactly as zarr does."""
+    to append four bytes. Raises ValueError for a chain this module does not encode exactly as zarr does, or for
+    `codecs` that is not a list of codecs."""
+    if not isinstance(codecs, Sequence) or isinstance(codecs, str):
+        raise ValueError(f"a chunk chain {codecs!r}; expected a list of codecs")
     first, *rest = codecs or [None]
     if not isinstance(first, Mapping) or first.get("name") != "bytes":
         raise ValueError(f"a chunk chain starting with {first!r}; expected the bytes codec")

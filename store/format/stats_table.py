@@ -23,7 +23,8 @@ from .table import Column, Strings, encode_strings
 if TYPE_CHECKING:
     from ..location import Location, Transport
 
-__all__ = ["Bins", "RecordTable", "StatsColumns", "StatsTable", "read_record_table", "read_records", "write_columns",
+__all__ = ["Bins", "RecordTable", "StatsColumns", "StatsTable", "read_record_table", "read_records", "rows_of_keys",
+           "write_columns",
            "write_records"]
 
 _FLOATS = ("mean", "m2", "min", "max")
@@ -217,31 +218,7 @@ class RecordTable:
 
     def rows_of(self, keys: Sequence[str]) -> npt.NDArray[np.int64]:
         """The row of each of `keys` that has a record (-1: no record, as for an item without statistics)."""
-        if not len(self.stats) or not len(keys):  # an empty table (no item had statistics): nothing to look up
-            return np.full(len(keys), -1, dtype=np.int64)
-        try:
-            wanted = np.array(keys, dtype=np.bytes_)  # ASCII keys (the usual): matched as numpy bytes, sorted once
-        except UnicodeEncodeError:
-            rows = self._rows_by_dict(keys)
-        else:
-            mine = _fixed_width(self.keys)
-            order = np.argsort(mine, kind="stable")
-            # the last of equal keys, as a dict of the records keeps it
-            at = np.maximum(np.searchsorted(mine[order], wanted, side="right") - 1, 0)
-            rows = np.where(mine[order][at] == wanted, order[at], -1).astype(np.int64)
-        out: npt.NDArray[np.int64] = np.where((rows >= 0) & (self.stats.has[np.maximum(rows, 0)] > 0), rows, -1)
-        return out
-
-    def _rows_by_dict(self, keys: Sequence[str]) -> npt.NDArray[np.int64]:
-        codes = np.asarray(self.keys.codes, dtype=np.int64)
-        present = np.flatnonzero(codes >= 0)
-        row_of_code = np.full(len(self.keys.distinct) + 1, -1, dtype=np.int64)  # the last: a key not here
-        row_of_code[codes[present]] = present
-        number = {k: n for n, k in enumerate(self.keys.distinct)}
-        missing = len(number)
-        rows: npt.NDArray[np.int64] = row_of_code[np.fromiter((number.get(k, missing) for k in keys), dtype=np.int64,
-                                                              count=len(keys))]
-        return rows
+        return rows_of_keys(self.keys, self.stats.has, keys)
 
     def records(self) -> dict[str, ItemStats]:
         """Every record by key."""
@@ -251,6 +228,36 @@ class RecordTable:
             out |= {k: s for k, s in zip(self.keys.strings(at), self.stats.many(at))
                     if k is not None and s is not None}
         return out
+
+
+def rows_of_keys(table_keys: Strings, has: npt.NDArray[np.uint8], keys: Sequence[str]) -> npt.NDArray[np.int64]:
+    """`RecordTable.rows_of` from a table's key column and `has` column alone: the row of each of `keys` whose key
+    is `table_keys`' (the last of equal keys, as a dict of the records keeps it) and that has a record, else -1."""
+    if not len(has) or not len(keys):  # an empty table (no item had statistics): nothing to look up
+        return np.full(len(keys), -1, dtype=np.int64)
+    try:
+        wanted = np.array(keys, dtype=np.bytes_)  # ASCII keys (the usual): matched as numpy bytes, sorted once
+    except UnicodeEncodeError:
+        rows = _rows_by_dict(table_keys, keys)
+    else:
+        mine = _fixed_width(table_keys)
+        order = np.argsort(mine, kind="stable")
+        at = np.maximum(np.searchsorted(mine[order], wanted, side="right") - 1, 0)
+        rows = np.where(mine[order][at] == wanted, order[at], -1).astype(np.int64)
+    out: npt.NDArray[np.int64] = np.where((rows >= 0) & (has[np.maximum(rows, 0)] > 0), rows, -1)
+    return out
+
+
+def _rows_by_dict(table_keys: Strings, keys: Sequence[str]) -> npt.NDArray[np.int64]:
+    codes = np.asarray(table_keys.codes, dtype=np.int64)
+    present = np.flatnonzero(codes >= 0)
+    row_of_code = np.full(len(table_keys.distinct) + 1, -1, dtype=np.int64)  # the last: a key not here
+    row_of_code[codes[present]] = present
+    number = {k: n for n, k in enumerate(table_keys.distinct)}
+    missing = len(number)
+    rows: npt.NDArray[np.int64] = row_of_code[np.fromiter((number.get(k, missing) for k in keys), dtype=np.int64,
+                                                          count=len(keys))]
+    return rows
 
 
 def _fixed_width(column: Strings) -> npt.NDArray[np.bytes_]:
