@@ -4,6 +4,7 @@ equal probes, and the same plan; and the plan's slim probes (`_kept`) plan alike
 from __future__ import annotations
 
 import pickle
+import random
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,9 @@ def test_a_probe_table_is_the_dict_and_plans_alike(tmp_path: Path, delivery: str
             table.add(probes[i:i + 5])
         assert len(table) == len(plain) > 10 and list(table) == list(plain)
         assert dict(table) == plain and "no/such/file" not in table and table.get("no/such/file") is None
+        shuffled = list(plain)
+        random.Random(1).shuffle(shuffled)  # lookups out of order: across batches, none the one after the last
+        assert all(table[rel] == plain[rel] for rel in shuffled)
         with pytest.raises(KeyError):
             table["no/such/file"]
         assert plan(spec, found, table) == plan(spec, found, plain)
