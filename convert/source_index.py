@@ -33,6 +33,8 @@ class SourceIndex(Mapping[str, int]):
         self._order: npt.NDArray[np.int64] | None = None  # positions by digest, then position (made on first lookup)
         self._sorted: npt.NDArray[np.uint64] | None = None
         self._count = -1  # distinct sources, counted on first `len`
+        self._repeat = bytearray()  # per position, 1 where an earlier position holds the same source (with `_order`)
+        self._last = -1  # the position last found: a lookup tries the one after it first
 
     def add(self, source: str, index: int) -> None:
         """Record `source`'s `index` (a source added before keeps the index it had)."""
@@ -43,24 +45,48 @@ class SourceIndex(Mapping[str, int]):
         self._digests.append(_digest(raw))
         self._order = self._sorted = None
         self._count = -1
+        self._last = -1
 
     def _source(self, at: int) -> bytes:
         return bytes(self._chars[self._ends[at - 1] if at else 0 : self._ends[at]])
 
     def _first(self, raw: bytes) -> int:
-        """The position of the first source added equal to `raw`, or -1."""
+        """The position of the first source added equal to `raw`, or -1. Sources are looked up in the order they
+        were added (a rerun numbers its rows in manifest order, the order the earlier manifest was read in), so the
+        position after the last found is tried first: it answers when it holds `raw` and no earlier one does."""
         if self._order is None or self._sorted is None:
-            digests = np.frombuffer(self._digests, dtype=np.uint64) if len(self._digests) else \
-                np.zeros(0, dtype=np.uint64)
-            self._order = np.argsort(digests, kind="stable").astype(np.int64)  # equal digests in the order added
-            self._sorted = digests[self._order]
+            self._index()
+        guess = self._last + 1
+        if guess < len(self._ends) and not self._repeat[guess] and self._source(guess) == raw:
+            self._last = guess
+            return guess
+        assert self._order is not None and self._sorted is not None
         key = np.uint64(_digest(raw))
         lo = int(np.searchsorted(self._sorted, key, side="left"))
         hi = int(np.searchsorted(self._sorted, key, side="right"))
         for at in self._order[lo:hi].tolist():
             if self._source(at) == raw:
+                self._last = int(at)
                 return int(at)
         return -1
+
+    def _index(self) -> None:
+        """Sort the digests (`_order`, `_sorted`) and mark each position whose source an earlier one holds."""
+        digests = np.frombuffer(self._digests, dtype=np.uint64) if len(self._digests) else \
+            np.zeros(0, dtype=np.uint64)
+        self._order = np.argsort(digests, kind="stable").astype(np.int64)  # equal digests in the order added
+        self._sorted = digests[self._order]
+        self._repeat = bytearray(len(digests))
+        equal = np.flatnonzero(self._sorted[1:] == self._sorted[:-1])  # runs of equal digests: few, and short
+        for at in np.unique(np.r_[equal, equal + 1]).tolist():
+            mine = int(self._order[at])
+            raw = self._source(mine)
+            j = at - 1
+            while j >= 0 and self._sorted[j] == self._sorted[at]:
+                if self._source(int(self._order[j])) == raw:
+                    self._repeat[mine] = 1
+                    break
+                j -= 1
 
     def __getitem__(self, source: str) -> int:
         at = self._first(_utf8(source))

@@ -42,6 +42,7 @@ def test_a_source_index_is_the_dict_it_replaces(monkeypatch: pytest.MonkeyPatch,
         assert index.get(s) == expected.get(s) and (s in index) == (s in expected)
     with pytest.raises(KeyError):
         index["missing"]
+    assert [index[s] for s, _ in pairs] == [expected[s] for s, _ in pairs]  # in the order added
     assert index.values_max() == max(i for _, i in pairs)
     index.add("late", 5)  # an addition after lookups is found too
     assert index["late"] == 5 and SourceIndex().values_max() == -1 and len(SourceIndex()) == 0
@@ -72,6 +73,8 @@ def test_rows_are_numbered_alike_over_the_compact_index(seed: int) -> None:
     rng = random.Random(seed)
     rows = [Row(item_id="i", status="ok", source=rng.choice([s for s, _ in pairs] + ["new/1", "new/2"]))
             for _ in range(500)]
+    # And in the order added, as a rerun asks (repeated sources among them): the lookup after the last found.
+    rows += [Row(item_id="i", status="ok", source=s) for s, _ in pairs]
     numbering = Numbering(EarlierIndex(compact, nxt))
     assert ([numbering.number(r) for r in rows], numbering.next) == _number(rows, plain, nxt)
 
