@@ -10,6 +10,7 @@ measured. With histograms, `hist.ends` ends each row's bins in `hist.ordinals` (
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,8 +25,7 @@ if TYPE_CHECKING:
     from ..location import Location, Transport
 
 __all__ = ["Bins", "RecordTable", "StatsColumns", "StatsTable", "read_record_table", "read_records", "rows_of_keys",
-           "write_columns",
-           "write_records"]
+           "write_columns", "write_records"]
 
 _FLOATS = ("mean", "m2", "min", "max")
 _INTS = ("count", "nan", "inf", "cls")
@@ -49,9 +49,12 @@ class StatsColumns:
 
     def __init__(self, prefix: str, *, histograms: bool) -> None:
         self.prefix, self.histograms = prefix, histograms
-        self._has: list[int] = []
-        self._rows: list[int] = []
-        self._values: dict[str, list[Any]] = {k: [] for k in (*_FLOATS, *_INTS, *_BYTES)}
+        # Machine numbers in typed arrays, not a Python number per value in lists: the index's moments are built
+        # an item at a time and held until the index is written (docs/benchmarks.md, "Scale: many tiny files").
+        self._has = array("B")
+        self._rows = array("q")
+        self._values: dict[str, array[Any]] = {**{k: array("d") for k in _FLOATS}, **{k: array("q") for k in _INTS},
+                                               **{k: array("B") for k in _BYTES}}
         self._ords: list[npt.NDArray[np.int16]] = []
         self._counts: list[npt.NDArray[np.int32] | npt.NDArray[np.int64]] = []
         self._bins: list[int] = []
@@ -82,11 +85,12 @@ class StatsColumns:
     def columns(self) -> dict[str, npt.NDArray[Any]]:
         """The columns, named `prefix` + ``.`` + their name."""
         p = self.prefix
-        out: dict[str, npt.NDArray[Any]] = {f"{p}.has": np.asarray(self._has, dtype=np.uint8),
-                                            f"{p}.rows": np.asarray(self._rows, dtype=np.int64)}
+        # Copies (np.array), not views of the typed arrays: those stay free to grow with a later `add`.
+        out: dict[str, npt.NDArray[Any]] = {f"{p}.has": np.array(self._has, dtype=np.uint8),
+                                            f"{p}.rows": np.array(self._rows, dtype=np.int64)}
         for names, dtype in ((_FLOATS, np.float64), (_INTS, np.int64), (_BYTES, np.uint8)):
             for name in names:
-                out[f"{p}.{name}"] = np.asarray(self._values[name], dtype=dtype)
+                out[f"{p}.{name}"] = np.array(self._values[name], dtype=dtype)
         if self.histograms:
             out[f"{p}.hist.ends"] = np.cumsum(np.asarray(self._bins, dtype=np.int64), dtype=np.int64)
             out[f"{p}.hist.ordinals"] = (np.concatenate(self._ords) if self._ords else np.zeros(0, np.int16)

@@ -13,6 +13,7 @@ import zarr
 
 from labzarr.convert.write.arrays import write_index, write_statistics
 from labzarr.store import (
+    ChannelStats,
     Folder,
     ItemStats,
     StoreIndex,
@@ -165,3 +166,32 @@ def test_the_keys_column_from_bytes_is_the_encoded_one(tmp_path: Path, monkeypat
 class _Same:
     def digest(self) -> bytes:
         return bytes(16)
+
+
+def test_stats_columns_in_typed_arrays_are_the_columns_of_python_lists() -> None:
+    """`StatsColumns` holds its numbers in typed arrays: each column equals numpy's conversion of the plain lists of
+    the same values, in dtype and to the bit (NaN, infinities and a bool among them)."""
+    from labzarr.store.format.stats_table import StatsColumns
+
+    _, records = synthetic_items(200, seed=8)
+    odd = ChannelStats(count=3, mean=float("nan"), m2=float("inf"), min=-float("inf"), max=2.0**60, integral=True)
+    stats = [*records.values(), ItemStats(channels=(odd,)), None]
+    columns = StatsColumns("s", histograms=False)
+    plain: dict[str, list[object]] = {k: [] for k in ("has", "rows", "kind", "cls", "integral", "count", "nan", "inf",
+                                                      "mean", "m2", "min", "max")}
+    for item in stats:
+        columns.add(item)
+        plain["has"].append(item is not None)
+        for kind, cls, c in ([] if item is None else [(0, 0, c) for c in item.channels] +
+                             [(1, k, c) for k, cs in sorted(item.classes.items()) for c in cs]):
+            for name, value in (("kind", kind), ("cls", cls), ("integral", c.integral), ("count", c.count),
+                                ("nan", c.nan), ("inf", c.inf), ("mean", c.mean), ("m2", c.m2), ("min", c.min),
+                                ("max", c.max)):
+                plain[name].append(value)
+        plain["rows"].append(len(plain["count"]))
+    made = columns.columns()
+    dtypes = {"has": np.uint8, "kind": np.uint8, "integral": np.uint8, "mean": np.float64, "m2": np.float64,
+              "min": np.float64, "max": np.float64}
+    for name, values in plain.items():
+        expected = np.asarray(values, dtype=dtypes.get(name, np.int64))
+        assert made[f"s.{name}"].dtype == expected.dtype and made[f"s.{name}"].tobytes() == expected.tobytes(), name
