@@ -271,7 +271,8 @@ def _fixed_width(column: Strings) -> npt.NDArray[np.bytes_]:
     starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
     width = max(1, int((ends - starts).max(initial=0)))
     distinct = np.zeros((len(ends) + 1, width), dtype=np.uint8)  # the last row: code -1 (None)
-    step = max(1, (1 << 22) // width)  # distinct values at a time: bounds the index arrays' memory
+    # Distinct values at a time: the index arrays below hold step x width entries of 8 bytes, about 2 MB each.
+    step = max(1, (1 << 18) // width)
     for lo in range(0, len(ends), step):
         s, e = starts[lo:lo + step], ends[lo:lo + step]
         at = s[:, None] + np.arange(width)[None, :]
