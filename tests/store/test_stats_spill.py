@@ -195,3 +195,18 @@ def test_stats_columns_in_typed_arrays_are_the_columns_of_python_lists() -> None
     for name, values in plain.items():
         expected = np.asarray(values, dtype=dtypes.get(name, np.int64))
         assert made[f"s.{name}"].dtype == expected.dtype and made[f"s.{name}"].tobytes() == expected.tobytes(), name
+
+
+def test_fixed_width_keys_made_in_several_steps_are_numpys_bytes() -> None:
+    """Keys wide enough that `_fixed_width` places them in several steps (and a None, a repeat, one beyond ASCII):
+    numpy's own fixed-width bytes of the same values."""
+    from labzarr.store.format.stats_table import _fixed_width
+    from labzarr.store.format.table import Strings, encode_strings
+
+    rng = random.Random(3)
+    values = [None if i == 7 else ("é" if i == 9 else "k") * rng.randrange(0, 300) + str(i % 1500)
+              for i in range(2000)]
+    made = _fixed_width(Strings(encode_strings("key", values), "key"))
+    width = max(len(v.encode()) for v in values if v is not None)
+    expected = np.array([b"" if v is None else v.encode() for v in values], dtype=f"S{width}")
+    assert made.dtype == expected.dtype and made.tobytes() == expected.tobytes()
