@@ -136,5 +136,5 @@ def write_rows(rows: Iterable[Row], manifest: ManifestFile, numbering: Numbering
         if row.status == "ok" and row.array and row.slot is None and (row.labels or row.array not in written):
             todo.append((row.array, dict(row.labels)))
         kept.append(row)
-    return Written(rows=kept, index=IndexItems.read(*columns.columns()), stats_keys=keys, tally=tally, labels=todo,
-                   next_index=numbering.next)
+    index = IndexItems.read(*columns.columns(spend=True))  # the builders go as the columns are made
+    return Written(rows=kept, index=index, stats_keys=keys, tally=tally, labels=todo, next_index=numbering.next)

@@ -316,10 +316,16 @@ class TextColumn:
 
     def columns(self, prefix: str) -> dict[str, Array]:
         """The column's arrays, named `prefix` + ``.codes``, ``.chars``, ``.ends``."""
-        blobs = [v.encode() for v in self.distinct]
-        ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
+        # The values' UTF-8 in one encoding of their concatenation, not a bytes object per value: a column of
+        # distinct IDs has one value a row.
+        text = "".join(self.distinct)
+        raw = text.encode()
+        count = len(self.distinct)
+        lengths = np.fromiter(map(len, self.distinct) if len(raw) == len(text) else
+                              (len(v.encode()) for v in self.distinct), dtype=np.int64, count=count)
         return {f"{prefix}.codes": np.array(self.codes, dtype=np.int64),
-                f"{prefix}.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8), f"{prefix}.ends": ends}
+                f"{prefix}.chars": np.frombuffer(raw, dtype=np.uint8),
+                f"{prefix}.ends": np.cumsum(lengths, dtype=np.int64)}
 
 
 class RaggedColumn:
