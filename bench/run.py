@@ -33,7 +33,8 @@ def main() -> int:
     p.add_argument("--quick", action="store_true",
                    help="scale section: a smoke run at small sizes (200 and 1,000 files)")
     p.add_argument("--scale-sizes", type=int, nargs="+", default=None, metavar="N",
-                   help="scale section: delivery sizes in files (default 2000 20000), e.g. --scale-sizes 20000 200000")
+                   help="scale section: delivery sizes in files (default 10000 100000, the issue's), "
+                        "e.g. --scale-sizes 2000 20000")
     args = p.parse_args()
     unknown = sorted(set(args.only or ()) - set(SECTIONS))
     if unknown:

@@ -184,18 +184,20 @@ class EarlierIndex:
 def earlier_index(manifest: Path, summary: Path) -> EarlierIndex:
     """The committed `manifest.csv`'s index by source and `summary.json`'s `next_index` (one past the manifest's
     largest index where the summary has none); empty when there is no manifest, or one that cannot be read."""
-    by_source: dict[str, int] = {}
+    from .source_index import SourceIndex
+
+    by_source = SourceIndex()  # compact: no string per source held (source_index.py)
     try:
         # Read a row at a time: a manifest of a million rows as dicts would be most of a run's memory.
         with manifest.open(newline="", encoding="utf-8") as f:
             for row in csv.DictReader(f):
-                by_source.setdefault(row["source"], int(row["index"]))
+                by_source.add(row["source"], int(row["index"]))
     except FileNotFoundError:
         return EarlierIndex()
     except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
         log.warning("%s: cannot read the earlier index (%s); rows are numbered afresh", manifest, exc)
         return EarlierIndex()
-    after = max(by_source.values(), default=-1) + 1
+    after = by_source.values_max() + 1
     try:
         recorded = json.loads(summary.read_bytes()).get("next_index", 0)
     except (OSError, ValueError, AttributeError):
@@ -208,17 +210,28 @@ class Numbering:
 
     def __init__(self, earlier: EarlierIndex) -> None:
         self._earlier = earlier
-        self._taken: set[int] = set()
+        # Per earlier index below `next`, 1 once a row took it: a byte an index, not a set of Python ints. An index
+        # out of that range (a hand-edited manifest's) is kept in `_taken_else`.
+        self._taken = bytearray(max(0, earlier.next))
+        self._taken_else: set[int] = set()
         self.next = earlier.next  # the next index never handed out
 
     def number(self, row: Row) -> int:
         """`row`'s index: the one the earlier manifest gave its source (once), else the next never handed out."""
         index = self._earlier.by_source.get(row.source)
-        if index is None or index in self._taken:  # a source listed twice keeps its index once
+        if index is None or self._taken_already(index):  # a source listed twice keeps its index once
             index, self.next = self.next, self.next + 1
-        else:
-            self._taken.add(index)
         return index
+
+    def _taken_already(self, index: int) -> bool:
+        """Whether a row took `index` before; marks it taken."""
+        if 0 <= index < len(self._taken):
+            before = bool(self._taken[index])
+            self._taken[index] = 1
+            return before
+        before = index in self._taken_else
+        self._taken_else.add(index)
+        return before
 
 
 def number_rows(rows: Sequence[Row], earlier: EarlierIndex) -> tuple[list[int], int]:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,3 +65,28 @@ def test_dicom_section_converts_real_corpora_from_their_mirrors(tmp_path: Path) 
     # extracted once, beside the specs labzarr init wrote
     assert sorted(p.name for p in (tmp_path / "work" / "dicom" / "corpora" / "raw" / "dcm_qa_enh" / "CT5N").iterdir()) \
         == sorted(p.name for p in CT5N)
+
+
+def test_the_scale_section_states_growth_and_the_speed_ratio_against_their_targets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the two sizes: the driver's growth per item (KB) and items/s at the larger over the smaller, each
+    saying whether it meets the issue's target; the unbounded window beside the smaller size only."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import scale
+
+    def measured(n: int, wall: float, peak: float) -> scale.Measured:
+        return scale.Measured(items=n, wall_s=wall, driver_peak=int(peak), worker_peak=1, store_bytes=n,
+                              manifest_bytes=n, index_bytes=n, construction_s=0.1, construction_rss=1)
+
+    assert scale.SIZES == (10_000, 100_000)
+    got = {10_000: measured(10_000, 10.0, 100e6), 100_000: measured(100_000, 105.0, 280e6)}
+    rows = scale.results(True, got, measured(10_000, 12.0, 110e6))
+    (growth,) = [r for r in rows if "driver growth per item, 10,000 -> 100,000 files" in r.group]
+    assert growth.value == pytest.approx(2.0) and growth.unit == "KB/item" and growth.note.endswith(": met")
+    (speed,) = [r for r in rows if "items/s at 100,000 files over items/s at 10,000" in r.group]
+    assert speed.value == pytest.approx(0.95238, rel=1e-3) and speed.note.endswith(": met")
+    unbounded = [r for r in rows if r.name.endswith("window unbounded (this run)")]
+    assert unbounded and all("10,000 files" in r.group for r in unbounded)
+    got[100_000] = measured(100_000, 150.0, 400e6)
+    rows = scale.results(False, got, measured(10_000, 12.0, 110e6))
+    assert [r.note.rsplit(": ", 1)[1] for r in rows[:2]] == ["NOT met", "NOT met"]

@@ -145,6 +145,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
     limits = spec.validate.limits()
     if spec.items.roles:
         return _plan_samples(spec, candidates, probes, done.damaged)
+    planes: dict[Plane, Plane] = {}
     for c in candidates:
         decided = _decide(spec, c, probes.get(c.rel))
         if isinstance(decided, Row):
@@ -154,7 +155,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
         elif decided.kind == DicomReader.kind:
             dicom.append((c, decided))
         else:
-            others.append((c, decided))
+            others.append((c, _kept(decided, c.rel, planes)))
     others, duplicates = _split_duplicates(others, spec)
     rows += duplicates
     planar: list[StackEntry] = []
@@ -348,6 +349,14 @@ def _same(earlier: Outcome, task: VolumeTask, fingerprint: str) -> bool:
     row = earlier.row
     return (earlier.fingerprint == fingerprint and row.source == task.source and row.sha256 == task.sha256
             and row.item_id == task.item_id and row.array in (task.array, "") and row.members == task.members)
+
+
+def _kept(p: Probe, rel: str, planes: dict[Plane, Plane]) -> Probe:
+    """What the plan reads of a file decoded alone (not DICOM): its size, digest, kind and plane, with the
+    candidate's rel and one `Plane` object per distinct plane; held per file until the plan is made."""
+    plane = None if p.plane is None else planes.setdefault(p.plane, p.plane)
+    return Probe(rel=rel, size=p.size, sha256=p.sha256, kind=p.kind, text=False, gzipped=False, gzip_error=None,
+                 magic=b"", plane=plane)
 
 
 def _split_duplicates(decoding: list[tuple[Candidate, Probe]],

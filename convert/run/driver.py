@@ -51,6 +51,8 @@ from ..survey import readable
 from ..write.lock import LockInfo, store_lock
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, spill_dir, sweep
 from .cluster import MESSAGE_LOG, client_of, default_workers, local_cluster, local_cluster_config
+from .driver_malloc import give_back_freed
+from .probe_table import ProbeTable
 from .starting import StartingCluster
 from .tally import Tally
 from .warnings_log import RunWarnings, run_warnings
@@ -280,7 +282,9 @@ def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, sp
     files_bytes = sum(c.entry.size for c in candidates)  # every file under raw, for summary.json
     # From here on the plan is all the driver keeps of each file: a walked entry and its probe (paths, headers,
     # magic bytes) would otherwise stay alive, per file, until the run ends.
+    probes.close()
     del candidates, probes
+    give_back_freed()  # the walk's and the probes' objects, a few per file (driver_malloc.py)
     if the_plan.repaired:
         log.info("%s: converting %d damaged item(s) again", store, len(the_plan.repaired))
     t_probe = time.perf_counter()
@@ -333,6 +337,7 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
             spilled.add(row, compared=False)
         planned = Planned.of(the_plan)
         del the_plan, jobs, volumes, batches
+        give_back_freed()  # the plan's records, a few per item
         return _finish(spec, client, lock, warned, spill, spilled, planned, staged, fingerprint=fingerprint,
                        files_bytes=files_bytes, labels=labels, converted=converted, parts=len(in_parts),
                        timings=(*timings, t_convert))
@@ -385,18 +390,25 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
                       split_columns(bool(spec.splits.folds)) if spec.splits is not None else (),
                       spec.manifest.metadata) as manifest:
         out = write_rows(final, manifest, numbering, written=volumes.written, folder=_spill_folder(store))
-        del final
+        del final, numbering
+        give_back_freed()  # each row's objects, made and dropped a row at a time
         _write_array_labels(client, store, out.labels)
         manifest_sha = manifest.sha256
-        write_spilled(store, spill, out.stats_keys)
+        # The index and the summary's statistics first, then the index's columns let go before the statistics
+        # table is written: the two phases' memory does not add up (docs/benchmarks.md, "Scale: many tiny files").
+        index = out.take_index()
         write_index(store, StoreIndex(delivery=spec.delivery.name, spec_sha256=spec.sha256,
-                                      manifest_sha256=manifest_sha, tool_version=tool_version(), items=out.index))
+                                      manifest_sha256=manifest_sha, tool_version=tool_version(), items=index))
+        statistics = _statistics(index, spill)
+        del index
+        give_back_freed()
+        write_spilled(store, spill, out.take_stats_keys())
         t_end = time.perf_counter()
         label_summary = ({} if joiner is None else joiner.summary()) | ({} if annotator is None else
                                                                         annotator.summary())
         summary = (_summary(spec, out.tally, manifest_sha, files_bytes) | label_summary
                    | out.tally.classes(spec, role_names) | out.tally.dicom_masks() | splits
-                   | _statistics(out.index, spill) | {"next_index": out.next_index})
+                   | statistics | {"next_index": out.next_index})
         # What only this run did: in the store's bookkeeping, so the committed files stay byte-stable on a no-op
         # rerun.
         run_log = {
@@ -436,8 +448,9 @@ def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
 
 
 def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
-           progress: Progress | None) -> dict[str, Probe]:
-    """Every readable candidate's probe, by rel: batches of files on the workers, a window of them in flight."""
+           progress: Progress | None) -> ProbeTable:
+    """Every readable candidate's probe, by rel (on disk until the plan reads it: `probe_table.py`): batches of files
+    on the workers, a window of them in flight."""
     todo = _to_probe(candidates)
     workers = len(client.scheduler_info().get("workers", {}))
     plugins = list(spec.run.readers)  # names: each batch builds its readers where it runs (`probe_with`)
@@ -445,7 +458,7 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
                     lambda batch: client.map(probe_with, batch, plugins=plugins, key=job_keys("probe", len(batch)),
                                              pure=False),
                     window_size(client, spec.run.window))
-    out: dict[str, Probe] = {}
+    out = ProbeTable(_spill_folder(spec.delivery.store))
     bytes_total = sum(c.entry.size for c in candidates
                       if not c.excluded_by and not c.entry.outside and not c.entry.special)
     bytes_done = 0
@@ -455,10 +468,11 @@ def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
     import_writers()  # while the workers probe (a no-op where they were imported while the cluster started)
     running, in_flight = as_completed([f for f, _ in first]), len(first)
     for future in running:
-        for p in future.result():
-            out[p.rel] = p
-            bytes_done += p.size
+        probes: list[Probe] = future.result()
+        out.add(probes)
+        bytes_done += sum(p.size for p in probes)
         future.release()
+        del probes
         in_flight -= 1
         for more, _ in feeder.top_up(in_flight):
             running.add(more)

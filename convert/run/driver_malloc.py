@@ -11,15 +11,24 @@ often (pixels stay on the workers), so the mappings cost it little; the workers 
 
 Only the command sets these, for its own process: a program calling `convert_delivery` keeps its allocator as it
 chose. Where the C library is not glibc (no `mallopt`), nothing is set.
+
+Small blocks (a row, a probe, a key: below the mmap threshold) come from the heap and its arenas whatever the
+settings, and the trim threshold only gives back the heap's free top: after a phase that made and dropped one
+object per item (the walk and the probes, the plan, the manifest and index pass) the free pages in the middle stay
+resident, and the next phase's peak stands on them. `give_back_freed` (glibc's `malloc_trim`) returns those pages
+after each such phase; it changes no setting, so the run calls it in any process.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
+from collections.abc import Callable
+from typing import cast
 
-__all__ = ["DRIVER_MALLOC", "tune_driver_malloc"]
+__all__ = ["DRIVER_MALLOC", "give_back_freed", "tune_driver_malloc"]
 
 log = logging.getLogger(__name__)
 
@@ -38,3 +47,22 @@ def tune_driver_malloc() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return all(mallopt(param, value) == 1 for param, value in DRIVER_MALLOC.items())
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return cast("Callable[[int], int]", trim)
+
+
+def give_back_freed() -> bool:
+    """Return the pages this process's heap holds free to the system (glibc's `malloc_trim(0)`), after a phase that
+    dropped many small objects; False where there is no `malloc_trim` (not glibc) or nothing was returned."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    return bool(trim(0))

@@ -95,11 +95,25 @@ class Written:
     the summary's sums, each unstacked ok volume's labels to set, and the rows for `RunResult`."""
 
     rows: RowFile
-    index: IndexItems
-    stats_keys: list[str]
+    index: IndexItems | None  # None once taken (`take_index`)
+    stats_keys: list[str] | None  # None once taken (`take_stats_keys`)
     tally: Tally
     labels: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     next_index: int = 0
+
+    def take_index(self) -> IndexItems:
+        """The index's columns, handed over once: this record no longer keeps them alive."""
+        index, self.index = self.index, None
+        if index is None:
+            raise RuntimeError("the index was taken already")
+        return index
+
+    def take_stats_keys(self) -> list[str]:
+        """The keys of the items with statistics, handed over once (as `take_index`)."""
+        keys, self.stats_keys = self.stats_keys, None
+        if keys is None:
+            raise RuntimeError("the statistics keys were taken already")
+        return keys
 
 
 def write_rows(rows: Iterable[Row], manifest: ManifestFile, numbering: Numbering, *, written: set[str],
@@ -122,5 +136,5 @@ def write_rows(rows: Iterable[Row], manifest: ManifestFile, numbering: Numbering
         if row.status == "ok" and row.array and row.slot is None and (row.labels or row.array not in written):
             todo.append((row.array, dict(row.labels)))
         kept.append(row)
-    return Written(rows=kept, index=IndexItems.read(*columns.columns()), stats_keys=keys, tally=tally, labels=todo,
-                   next_index=numbering.next)
+    index = IndexItems.read(*columns.columns(spend=True))  # the builders go as the columns are made
+    return Written(rows=kept, index=index, stats_keys=keys, tally=tally, labels=todo, next_index=numbering.next)

@@ -17,7 +17,7 @@ import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, overload
+from typing import IO, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -25,26 +25,29 @@ from ..manifest import Row
 from ..plan.splits import duplicate_key
 from ..spec import SplitsSpec
 
-__all__ = ["RowFile", "RowSpill"]
+__all__ = ["PickleFile", "RowFile", "RowSpill"]
 
+_T = TypeVar("_T")
 _DIGEST = 16  # bytes of a duplicate key's digest; equal digests are confirmed on the keys themselves
 
 
-class RowFile(Sequence[Row]):
-    """Rows in an unnamed temporary file, a few bytes each in memory: appended (`append`), then read back by
-    position, one at a time. What `RunResult.rows` is: the file goes when this object does."""
+class PickleFile(Generic[_T]):
+    """Objects of one type pickled one after another into an unnamed temporary file in `folder` (None: the system's
+    temporary folder), a few bytes each in memory: appended (`append`), then read back by position (`load`). The
+    file goes when the object is closed or collected."""
 
-    def __init__(self, folder: Path | None = None) -> None:
+    def __init__(self, kind: type[_T], folder: Path | None = None) -> None:
+        self._kind = kind
         self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)
-        self._ends = array("q")  # where each row's pickle ends; row i starts where row i-1 ends
+        self._ends = array("q")  # where each object's pickle ends; object i starts where object i-1 ends
         self._size = 0
-        self._unflushed = False  # rows appended since the file's buffer was last written out
+        self._unflushed = False  # objects appended since the file's buffer was last written out
 
     def close(self) -> None:
         self._file.close()
 
-    def append(self, row: Row) -> None:
-        blob = pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL)
+    def append(self, obj: _T) -> None:
+        blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         self._file.write(blob)
         self._size += len(blob)
         self._ends.append(self._size)
@@ -52,6 +55,33 @@ class RowFile(Sequence[Row]):
 
     def __len__(self) -> int:
         return len(self._ends)
+
+    def load(self, i: int) -> _T:
+        """The `i`-th object appended (0 <= i < len)."""
+        if self._unflushed:
+            self._file.flush()
+            self._unflushed = False
+        start = self._ends[i - 1] if i else 0
+        obj = pickle.loads(os.pread(self._file.fileno(), self._ends[i] - start, start))
+        assert isinstance(obj, self._kind)
+        return obj
+
+
+class RowFile(Sequence[Row]):
+    """Rows in an unnamed temporary file (`PickleFile`), a few bytes each in memory: appended (`append`), then read
+    back by position, one at a time. What `RunResult.rows` is: the file goes when this object does."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self._rows = PickleFile(Row, folder)
+
+    def close(self) -> None:
+        self._rows.close()
+
+    def append(self, row: Row) -> None:
+        self._rows.append(row)
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
     @overload
     def __getitem__(self, i: int) -> Row: ...
@@ -66,13 +96,7 @@ class RowFile(Sequence[Row]):
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        if self._unflushed:
-            self._file.flush()
-            self._unflushed = False
-        start = self._ends[i - 1] if i else 0
-        row = pickle.loads(os.pread(self._file.fileno(), self._ends[i] - start, start))
-        assert isinstance(row, Row)
-        return row
+        return self._rows.load(i)
 
     def __iter__(self) -> Iterator[Row]:
         for i in range(len(self)):
@@ -98,6 +122,7 @@ class RowSpill:
         self._compared = bytearray()  # 1 where the row takes part in `duplicates`
         self._planar = bytearray()  # 1 where the row is a stack's image's (`add`)
         self.roles = False  # whether any row has roles (a delivery of samples: the manifest's role columns)
+        self._sources_made: np.ndarray | None = None  # `_sources_column`, once made
 
     def __enter__(self) -> RowSpill:
         return self
@@ -136,7 +161,7 @@ class RowSpill:
     def manifest_order(self) -> np.ndarray:
         """Positions in manifest order: by item_id, then source; rows equal in both stay in the order added
         (`manifest.sort_rows` over the rows in that order)."""
-        return np.lexsort((self._column(self._sources, self._source_ends), self._column(self._ids, self._id_ends)))
+        return np.lexsort((self._sources_column(), _column(self._ids, self._id_ends)))
 
     def duplicates(self) -> dict[int, int]:
         """Each compared ok row whose `duplicate_key` an earlier one has (by source, rows of one source in the order
@@ -144,7 +169,7 @@ class RowSpill:
         compared = np.flatnonzero(np.frombuffer(self._compared, dtype=np.uint8))
         if not len(compared):
             return {}
-        by_source = np.argsort(self._column(self._sources, self._source_ends), kind="stable")
+        by_source = np.argsort(self._sources_column(), kind="stable")
         rank = np.empty(len(self), dtype=np.int64)
         rank[by_source] = np.arange(len(self))
         digests = np.frombuffer(self._digests, dtype=f"S{_DIGEST}")  # fixed width: equal bytes, equal values
@@ -167,17 +192,43 @@ class RowSpill:
     def _key(self, row: Row) -> tuple[str, str]:
         return duplicate_key(self._splits, row.item_id, row.sha256)
 
-    def _column(self, buffer: bytearray, ends: array[int]) -> np.ndarray:
-        """The keys in `buffer` as one fixed-width bytes column (numpy's `S` compares bytewise, and UTF-8 bytes
-        sort as their strings do)."""
-        stops = np.frombuffer(ends, dtype=np.int64) if len(ends) else np.zeros(0, dtype=np.int64)
-        starts = np.r_[0, stops[:-1]].astype(np.int64)
-        width = max(1, int((stops - starts).max(initial=0)))
-        out = np.zeros(len(stops), dtype=f"S{width}")
-        view = memoryview(buffer)
-        for i, (a, b) in enumerate(zip(starts.tolist(), stops.tolist())):
-            out[i] = bytes(view[a:b])
+    def _sources_column(self) -> np.ndarray:
+        """The sources' column (`_column`), made once for both `duplicates` and `manifest_order`; rows added after
+        it was made make it anew."""
+        if self._sources_made is None or len(self._sources_made) != len(self):
+            self._sources_made = None  # the old column goes before the new one is made
+            self._sources_made = _column(self._sources, self._source_ends)
+        return self._sources_made
+
+
+_BLOCK_BYTES = 1 << 22  # key bytes placed per step in `_column`: its index temporaries stay a few tens of MB
+
+
+def _column(buffer: bytearray, ends: array[int]) -> np.ndarray:
+    """The keys in `buffer` (key i ends at `ends[i]`) as one fixed-width bytes column (numpy's `S` compares
+    bytewise, and UTF-8 bytes sort as their strings do; shorter keys are padded with NULs, as `S` pads them): every
+    byte placed at its row and column in a block of whole rows at a time, not a Python loop over the rows."""
+    stops = np.frombuffer(ends, dtype=np.int64) if len(ends) else np.zeros(0, dtype=np.int64)
+    starts = np.r_[0, stops[:-1]].astype(np.int64)
+    lengths = stops - starts
+    width = max(1, int(lengths.max(initial=0)))
+    out = np.zeros(len(stops), dtype=f"S{width}")
+    if not len(stops) or not int(stops[-1]):
         return out
+    flat = out.view(np.uint8)  # row i's bytes at [i * width, (i + 1) * width)
+    source = np.frombuffer(buffer, dtype=np.uint8, count=int(stops[-1]))
+    lo = 0
+    while lo < len(stops):
+        # Whole rows, as many as hold about _BLOCK_BYTES key bytes (one row at least).
+        hi = max(lo + 1, int(np.searchsorted(stops, starts[lo] + _BLOCK_BYTES, side="right")))
+        rows = np.arange(lo, hi, dtype=np.int64)
+        counts = lengths[lo:hi]
+        # Each byte's place in `flat`: its offset in the buffer, shifted by its row's (row * width - row start).
+        shift = np.repeat(rows * width - starts[lo:hi], counts)
+        first, last = int(starts[lo]), int(stops[hi - 1])
+        flat[np.arange(first, last, dtype=np.int64) + shift] = source[first:last]
+        lo = hi
+    return out
 
 
 def _utf8(text: str) -> bytes:

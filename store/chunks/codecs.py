@@ -23,7 +23,8 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from zarr.abc.codec import BytesBytesCodec
 
-__all__ = ["BYTES_CODECS", "ChunkDamage", "Decode", "Encode", "chunk_decoder", "decode_chunk", "encoder", "zarr_codecs"]
+__all__ = ["BYTES_CODECS", "ChunkDamage", "Decode", "Encode", "EncodePieces", "chunk_decoder", "chunk_encoder",
+           "decode_chunk", "encoder", "zarr_codecs"]
 
 # The bytes-to-bytes codecs `decode_chunk` undoes; every one of them is self-describing (decoding needs no
 # configuration), so a layout keeps only their names.
@@ -31,6 +32,7 @@ BYTES_CODECS = frozenset({"blosc", "zstd", "gzip", "crc32c"})
 
 Encode = Callable[[bytes | npt.NDArray[Any]], bytes]
 Decode = Callable[[bytes | memoryview], Any]
+EncodePieces = Callable[[bytes | npt.NDArray[Any]], tuple[bytes, ...]]
 
 _GZIP = numcodecs.GZip()
 
@@ -78,6 +80,35 @@ def encoder(codec: object) -> Encode | None:
                                     blocksize=conf.get("blocksize", 0))
         return lambda data: bytes(blosc.encode(data))
     return None
+
+
+def chunk_encoder(codecs: object) -> EncodePieces:
+    """A chunk's encoder for an array whose `zarr.json` lists `codecs` (the `bytes` codec, then bytes-to-bytes
+    ones, each as zarr-python runs it: `encoder`), as a function of the chunk's raw bytes giving the stored bytes in
+    pieces to write one after the other: a trailing crc32c is its own piece, so a large chunk is not copied again
+    to append four bytes. Raises ValueError for a chain this module does not encode exactly as zarr does, or for
+    `codecs` that is not a list of codecs."""
+    if not isinstance(codecs, Sequence) or isinstance(codecs, str):
+        raise ValueError(f"a chunk chain {codecs!r}; expected a list of codecs")
+    first, *rest = codecs or [None]
+    if not isinstance(first, Mapping) or first.get("name") != "bytes":
+        raise ValueError(f"a chunk chain starting with {first!r}; expected the bytes codec")
+    trailer = bool(rest) and isinstance(rest[-1], Mapping) and rest[-1].get("name") == "crc32c"
+    steps = []
+    for codec in rest[:-1] if trailer else rest:
+        step = encoder(codec)
+        if step is None:
+            raise ValueError(f"codec {codec!r}: not one this module encodes")
+        steps.append(step)
+
+    def encode(data: bytes | npt.NDArray[Any]) -> tuple[bytes, ...]:
+        out: bytes | npt.NDArray[Any] = data
+        for step in steps:
+            out = step(out)
+        body = out if isinstance(out, bytes) else bytes(out)
+        return (body, crc32c.crc32c(body).to_bytes(4, "little")) if trailer else (body,)
+
+    return encode
 
 
 def _crc32c(data: bytes | npt.NDArray[Any]) -> bytes:

@@ -56,6 +56,9 @@ class IndexColumns:
     added, to the bit, with a few machine numbers per item held instead of the items."""
 
     def __init__(self) -> None:
+        self._empty()
+
+    def _empty(self) -> None:
         self.rows = 0
         self.text = {name: TextColumn() for name in (*TEXT, "metadata", "annotations")}
         self.labels: dict[str, TextColumn] = {}
@@ -89,14 +92,20 @@ class IndexColumns:
         self.digest.append(int(item.digest()[:16], 16))
         self.rows += 1
 
-    def columns(self) -> tuple[dict[str, Any], dict[str, Array]]:
-        """(table attrs, columns) of the items added."""
+    def columns(self, *, spend: bool = False) -> tuple[dict[str, Any], dict[str, Array]]:
+        """(table attrs, columns) of the items added. `spend`: let each builder go as soon as its column is made,
+        so the builders and the columns are not all held at once; the object then holds no item."""
         out: dict[str, Array] = {}
-        for name, text in self.text.items():
-            out |= text.columns(name)
+        attrs = {"labels": list(self.labels), "roles": list(self.roles)}
+        for name in list(self.text):
+            out |= self.text[name].columns(name)
+            if spend:
+                self.text[name] = TextColumn()
         for kind, named in (("label", self.labels), ("role", self.roles)):
-            for n, column in enumerate(named.values()):
-                out |= column.columns(f"{kind}.{n}")
+            for n, name in enumerate(list(named)):
+                out |= named[name].columns(f"{kind}.{n}")
+                if spend:
+                    named[name] = TextColumn()
         out["slot"] = np.array(self.slot, dtype=np.int64)
         out["fold"] = np.array(self.fold, dtype=np.int64)
         out |= self.shape.columns("shape") | self.spacing.columns("spacing")
@@ -105,7 +114,9 @@ class IndexColumns:
             out[f"classes.{f}"] = np.array(values.values, dtype=np.int64)
         out |= self.stats.columns()
         out["digest"] = np.array(self.digest, dtype=np.uint64).view(np.int64)
-        return {"labels": list(self.labels), "roles": list(self.roles)}, out
+        if spend:
+            self._empty()
+        return attrs, out
 
 
 def _metadata_text(metadata: Mapping[str, Any]) -> str:

@@ -12,6 +12,7 @@ it wrote the table, and then the table's columns and their packed bytes besides 
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from array import array
@@ -24,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .stats import ChannelStats, ItemStats
-from .stats_table import RecordTable, StatsTable
+from .stats_table import RecordTable, StatsTable, rows_of_keys
 from .table import Chunked, Column, Strings, encode_strings, flat_positions
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ _ROWS: dict[str, type[np.generic]] = {"mean": np.float64, "m2": np.float64, "min
 _BINS: dict[str, type[np.generic]] = {"ordinals": np.int16, "counts": np.int64}
 _FLUSH = 512  # records buffered before they are appended to the files
 _BATCH_ROWS = 512  # channel rows whose bins are gathered at a time when reading back (a few MB of temporaries)
+_TAKE_ROWS = 1 << 16  # channel rows whose numbers are gathered at a time (half a MB a column)
 
 
 class StatsSpill:
@@ -124,7 +126,17 @@ class StatsSpill:
         columns |= {"stats.has": np.ones(len(self), dtype=np.uint8), "stats.rows": self._rows_of_records(),
                     "stats.hist.ends": np.cumsum(bins, dtype=np.int64),
                     **{f"stats.hist.{name}": _FileBins(self._dir / name, dtype) for name, dtype in _BINS.items()}}
-        return RecordTable(Strings(encode_strings("key", self._key_list()), "key"), StatsTable(columns, "stats"))
+        return RecordTable(self._keys_column(), StatsTable(columns, "stats"))
+
+    def _keys_column(self) -> Strings:
+        """The keys as a text column (`encode_strings` of them), made from their bytes where they are distinct
+        (the usual: a key is added once), without a Python string per key."""
+        ends = np.frombuffer(self._key_ends, dtype=np.int64) if len(self) else np.zeros(0, dtype=np.int64)
+        if _distinct(self._keys, ends):
+            return Strings({"key.codes": np.arange(len(ends), dtype=np.int64),
+                            "key.chars": np.frombuffer(bytes(self._keys), dtype=np.uint8),
+                            "key.ends": ends.copy()}, "key")
+        return Strings(encode_strings("key", self._key_list()), "key")
 
     def _key_list(self) -> Iterator[str]:
         view, start = memoryview(self._keys), 0
@@ -134,20 +146,23 @@ class StatsSpill:
 
     def table_columns(self, keys: Sequence[str]) -> dict[str, Column]:
         """The columns of the statistics table of the records of `keys` (each spilled), in that order: what
-        `StatsColumns` and `encode_strings` make of them, the bins as `Chunked` columns read from the files."""
-        table = self.record_table()
-        records = table.rows_of(keys)
+        `StatsColumns` and `encode_strings` make of them, every column but the key's and the row bounds as a
+        `Chunked` column read from the files a batch of rows at a time (never a whole column in memory)."""
+        self._flush()
+        record_ends = self._rows_of_records()
+        # The records' rows: found from the keys alone (every spilled record has statistics).
+        records = rows_of_keys(self._keys_column(), np.ones(len(self), dtype=np.uint8), keys)
         if bool(np.any(records < 0)):
             missing = [k for k, r in zip(keys, records.tolist()) if r < 0][:3]
             raise KeyError(f"no statistics spilled for {missing}")
-        at, lengths = flat_positions(table.stats.rows, records)
-        out: dict[str, Column] = {**encode_strings("key", keys),
+        at, lengths = flat_positions(record_ends, records)
+        out: dict[str, Column] = {**_key_strings(keys),
                                   "stats.has": np.ones(len(keys), dtype=np.uint8),
                                   "stats.rows": np.cumsum(lengths, dtype=np.int64)}
-        for name in _ROWS:
+        for name, dtype in _ROWS.items():
             if name != "bins":
-                out[f"stats.{name}"] = table.stats.column(name)[at]
-        ends = np.asarray(self._column_ends(table), dtype=np.int64)
+                out[f"stats.{name}"] = Chunked(dtype, len(at), _taken(self._dir / name, dtype, at))
+        ends = np.cumsum(self._column("bins"), dtype=np.int64)
         spans = np.diff(ends, prepend=0)[at]
         out["stats.hist.ends"] = np.cumsum(spans, dtype=np.int64)
         total = int(spans.sum())
@@ -155,11 +170,30 @@ class StatsSpill:
             out[f"stats.hist.{name}"] = Chunked(dtype, total, _gather(self._dir / name, dtype, ends, at))
         return out
 
-    @staticmethod
-    def _column_ends(table: RecordTable) -> npt.NDArray[Any]:
-        hist = table.stats.histograms
-        assert hist is not None
-        return hist[0]
+
+def _distinct(chars: bytearray, ends: npt.NDArray[np.int64]) -> bool:
+    """Whether the keys in `chars` (ending at `ends`) are pairwise distinct, compared by a 16-byte digest each
+    (equal keys have equal digests; distinct digests prove distinct keys, and equal digests are taken as a
+    repeat, which `encode_strings` then settles exactly)."""
+    if len(ends) < 2:
+        return True
+    view, start = memoryview(chars), 0
+    digests = bytearray()
+    for end in ends.tolist():
+        digests += hashlib.blake2b(view[start:end], digest_size=16).digest()
+        start = end
+    return len(np.unique(np.frombuffer(bytes(digests), dtype="S16"))) == len(ends)
+
+
+def _key_strings(keys: Sequence[str]) -> dict[str, npt.NDArray[Any]]:
+    """`encode_strings("key", keys)` for keys in ascending order (the table's): each distinct from the one before
+    it is a new value, so no dict of the keys is needed."""
+    if any(a >= b for a, b in zip(keys, keys[1:])):
+        return encode_strings("key", keys)
+    blobs = [k.encode() for k in keys]
+    ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
+    return {"key.codes": np.arange(len(keys), dtype=np.int64),
+            "key.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8), "key.ends": ends}
 
 
 class _FileBins:
@@ -195,6 +229,19 @@ def _gather(path: Path, dtype: type[np.generic], ends: npt.NDArray[np.int64],
             at, _ = flat_positions(ends, rows[lo:lo + _BATCH_ROWS])
             mapped = np.memmap(path, dtype=dtype, mode="r")
             piece = np.array(mapped[at])
+            del mapped
+            yield piece
+    return pieces
+
+
+def _taken(path: Path, dtype: type[np.generic], at: npt.NDArray[np.int64]) -> Callable[[], Iterator[npt.NDArray[Any]]]:
+    """The values of channel rows `at` (in that order) of the spill's column file `path`, `_TAKE_ROWS` at a time."""
+    def pieces() -> Iterator[npt.NDArray[Any]]:
+        if not len(at):
+            return
+        for lo in range(0, len(at), _TAKE_ROWS):
+            mapped = np.memmap(path, dtype=dtype, mode="r")
+            piece = np.array(mapped[at[lo:lo + _TAKE_ROWS]])
             del mapped
             yield piece
     return pieces

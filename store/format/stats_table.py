@@ -10,6 +10,7 @@ measured. With histograms, `hist.ends` ends each row's bins in `hist.ordinals` (
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,8 +24,8 @@ from .table import Column, Strings, encode_strings
 if TYPE_CHECKING:
     from ..location import Location, Transport
 
-__all__ = ["Bins", "RecordTable", "StatsColumns", "StatsTable", "read_record_table", "read_records", "write_columns",
-           "write_records"]
+__all__ = ["Bins", "RecordTable", "StatsColumns", "StatsTable", "read_record_table", "read_records", "rows_of_keys",
+           "write_columns", "write_records"]
 
 _FLOATS = ("mean", "m2", "min", "max")
 _INTS = ("count", "nan", "inf", "cls")
@@ -48,9 +49,12 @@ class StatsColumns:
 
     def __init__(self, prefix: str, *, histograms: bool) -> None:
         self.prefix, self.histograms = prefix, histograms
-        self._has: list[int] = []
-        self._rows: list[int] = []
-        self._values: dict[str, list[Any]] = {k: [] for k in (*_FLOATS, *_INTS, *_BYTES)}
+        # Machine numbers in typed arrays, not a Python number per value in lists: the index's moments are built
+        # an item at a time and held until the index is written (docs/benchmarks.md, "Scale: many tiny files").
+        self._has = array("B")
+        self._rows = array("q")
+        self._values: dict[str, array[Any]] = {**{k: array("d") for k in _FLOATS}, **{k: array("q") for k in _INTS},
+                                               **{k: array("B") for k in _BYTES}}
         self._ords: list[npt.NDArray[np.int16]] = []
         self._counts: list[npt.NDArray[np.int32] | npt.NDArray[np.int64]] = []
         self._bins: list[int] = []
@@ -81,11 +85,12 @@ class StatsColumns:
     def columns(self) -> dict[str, npt.NDArray[Any]]:
         """The columns, named `prefix` + ``.`` + their name."""
         p = self.prefix
-        out: dict[str, npt.NDArray[Any]] = {f"{p}.has": np.asarray(self._has, dtype=np.uint8),
-                                            f"{p}.rows": np.asarray(self._rows, dtype=np.int64)}
+        # Copies (np.array), not views of the typed arrays: those stay free to grow with a later `add`.
+        out: dict[str, npt.NDArray[Any]] = {f"{p}.has": np.array(self._has, dtype=np.uint8),
+                                            f"{p}.rows": np.array(self._rows, dtype=np.int64)}
         for names, dtype in ((_FLOATS, np.float64), (_INTS, np.int64), (_BYTES, np.uint8)):
             for name in names:
-                out[f"{p}.{name}"] = np.asarray(self._values[name], dtype=dtype)
+                out[f"{p}.{name}"] = np.array(self._values[name], dtype=dtype)
         if self.histograms:
             out[f"{p}.hist.ends"] = np.cumsum(np.asarray(self._bins, dtype=np.int64), dtype=np.int64)
             out[f"{p}.hist.ordinals"] = (np.concatenate(self._ords) if self._ords else np.zeros(0, np.int16)
@@ -217,31 +222,7 @@ class RecordTable:
 
     def rows_of(self, keys: Sequence[str]) -> npt.NDArray[np.int64]:
         """The row of each of `keys` that has a record (-1: no record, as for an item without statistics)."""
-        if not len(self.stats) or not len(keys):  # an empty table (no item had statistics): nothing to look up
-            return np.full(len(keys), -1, dtype=np.int64)
-        try:
-            wanted = np.array(keys, dtype=np.bytes_)  # ASCII keys (the usual): matched as numpy bytes, sorted once
-        except UnicodeEncodeError:
-            rows = self._rows_by_dict(keys)
-        else:
-            mine = _fixed_width(self.keys)
-            order = np.argsort(mine, kind="stable")
-            # the last of equal keys, as a dict of the records keeps it
-            at = np.maximum(np.searchsorted(mine[order], wanted, side="right") - 1, 0)
-            rows = np.where(mine[order][at] == wanted, order[at], -1).astype(np.int64)
-        out: npt.NDArray[np.int64] = np.where((rows >= 0) & (self.stats.has[np.maximum(rows, 0)] > 0), rows, -1)
-        return out
-
-    def _rows_by_dict(self, keys: Sequence[str]) -> npt.NDArray[np.int64]:
-        codes = np.asarray(self.keys.codes, dtype=np.int64)
-        present = np.flatnonzero(codes >= 0)
-        row_of_code = np.full(len(self.keys.distinct) + 1, -1, dtype=np.int64)  # the last: a key not here
-        row_of_code[codes[present]] = present
-        number = {k: n for n, k in enumerate(self.keys.distinct)}
-        missing = len(number)
-        rows: npt.NDArray[np.int64] = row_of_code[np.fromiter((number.get(k, missing) for k in keys), dtype=np.int64,
-                                                              count=len(keys))]
-        return rows
+        return rows_of_keys(self.keys, self.stats.has, keys)
 
     def records(self) -> dict[str, ItemStats]:
         """Every record by key."""
@@ -253,6 +234,36 @@ class RecordTable:
         return out
 
 
+def rows_of_keys(table_keys: Strings, has: npt.NDArray[np.uint8], keys: Sequence[str]) -> npt.NDArray[np.int64]:
+    """`RecordTable.rows_of` from a table's key column and `has` column alone: the row of each of `keys` whose key
+    is `table_keys`' (the last of equal keys, as a dict of the records keeps it) and that has a record, else -1."""
+    if not len(has) or not len(keys):  # an empty table (no item had statistics): nothing to look up
+        return np.full(len(keys), -1, dtype=np.int64)
+    try:
+        wanted = np.array(keys, dtype=np.bytes_)  # ASCII keys (the usual): matched as numpy bytes, sorted once
+    except UnicodeEncodeError:
+        rows = _rows_by_dict(table_keys, keys)
+    else:
+        mine = _fixed_width(table_keys)
+        order = np.argsort(mine, kind="stable")
+        at = np.maximum(np.searchsorted(mine[order], wanted, side="right") - 1, 0)
+        rows = np.where(mine[order][at] == wanted, order[at], -1).astype(np.int64)
+    out: npt.NDArray[np.int64] = np.where((rows >= 0) & (has[np.maximum(rows, 0)] > 0), rows, -1)
+    return out
+
+
+def _rows_by_dict(table_keys: Strings, keys: Sequence[str]) -> npt.NDArray[np.int64]:
+    codes = np.asarray(table_keys.codes, dtype=np.int64)
+    present = np.flatnonzero(codes >= 0)
+    row_of_code = np.full(len(table_keys.distinct) + 1, -1, dtype=np.int64)  # the last: a key not here
+    row_of_code[codes[present]] = present
+    number = {k: n for n, k in enumerate(table_keys.distinct)}
+    missing = len(number)
+    rows: npt.NDArray[np.int64] = row_of_code[np.fromiter((number.get(k, missing) for k in keys), dtype=np.int64,
+                                                          count=len(keys))]
+    return rows
+
+
 def _fixed_width(column: Strings) -> npt.NDArray[np.bytes_]:
     """Each row's UTF-8 bytes of a text column as a numpy bytes array (None as b""), built from the column's
     bytes without a Python string per row."""
@@ -260,7 +271,8 @@ def _fixed_width(column: Strings) -> npt.NDArray[np.bytes_]:
     starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
     width = max(1, int((ends - starts).max(initial=0)))
     distinct = np.zeros((len(ends) + 1, width), dtype=np.uint8)  # the last row: code -1 (None)
-    step = max(1, (1 << 22) // width)  # distinct values at a time: bounds the index arrays' memory
+    # Distinct values at a time: the index arrays below hold step x width entries of 8 bytes, about 2 MB each.
+    step = max(1, (1 << 18) // width)
     for lo in range(0, len(ends), step):
         s, e = starts[lo:lo + step], ends[lo:lo + step]
         at = s[:, None] + np.arange(width)[None, :]

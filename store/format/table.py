@@ -67,7 +67,7 @@ def write_table(parent: Location, columns: Mapping[str, Column], *, rows: int,
     table in the group `parent`; returns its name there. The name is a digest of the content: the same table is
     written once (a rerun that changes nothing writes nothing), and stores written apart from the same rows hold
     the same names. Memory: one chunk of the packed table at a time (`_CHUNK`), never the whole of it."""
-    from ..chunks.codecs import zarr_codecs
+    from ..chunks.codecs import chunk_encoder, zarr_codecs
     from . import nodes
     from .written import STORED, StoredFiles
 
@@ -89,8 +89,11 @@ def write_table(parent: Location, columns: Mapping[str, Column], *, rows: int,
                                codecs=zarr_codecs(_CODECS[0], level=_CODECS[1], checksum=True),
                                dimension_names=None, attributes={TABLE: table}, config={"write_empty_chunks": True})
     if size:
-        # Whole chunks, one at a time: each is encoded alone, so the files equal those of one write of the whole.
-        buffer = np.empty(chunk, dtype=np.uint8)
+        # Whole chunks, one at a time, each encoded alone by the store's own encoder (the bytes zarr writes: a
+        # test compares the files) and streamed to its file: no copy of a chunk beyond its buffer and its encoding.
+        encode = chunk_encoder(array.metadata.to_dict()["codecs"])
+        key = array.metadata.encode_chunk_key
+        buffer = np.zeros(chunk, dtype=np.uint8)
         filled = written = 0
         for piece in layout.bytes():
             view = np.frombuffer(piece, dtype=np.uint8)
@@ -99,13 +102,20 @@ def write_table(parent: Location, columns: Mapping[str, Column], *, rows: int,
                 buffer[filled:filled + take] = view[:take]
                 filled, view = filled + take, view[take:]
                 if filled == chunk:
-                    array[written:written + chunk] = buffer
+                    _write_chunk(folder / key((written // chunk,)), encode(buffer))
                     written, filled = written + chunk, 0
         if filled:
-            array[written:written + filled] = buffer[:filled]
+            buffer[filled:] = 0  # the last chunk is encoded at full size, padded with the fill value, as zarr does
+            _write_chunk(folder / key((written // chunk,)), encode(buffer))
     # The record of stored files last: a table's node that has it is whole (`_whole`).
     nodes.update_attributes(folder, array, {STORED: StoredFiles.of_array(array, folder.sizes()).encode()})
     return name
+
+
+def _write_chunk(file: Location, pieces: Iterable[bytes]) -> None:
+    with file.write_stream() as write:
+        for piece in pieces:
+            write(piece)
 
 
 class _Layout:
@@ -306,10 +316,16 @@ class TextColumn:
 
     def columns(self, prefix: str) -> dict[str, Array]:
         """The column's arrays, named `prefix` + ``.codes``, ``.chars``, ``.ends``."""
-        blobs = [v.encode() for v in self.distinct]
-        ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
+        # The values' UTF-8 in one encoding of their concatenation, not a bytes object per value: a column of
+        # distinct IDs has one value a row.
+        text = "".join(self.distinct)
+        raw = text.encode()
+        count = len(self.distinct)
+        lengths = np.fromiter(map(len, self.distinct) if len(raw) == len(text) else
+                              (len(v.encode()) for v in self.distinct), dtype=np.int64, count=count)
         return {f"{prefix}.codes": np.array(self.codes, dtype=np.int64),
-                f"{prefix}.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8), f"{prefix}.ends": ends}
+                f"{prefix}.chars": np.frombuffer(raw, dtype=np.uint8),
+                f"{prefix}.ends": np.cumsum(lengths, dtype=np.int64)}
 
 
 class RaggedColumn:

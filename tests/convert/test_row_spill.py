@@ -7,6 +7,7 @@ import hashlib
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from labzarr.convert.manifest import (
@@ -132,3 +133,47 @@ def test_a_manifest_left_unfinished_leaves_the_earlier_one(tmp_path: Path) -> No
         out.write(0, Row(item_id="a", status="ok", source="a.nii"))
         raise RuntimeError("killed")
     assert path.read_bytes() == b"earlier\n" and [p.name for p in tmp_path.iterdir()] == ["manifest.csv"]
+
+
+def _column_by_rows(keys: list[bytes]) -> np.ndarray:
+    """The keys column as it was made: a row at a time."""
+    width = max(1, max((len(k) for k in keys), default=0))
+    out = np.zeros(len(keys), dtype=f"S{width}")
+    for i, key in enumerate(keys):
+        out[i] = key
+    return out
+
+
+@pytest.mark.parametrize("block", [1 << 22, 7, 1], ids=["one-block", "blocks", "a-row-a-block"])
+def test_the_keys_column_is_the_column_made_a_row_at_a_time(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    from array import array
+
+    from labzarr.convert.run import row_spill
+
+    monkeypatch.setattr(row_spill, "_BLOCK_BYTES", block)
+    rng = random.Random(5)
+    keys = [rng.choice(_NAMES).encode("utf-8", "surrogatepass") * rng.randrange(0, 4) for _ in range(500)]
+    keys += [b"", b"x" * 40, b""]  # empty keys, and one longer than a small block
+    buffer, ends = bytearray(), array("q")
+    for key in keys:
+        buffer += key
+        ends.append(len(buffer))
+    made = row_spill._column(buffer, ends)
+    expected = _column_by_rows(keys)
+    assert made.dtype == expected.dtype and made.tobytes() == expected.tobytes()
+    assert row_spill._column(bytearray(), array("q")).shape == (0,)
+    assert row_spill._column(bytearray(), array("q", [0, 0])).tolist() == [b"", b""]
+
+
+def test_the_sources_column_is_made_once_and_again_after_more_rows(tmp_path: Path) -> None:
+    rows = _rows(2, 50)
+    with RowSpill(tmp_path, splits=None) as spilled:
+        for row in rows[:40]:
+            spilled.add(row)
+        spilled.duplicates()
+        made = spilled._sources_column()
+        assert spilled._sources_column() is made  # duplicates and manifest_order share it
+        for row in rows[40:]:
+            spilled.add(row)
+        assert [spilled.row(int(i)) for i in spilled.manifest_order()] == sort_rows(rows)
+        assert spilled.duplicates() == _first_duplicates(rows, False)

@@ -226,3 +226,23 @@ def test_a_dataset_over_the_table_equals_one_over_the_items(tmp_path: Path) -> N
         PatchDataset(store, None, label="side")
     with pytest.raises(ValueError, match="has no role 'mask'"):
         PatchDataset(store, None, roles=("image", "mask"))
+
+
+def test_columns_made_spending_their_builders_are_the_columns() -> None:
+    """`IndexColumns.columns(spend=True)` (each builder let go as its column is made) gives the very columns of
+    `columns()`, with the items' labels, roles and text beyond ASCII; the spent object holds no item."""
+    from dataclasses import replace
+
+    from labzarr.store.format.items import IndexColumns
+
+    items = [*_items(), *(replace(_items()[0], item_id=f"é{i}", source=f"raw/日本{i}.jpg") for i in range(5))]
+    plain, spent = IndexColumns(), IndexColumns()
+    for item in items:
+        plain.add(item)
+        spent.add(item)
+    attrs, expected = plain.columns()
+    got_attrs, got = spent.columns(spend=True)
+    assert got_attrs == attrs and list(got) == list(expected)
+    for name, column in expected.items():
+        assert got[name].dtype == column.dtype and got[name].tobytes() == column.tobytes(), name
+    assert spent.rows == 0 and spent.columns()[1]["slot"].size == 0
