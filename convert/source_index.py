@@ -3,7 +3,7 @@
 Invariant: `SourceIndex` maps each source to the index of its first row in the order `add`ed, as a dict filled with
 `setdefault` would, and holds no Python object per source: the sources as UTF-8 in one buffer with their end
 offsets, the indexes in an array, and once filled an 8-byte digest per source sorted for a binary search; a digest
-matched is confirmed on the source's own bytes.
+matched is confirmed on the source's own bytes (`PackedKeys`, which `run/probe_table.py` keeps its rels in too).
 
 Why: a rerun over a million files read the committed manifest into a dict of a million strings before numbering
 its first row (docs/benchmarks.md, "Scale: many tiny files").
@@ -11,14 +11,79 @@ its first row (docs/benchmarks.md, "Scale: many tiny files").
 
 from __future__ import annotations
 
-import hashlib
 from array import array
 from collections.abc import Iterator, Mapping
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SourceIndex"]
+__all__ = ["PackedKeys", "SourceIndex", "utf8"]
+
+
+class PackedKeys:
+    """Byte strings `add`ed one at a time, each at the next position, found again by value (`find`): the strings in
+    one buffer with their end offsets and an 8-byte digest each; once looked up, the digests sorted for a binary
+    search, a match confirmed on the bytes. What `SourceIndex` and `run/probe_table.ProbeTable` keep their keys in."""
+
+    def __init__(self) -> None:
+        self._chars = bytearray()
+        self._ends = array("q")
+        self._digests = array("q")
+        self._order: npt.NDArray[np.int64] | None = None  # positions by digest, then position (made on first lookup)
+        self._sorted: npt.NDArray[np.int64] | None = None
+        self._repeat = bytearray()  # per position, 1 where an earlier position holds the same key (with `_order`)
+        self._last = -1  # the position last found: a lookup tries the one after it first
+
+    def add(self, raw: bytes) -> None:
+        """Put `raw` at the next position."""
+        self._chars += raw
+        self._ends.append(len(self._chars))
+        self._digests.append(_digest(raw))
+        self._order = self._sorted = None
+        self._last = -1
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def key(self, at: int) -> bytes:
+        """The key at position `at`."""
+        return bytes(self._chars[self._ends[at - 1] if at else 0 : self._ends[at]])
+
+    def find(self, raw: bytes) -> int:
+        """The first position holding `raw`, or -1. Keys are mostly looked up in the order they were added, so the
+        position after the last found is tried first: it answers when it holds `raw` and no earlier one does."""
+        if self._order is None or self._sorted is None:
+            self._index()
+        guess = self._last + 1
+        if guess < len(self._ends) and not self._repeat[guess] and self.key(guess) == raw:
+            self._last = guess
+            return guess
+        assert self._order is not None and self._sorted is not None
+        digest = _digest(raw)
+        lo = int(np.searchsorted(self._sorted, digest, side="left"))
+        hi = int(np.searchsorted(self._sorted, digest, side="right"))
+        for at in self._order[lo:hi].tolist():
+            if self.key(at) == raw:
+                self._last = int(at)
+                return int(at)
+        return -1
+
+    def _index(self) -> None:
+        """Sort the digests (`_order`, `_sorted`) and mark each position whose key an earlier one holds."""
+        digests = np.frombuffer(self._digests, dtype=np.int64) if len(self._digests) else np.zeros(0, np.int64)
+        self._order = np.argsort(digests, kind="stable").astype(np.int64)  # equal digests in the order added
+        self._sorted = digests[self._order]
+        self._repeat = bytearray(len(digests))
+        equal = np.flatnonzero(self._sorted[1:] == self._sorted[:-1])  # runs of equal digests: few, and short
+        for at in np.unique(np.r_[equal, equal + 1]).tolist():
+            mine = int(self._order[at])
+            raw = self.key(mine)
+            j = at - 1
+            while j >= 0 and self._sorted[j] == self._sorted[at]:
+                if self.key(int(self._order[j])) == raw:
+                    self._repeat[mine] = 1
+                    break
+                j -= 1
 
 
 class SourceIndex(Mapping[str, int]):
@@ -26,82 +91,30 @@ class SourceIndex(Mapping[str, int]):
     its first index."""
 
     def __init__(self) -> None:
-        self._chars = bytearray()
-        self._ends = array("q")
+        self._keys = PackedKeys()
         self._indexes = array("q")
-        self._digests = array("Q")
-        self._order: npt.NDArray[np.int64] | None = None  # positions by digest, then position (made on first lookup)
-        self._sorted: npt.NDArray[np.uint64] | None = None
         self._count = -1  # distinct sources, counted on first `len`
-        self._repeat = bytearray()  # per position, 1 where an earlier position holds the same source (with `_order`)
-        self._last = -1  # the position last found: a lookup tries the one after it first
 
     def add(self, source: str, index: int) -> None:
         """Record `source`'s `index` (a source added before keeps the index it had)."""
-        raw = _utf8(source)
-        self._chars += raw
-        self._ends.append(len(self._chars))
+        self._keys.add(utf8(source))
         self._indexes.append(index)
-        self._digests.append(_digest(raw))
-        self._order = self._sorted = None
         self._count = -1
-        self._last = -1
-
-    def _source(self, at: int) -> bytes:
-        return bytes(self._chars[self._ends[at - 1] if at else 0 : self._ends[at]])
-
-    def _first(self, raw: bytes) -> int:
-        """The position of the first source added equal to `raw`, or -1. Sources are looked up in the order they
-        were added (a rerun numbers its rows in manifest order, the order the earlier manifest was read in), so the
-        position after the last found is tried first: it answers when it holds `raw` and no earlier one does."""
-        if self._order is None or self._sorted is None:
-            self._index()
-        guess = self._last + 1
-        if guess < len(self._ends) and not self._repeat[guess] and self._source(guess) == raw:
-            self._last = guess
-            return guess
-        assert self._order is not None and self._sorted is not None
-        key = np.uint64(_digest(raw))
-        lo = int(np.searchsorted(self._sorted, key, side="left"))
-        hi = int(np.searchsorted(self._sorted, key, side="right"))
-        for at in self._order[lo:hi].tolist():
-            if self._source(at) == raw:
-                self._last = int(at)
-                return int(at)
-        return -1
-
-    def _index(self) -> None:
-        """Sort the digests (`_order`, `_sorted`) and mark each position whose source an earlier one holds."""
-        digests = np.frombuffer(self._digests, dtype=np.uint64) if len(self._digests) else \
-            np.zeros(0, dtype=np.uint64)
-        self._order = np.argsort(digests, kind="stable").astype(np.int64)  # equal digests in the order added
-        self._sorted = digests[self._order]
-        self._repeat = bytearray(len(digests))
-        equal = np.flatnonzero(self._sorted[1:] == self._sorted[:-1])  # runs of equal digests: few, and short
-        for at in np.unique(np.r_[equal, equal + 1]).tolist():
-            mine = int(self._order[at])
-            raw = self._source(mine)
-            j = at - 1
-            while j >= 0 and self._sorted[j] == self._sorted[at]:
-                if self._source(int(self._order[j])) == raw:
-                    self._repeat[mine] = 1
-                    break
-                j -= 1
 
     def __getitem__(self, source: str) -> int:
-        at = self._first(_utf8(source))
+        at = self._keys.find(utf8(source))
         if at < 0:
             raise KeyError(source)
         return self._indexes[at]
 
     def __contains__(self, source: object) -> bool:
-        return isinstance(source, str) and self._first(_utf8(source)) >= 0
+        return isinstance(source, str) and self._keys.find(utf8(source)) >= 0
 
     def __iter__(self) -> Iterator[str]:
         """The distinct sources, in the order first added."""
-        for at in range(len(self._ends)):
-            raw = self._source(at)
-            if self._first(raw) == at:
+        for at in range(len(self._keys)):
+            raw = self._keys.key(at)
+            if self._keys.find(raw) == at:
                 yield raw.decode("utf-8", "surrogatepass")
 
     def __len__(self) -> int:
@@ -114,10 +127,12 @@ class SourceIndex(Mapping[str, int]):
         return max(self._indexes, default=-1)
 
 
-def _utf8(text: str) -> bytes:
+def utf8(text: str) -> bytes:
+    """`text` as the UTF-8 a key is kept in."""
     # Sources the walk could not decode carry surrogates (os.fsdecode); surrogatepass keeps them distinct.
     return text.encode("utf-8", "surrogatepass")
 
 
 def _digest(raw: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little")
+    # This process's hash: the digests are never stored, and equal digests are confirmed on the bytes.
+    return hash(raw)
