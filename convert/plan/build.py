@@ -29,7 +29,7 @@ from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec
 from .dicom_masks import attach_masks, is_mask_object
 from .records import Damage, KeptShard, Outcome, Recorded, Repair
 from .samples import Part, RoleFile, SampleTask, file_part, group_samples, series_part
-from .series import SeriesItem, group_series
+from .series import group_series
 from .splits import duplicate_key
 from .stacks import ShardTask, Stack, StackEntry, plan_stacks
 
@@ -186,7 +186,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
                             reason=Reason.DUPLICATE_CONTENT, detail=f"same sha256 as {first[key]}"))
             continue
         first[key] = s.source
-        size = sum(probes[m].size for m in s.members)
+        size = s.size
         if s.stack.layout == "image":  # a radiograph or photograph: a 2D item, stacked like a JPEG
             plane = Plane(s.stack.samples, s.stack.rows, s.stack.columns, s.stack.dtype)
             try:
@@ -202,7 +202,7 @@ def plan(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[str, Probe
         todo.append(VolumeTask(item_id=s.item_id, source=s.source, path=str(spec.delivery.raw / s.members[0]),
                          kind=DicomReader.kind, sha256=s.sha256, array="", size=size, members=s.members, stack=s.stack))
         volumes.append(s)
-    attached = attach_masks(objects, volumes, _series_uids(volumes, probes))
+    attached = attach_masks(objects, volumes, {s.source: s.series_uid for s in volumes})
     rows += attached.rows
     todo.sort(key=lambda t: (t.item_id, t.source))
     names = _array_names([t.item_id for t in todo])
@@ -276,16 +276,6 @@ def _with_masks(samples: Sequence[SampleTask], masks: Mapping[str, RoleFile]) ->
     return out, rows
 
 
-def _series_uids(series: Sequence[SeriesItem], probes: Mapping[str, Probe]) -> dict[str, str]:
-    """Each series' SeriesInstanceUID, by its source (its members share it: `series.series_key`)."""
-    out = {}
-    for s in series:
-        header = probes[s.members[0]].dicom
-        assert header is not None
-        out[s.source] = header.series_uid
-    return out
-
-
 def _masked_sample(task: VolumeTask, mask: RoleFile) -> SampleTask:
     """A DICOM volume item and the SEG or RTSTRUCT drawn on it, as an image + mask sample in the item's group."""
     image = RoleFile(role=REFERENCE_ROLE, source=task.source, path=task.path, kind=task.kind, sha256=task.sha256,
@@ -330,12 +320,13 @@ def _plan_samples(spec: Spec, candidates: Sequence[Candidate], probes: Mapping[s
             parts.append(series_part(r))
         else:  # no item ID: not part of any sample
             rows.append(r)
-    parts += [series_part(s, path=str(spec.delivery.raw / s.members[0]), size=sum(probes[m].size for m in s.members))
+    parts += [series_part(s, path=str(spec.delivery.raw / s.members[0]), size=s.size)
               for s in series]
     ids = sorted({p.item_id for p in parts})
     names = dict(zip(ids, _array_names(ids)))
     samples, sample_rows = group_samples(spec.items, parts, names)
-    attached = attach_masks(objects, [s for s in series if s.stack.layout == "volume"], _series_uids(series, probes))
+    attached = attach_masks(objects, [s for s in series if s.stack.layout == "volume"],
+                            {s.source: s.series_uid for s in series})
     samples, mask_rows = _with_masks(samples, attached.masks)
     sample_rows += [*attached.rows, *mask_rows]
     repaired = [Repair(item_id=s.item_id, source=s.source, array=array, why=damage.why) for s in samples

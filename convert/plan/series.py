@@ -57,13 +57,16 @@ KIND = "dicom"
 
 @dataclass(frozen=True, slots=True)
 class SeriesItem:
-    """One DICOM item to decode: its members (relative paths, sorted), content hash and layout."""
+    """One DICOM item to decode: its members (relative paths, sorted), content hash and layout; the members' bytes
+    and their SeriesInstanceUID, which the plan would otherwise look up in the probes again, file by file."""
 
     item_id: str
     source: str
     members: tuple[str, ...]
     sha256: str
     stack: SeriesStack
+    size: int  # bytes of the member files
+    series_uid: str  # "" where the members have none (grouped by folder: `series_key`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +195,7 @@ def _laid_out(part: list[_File], source: str, rules: SeriesRules, note: tuple[st
     if note:
         stack = replace(stack, warnings=(*note, *stack.warnings))
     return SeriesItem(item_id=item_id, source=source, members=tuple(sorted(f.rel for f in listed)), sha256=sha256,
-                      stack=stack)
+                      stack=stack, size=sum(f.probe.size for f in listed), series_uid=part[0].header.series_uid)
 
 
 def _localizer_detail(by: str, parts: Sequence[_Part], rules: SeriesRules) -> str:
