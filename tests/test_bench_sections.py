@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,10 @@ def test_dicom_section_converts_real_corpora_from_their_mirrors(tmp_path: Path) 
     assert baseline.startswith("dcm2niix -z n -b y") and "(baseline)" in baseline
     assert ours.startswith("labzarr convert --workers 2") and ours.split()[6].endswith("x")
     assert "vs dcm2niix (target for <= 50 files: +1.0 s)" in ours and "--quiet printed" not in ours
+    phases = re.search(r"run (\d+\.\d\d) s: start (\d+\.\d\d), probe (\d+\.\d\d), convert (\d+\.\d\d)", ours)
+    assert phases is not None, ours  # the best run's own phases, from its run log
+    run_s, *parts = (float(v) for v in phases.groups())
+    assert 0 < run_s <= float(ours.split()[4]) and sum(parts) <= run_s + 0.02
     assert any(line.startswith("### real exports, total of the 1 corpora present") for line in lines)
     # extracted once, beside the specs labzarr init wrote
     assert sorted(p.name for p in (tmp_path / "work" / "dicom" / "corpora" / "raw" / "dcm_qa_enh" / "CT5N").iterdir()) \
