@@ -25,7 +25,7 @@ from typing import IO, Any, cast
 import pydicom
 import pydicom.uid
 import xxhash
-from pydicom.datadict import tag_for_keyword
+from pydicom.datadict import dictionary_VR, tag_for_keyword
 from pydicom.dataelem import DataElement
 from pydicom.dataset import Dataset
 from pydicom.errors import InvalidDicomError
@@ -36,6 +36,7 @@ from pydicom.valuerep import IS
 
 from ._dicom_groups import FunctionalGroups, Group, functional_groups
 from ._dicom_records import RTSTRUCT_CLASS, SEG_CLASS, Defect, DicomHeader, Frame
+from ._dicom_values import PYDICOM, plain_value
 from ._dicom_walk import DecodedValues, Unwalkable, tag_key, walk_header
 from ._head import Head
 from .reasons import Reason, Rejected
@@ -166,6 +167,22 @@ def _get(ds: Dataset, keyword: str, default: Any = None) -> Any:
     return ds[tag].value  # raw: converted (and kept) by pydicom, as `get` would
 
 
+def _plain(ds: Dataset, keyword: str, default: Any = None) -> Any:
+    """`_get`, for a value that only `str`, `_int`, `_float` or `_floats` read: one pydicom would still decode is
+    decoded by `plain_value` where it can be, to what those make of pydicom's value."""
+    tag = _tag_of(keyword)
+    elem = ds._dict.get(tag) if tag is not None else None
+    if tag is None or elem is None or isinstance(elem, DataElement):
+        return default if elem is None else elem.value
+    value = plain_value(elem, _vr_of(keyword))
+    return ds[tag].value if value is PYDICOM else value
+
+
+@functools.cache
+def _vr_of(keyword: str) -> str:
+    return str(dictionary_VR(keyword))
+
+
 def _has(ds: Dataset, keyword: str) -> bool:
     """Whether `ds` holds the element, read or not: a sequence is not read to say so."""
     tag = _tag_of(keyword)
@@ -206,18 +223,18 @@ def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
 
 def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size: int, *, gzipped: bool) -> DicomHeader:
     meta_class = getattr(getattr(ds, "file_meta", None), "MediaStorageSOPClassUID", "")
-    sop_class = str(_get(ds, "SOPClassUID", "") or meta_class or "")
+    sop_class = str(_plain(ds, "SOPClassUID", "") or meta_class or "")
     manufacturer = str(_get(ds, "Manufacturer", "") or "")
     base: dict[str, Any] = dict(
         sop_class=sop_class,
         sop_class_name=_uid_name(sop_class) if sop_class else "no SOP Class UID",
         modality=str(_get(ds, "Modality", "") or ""),
         manufacturer=manufacturer,
-        study_uid=str(_get(ds, "StudyInstanceUID", "") or ""),
-        series_uid=str(_get(ds, "SeriesInstanceUID", "") or ""),
-        series_number=_int(_get(ds, "SeriesNumber")),
-        instance_number=_int(_get(ds, "InstanceNumber")),
-        sop_instance=str(_get(ds, "SOPInstanceUID", "") or ""),
+        study_uid=str(_plain(ds, "StudyInstanceUID", "") or ""),
+        series_uid=str(_plain(ds, "SeriesInstanceUID", "") or ""),
+        series_number=_int(_plain(ds, "SeriesNumber")),
+        instance_number=_int(_plain(ds, "InstanceNumber")),
+        sop_instance=str(_plain(ds, "SOPInstanceUID", "") or ""),
         transfer_syntax=str(ts),
         gzipped=gzipped,
         references=_references(ds, sop_class),
@@ -244,7 +261,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     else:
         digest, defect = _scan_pixels(fp, ds, ts, length, value_at, size, n_frames)
     defect = defect or _decoder_defect(ts)
-    spacing_2d = _floats(_get(ds, "PixelSpacing") or _get(ds, "ImagerPixelSpacing"), 2)
+    spacing_2d = _floats(_plain(ds, "PixelSpacing") or _get(ds, "ImagerPixelSpacing"), 2)
     little = _encoding(ds)[1]
     native = (value_at >= 0 and not gzipped and defect is None and length != 0xFFFFFFFF and mosaic is None
               and ts.is_transfer_syntax and not ts.is_encapsulated and bits in (8, 16, 32, 64)
@@ -258,7 +275,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         signed=int(_get(ds, "PixelRepresentation", 0) or 0) == 1, float_pixels=tag != _PIXEL_TAGS[0],
         photometric=photometric, frames=frames, mosaic=mosaic,
         spacing_2d=(spacing_2d[0], spacing_2d[1]) if spacing_2d else None,
-        thickness=_float(_get(ds, "SliceThickness")),
+        thickness=_float(_plain(ds, "SliceThickness")),
         palette_bits=_int(_list(_get(ds, "RedPaletteColorLookupTableDescriptor"))[2:3] or None) or 0,
         pixel_hash=digest, defect=defect, enhanced=groups is not None,
         native_at=value_at if native else -1, big_endian=not little,
@@ -517,10 +534,10 @@ def _classic_frames(ds: Dataset, n_frames: int) -> tuple[int | None, tuple[Frame
     if mosaic is not None:
         return mosaic
     slope, intercept = _rescale(ds)
-    position = _floats(_get(ds, "ImagePositionPatient"), 3)
-    orientation = _floats(_get(ds, "ImageOrientationPatient"), 6)
-    spacing = _floats(_get(ds, "PixelSpacing"), 2)
-    echo = _float(_get(ds, "EchoNumbers"))
+    position = _floats(_plain(ds, "ImagePositionPatient"), 3)
+    orientation = _floats(_plain(ds, "ImageOrientationPatient"), 6)
+    spacing = _floats(_plain(ds, "PixelSpacing"), 2)
+    echo = _float(_plain(ds, "EchoNumbers"))
     order = _classic_order(ds)
     if n_frames == 1:
         return None, (_frame(0, position, orientation, spacing, slope, intercept, echo, order),)
@@ -592,12 +609,12 @@ def _float_of(value: Any, little: bool) -> float | None:
 def _classic_order(ds: Dataset) -> tuple[float, ...]:
     # Acquisition order of repeats at one position (fMRI time points, DWI directions), as dcm2niix sorts them:
     # temporal position, then acquisition number, then instance number, then trigger time.
-    return tuple(_float(_get(ds, k)) or 0.0 for k in
+    return tuple(_float(_plain(ds, k)) or 0.0 for k in
                  ("TemporalPositionIdentifier", "AcquisitionNumber", "InstanceNumber", "TriggerTime"))
 
 
 def _rescale(ds: Dataset) -> tuple[float, float]:
-    return _rescale_of(_get(ds, "RescaleSlope"), _get(ds, "RescaleIntercept"), _get(ds, "DoseGridScaling"))
+    return _rescale_of(_plain(ds, "RescaleSlope"), _plain(ds, "RescaleIntercept"), _get(ds, "DoseGridScaling"))
 
 
 def _rescale_of(slope_value: Any, intercept_value: Any, dose_scaling: Any) -> tuple[float, float]:
@@ -719,16 +736,16 @@ def _mosaic(ds: Dataset) -> tuple[int, tuple[Frame, ...]] | None:
         # Real mosaics are whole tiles; dcm2niix reads such a file with a fractional row stride, nibabel fails.
         raise Rejected(Reason.BAD_HEADER, f"mosaic of {n_tiles} tiles: {int(ds.Rows)}x{int(ds.Columns)} pixels is not "
                                           f"a whole number of {grid}x{grid} tiles")
-    orientation = _floats(_get(ds, "ImageOrientationPatient"), 6)
-    spacing = _floats(_get(ds, "PixelSpacing"), 2)
+    orientation = _floats(_plain(ds, "ImageOrientationPatient"), 6)
+    spacing = _floats(_plain(ds, "PixelSpacing"), 2)
     if origin is None or orientation is None or spacing is None:
         raise Rejected(Reason.BAD_HEADER, "Siemens mosaic without ImagePositionPatient, ImageOrientationPatient "
                                           "or PixelSpacing")
     if normal is None:
         normal = _normal(orientation)
-    step = _float(_get(ds, "SpacingBetweenSlices")) or _float(_get(ds, "SliceThickness")) or 1.0
+    step = _float(_plain(ds, "SpacingBetweenSlices")) or _float(_plain(ds, "SliceThickness")) or 1.0
     slope, intercept = _rescale(ds)
-    echo, order = _float(_get(ds, "EchoNumbers")), _classic_order(ds)
+    echo, order = _float(_plain(ds, "EchoNumbers")), _classic_order(ds)
     frames = tuple(
         _frame(k, tuple(float(o) + k * step * float(n) for o, n in zip(origin, normal)), orientation, spacing,
                slope, intercept, echo, order + (float(k),))

@@ -1,0 +1,69 @@
+"""Decoding the few raw IS, DS and UI values a header reads of every file, to the plain numbers and strings the
+header makes of pydicom's values, without pydicom's value objects.
+
+Why: the files of a series differ from one another in a few values (SOPInstanceUID, InstanceNumber,
+ImagePositionPatient), which the walk (`_dicom_walk.py`) therefore leaves raw in every file; pydicom decodes
+each through its hooks into a validated `IS`, `DSfloat` or `UID` inside a new `DataElement`, which cost more
+than the rest of building the header record from those values (docs/benchmarks.md).
+
+Invariant: `plain_value` gives what `int`, `float` or `str` gives of the value pydicom decodes from the same
+element, or `PYDICOM` when it cannot be sure of that. It decodes only bytes that pydicom's own validation
+accepts (its VR regex and length, so pydicom neither warns nor logs nor raises on them, whatever its validation
+mode), of an element whose VR is the one the caller names (pydicom's dictionary VR), and only while pydicom
+decodes raw elements its default way (no element callback, default hooks and converters, no numpy or Decimal
+values): anything else is left to pydicom. tests/readers/test_dicom_values.py compares it with pydicom.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, cast
+
+from pydicom import config, hooks, values
+from pydicom.dataelem import RawDataElement
+
+__all__ = ["PYDICOM", "plain_value"]
+
+PYDICOM: Final = object()  # `plain_value`'s answer where pydicom must decode the value
+
+# Stricter than pydicom's VR_REGEXES (ASCII digits only, where `\d` is any Unicode digit), so every value
+# matched here is one pydicom validates without a note; lengths as pydicom's MAX_VALUE_LEN.
+_IS: Final = re.compile(rb" *[+-]?[0-9]+ *")
+_DS: Final = re.compile(rb" *[+-]?([0-9]+|[0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)? *")
+_UI: Final = re.compile(rb"(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))*")
+_IS_LEN, _DS_LEN, _UI_LEN = 12, 16, 64
+_CONVERTERS: Final = {"IS": values.convert_IS_string, "DS": values.convert_DS_string, "UI": values.convert_UI}
+_DEFAULT_HOOKS: Final = (hooks.raw_element_vr, hooks.raw_element_value)
+
+
+def plain_value(raw: RawDataElement, vr: str) -> int | float | str | list[float] | object:
+    """An IS element's int, a DS element's float (a list of them where it holds several) or a UI element's str,
+    as pydicom would decode `raw` (whose dictionary VR is `vr`), or `PYDICOM`."""
+    value = raw.value
+    if not value or raw.VR not in (None, vr) or vr not in _CONVERTERS or not _pydicom_default(vr):
+        return PYDICOM
+    if vr == "UI":
+        # convert_UI: strip trailing NULs and spaces; one value, as a UID validates it
+        text = value.rstrip(b"\0 ")
+        return text.decode("ascii") if len(text) <= _UI_LEN and _UI.fullmatch(text) else PYDICOM
+    if vr == "IS":
+        # convert_IS_string: strip trailing spaces and NULs; one value, validated, then int()
+        text = value.rstrip(b" \0")
+        if len(text) > _IS_LEN or not _IS.fullmatch(text):
+            return PYDICOM
+        number = int(text)
+        # outside int32 pydicom raises in its strict validation mode: left to it
+        return number if -(1 << 31) <= number < (1 << 31) else PYDICOM
+    # convert_DS_string: strip, strip trailing NULs, split at backslashes; each a DSfloat, float() of the item
+    items = value.strip().rstrip(b" \0").split(b"\\")
+    if any(len(item) > _DS_LEN or not _DS.fullmatch(item) for item in items):
+        return PYDICOM
+    return float(items[0]) if len(items) == 1 else [float(item) for item in items]
+
+
+def _pydicom_default(vr: str) -> bool:
+    """Whether pydicom decodes a raw element of `vr` its default way (configuration is pydicom's, and global)."""
+    return (config.data_element_callback is None and not hooks.hooks.raw_element_kwargs
+            and (hooks.hooks.raw_element_vr, hooks.hooks.raw_element_value) == _DEFAULT_HOOKS
+            and cast(dict[str, object], values.converters).get(vr) is _CONVERTERS[vr]
+            and not (config.use_DS_numpy or config.use_DS_decimal or config.use_IS_numpy))
