@@ -137,11 +137,17 @@ def read_header(path: Path, head: Head, *, walk: bool, values: DecodedValues | N
 def transfer_syntax(ds: Dataset) -> pydicom.uid.UID:
     """The dataset's transfer syntax: from its File Meta, or as pydicom found the encoding when there is none."""
     meta = getattr(ds, "file_meta", None)
-    uid = meta.get("TransferSyntaxUID") if meta is not None else None
+    uid = _get(meta, "TransferSyntaxUID") if meta is not None else None
     if uid is None:  # no File Meta: pydicom guessed the encoding from the first element
         return pydicom.uid.ImplicitVRLittleEndian if ds.is_implicit_VR else (
             pydicom.uid.ExplicitVRLittleEndian if ds.is_little_endian else pydicom.uid.ExplicitVRBigEndian)
-    return pydicom.uid.UID(str(uid))
+    return _syntax(str(uid))
+
+
+@functools.lru_cache(maxsize=64)
+def _syntax(uid: str) -> pydicom.uid.UID:
+    """One validated UID per distinct transfer syntax, not one per file: a UID is an immutable str."""
+    return pydicom.uid.UID(uid)
 
 
 def _encoding(ds: Dataset) -> tuple[bool, bool]:
@@ -198,16 +204,15 @@ def _tag_of(keyword: str) -> BaseTag | None:
 def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
     """pydicom returns whatever it parsed before the end of a cut file; find the cut here."""
     meta = getattr(ds, "file_meta", None)
-    group_length = meta.get("FileMetaInformationGroupLength") if meta is not None else None
+    group_length = _get(meta, "FileMetaInformationGroupLength") if meta is not None else None
     if preamble and group_length is not None and size < 132 + 12 + int(group_length):
         raise Rejected(Reason.TRUNCATED, f"{size:,} B file ends inside its File Meta group "
                                          f"({132 + 12 + int(group_length):,} B)")
     if preamble and (meta is None or not len(meta)):
         raise Rejected(Reason.BAD_HEADER, "DICM prefix but no File Meta Information (group 0002) after it")
-    tags = list(ds.keys())
-    if not tags:
+    if not ds._dict:
         return
-    last = ds.get_item(tags[-1])
+    last = ds.get_item(next(reversed(cast(dict[BaseTag, Any], ds._dict))))  # `ds.keys()`' last, none listed
     value = getattr(last, "value", None)
     length = getattr(last, "length", None)
     if isinstance(value, bytes) and isinstance(length, int) and length != 0xFFFFFFFF and len(value) < length:
