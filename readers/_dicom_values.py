@@ -16,6 +16,7 @@ values): anything else is left to pydicom. tests/readers/test_dicom_values.py co
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final, cast
 
@@ -33,15 +34,22 @@ _DS: Final = re.compile(rb" *[+-]?([0-9]+|[0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9
 _UI: Final = re.compile(rb"(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))*")
 _IS_LEN, _DS_LEN, _UI_LEN = 12, 16, 64
 _CONVERTERS: Final = {"IS": values.convert_IS_string, "DS": values.convert_DS_string, "UI": values.convert_UI}
-_DEFAULT_HOOKS: Final = (hooks.raw_element_vr, hooks.raw_element_value)
 
 
-def plain_value(raw: RawDataElement, vr: str) -> int | float | str | list[float] | object:
-    """An IS element's int, a DS element's float (a list of them where it holds several) or a UI element's str,
+def plain_value(raw: RawDataElement, vr: str) -> int | float | str | tuple[float, ...] | object:
+    """An IS element's int, a DS element's float (a tuple of them where it holds several) or a UI element's str,
     as pydicom would decode `raw` (whose dictionary VR is `vr`), or `PYDICOM`."""
     value = raw.value
-    if not value or raw.VR not in (None, vr) or vr not in _CONVERTERS or not _pydicom_default(vr):
+    if (type(value) is not bytes or not value or raw.VR not in (None, vr) or vr not in _CONVERTERS
+            or not _pydicom_default(vr)):
         return PYDICOM
+    return _decoded(value, vr)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decoded(value: bytes, vr: str) -> int | float | str | tuple[float, ...] | object:
+    """`plain_value`'s decoding, once per distinct value: the files of a batch are walked against one template
+    (`_dicom_walk.py`) and so share its raw elements, which pydicom would have decoded in place once."""
     if vr == "UI":
         # convert_UI: strip trailing NULs and spaces; one value, as a UID validates it
         text = value.rstrip(b"\0 ")
@@ -58,12 +66,15 @@ def plain_value(raw: RawDataElement, vr: str) -> int | float | str | list[float]
     items = value.strip().rstrip(b" \0").split(b"\\")
     if any(len(item) > _DS_LEN or not _DS.fullmatch(item) for item in items):
         return PYDICOM
-    return float(items[0]) if len(items) == 1 else [float(item) for item in items]
+    return float(items[0]) if len(items) == 1 else tuple(float(item) for item in items)
+
+
+_DEFAULT: Final = (None, hooks.raw_element_vr, hooks.raw_element_value, False, False, False)
 
 
 def _pydicom_default(vr: str) -> bool:
     """Whether pydicom decodes a raw element of `vr` its default way (configuration is pydicom's, and global)."""
-    return (config.data_element_callback is None and not hooks.hooks.raw_element_kwargs
-            and (hooks.hooks.raw_element_vr, hooks.hooks.raw_element_value) == _DEFAULT_HOOKS
-            and cast(dict[str, object], values.converters).get(vr) is _CONVERTERS[vr]
-            and not (config.use_DS_numpy or config.use_DS_decimal or config.use_IS_numpy))
+    h = hooks.hooks
+    return ((config.data_element_callback, h.raw_element_vr, h.raw_element_value, config.use_DS_numpy,
+             config.use_DS_decimal, config.use_IS_numpy) == _DEFAULT and not h.raw_element_kwargs
+            and cast(dict[str, object], values.converters).get(vr) is _CONVERTERS[vr])

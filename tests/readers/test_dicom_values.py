@@ -43,7 +43,7 @@ def _same(vr: str, plain: Any, theirs: Any) -> bool:
         return type(plain) is str and plain == str(theirs)
     if vr == "IS":
         return type(plain) is int and _int(plain) == _int(theirs) and _float(plain) == _float(theirs)
-    n = len(plain) if isinstance(plain, list) else 1
+    n = len(plain) if isinstance(plain, tuple) else 1
     return (type(plain) is float or all(type(v) is float for v in plain)) and \
         _floats(plain, n) == _floats(theirs, n) and _float(plain) == _float(theirs)
 
