@@ -249,12 +249,16 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
         at0 = pos - delta  # where the comparison starts, in the template
         if pos + limit - at0 > len(buf):
             return None
-        differ = (data[pos : pos + limit - at0] != t.data[at0:limit]).nonzero()[0]  # the methods: no dispatch
+        differ = data[pos : pos + limit - at0] != t.data[at0:limit]
         shifted, k = False, 0
         # Only the first differing byte of each element matters: the next one past an element read is found by
-        # bisection, not by listing every differing byte (a private blob or a shifted tail differs in thousands).
-        while k < len(differ):
-            at = at0 + int(differ[k])
+        # argmax (which stops at the first), not by listing every differing byte (a private blob or a tail whose
+        # alignment a changed length shifted differs in thousands).
+        while True:
+            k += int(differ[k:].argmax())
+            if not differ[k]:
+                break
+            at = at0 + k
             if at >= end:
                 return None  # no pixel data element where the template has its own
             j = bisect.bisect_right(starts, at) - 1
@@ -283,7 +287,9 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
             if stop - t_end != delta:  # a length differs: compare the rest shifted
                 delta, pos, shifted = stop - t_end, stop, True
                 break
-            k = int(differ.searchsorted(t_end - at0))  # the first differing byte past this element
+            k = t_end - at0  # the first byte past this element
+            if k >= len(differ):
+                break
         if not shifted:
             break
     if end + delta + 12 > len(buf):
