@@ -227,8 +227,9 @@ def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
 
 
 def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size: int, *, gzipped: bool) -> DicomHeader:
-    meta_class = getattr(getattr(ds, "file_meta", None), "MediaStorageSOPClassUID", "")
-    sop_class = str(_plain(ds, "SOPClassUID", "") or meta_class or "")
+    meta = getattr(ds, "file_meta", None)
+    sop_class = str(_plain(ds, "SOPClassUID", "")
+                    or (_plain(meta, "MediaStorageSOPClassUID", "") if meta is not None else "") or "")
     manufacturer = str(_get(ds, "Manufacturer", "") or "")
     base: dict[str, Any] = dict(
         sop_class=sop_class,
