@@ -102,7 +102,7 @@ def read_header(path: Path, head: Head, *, walk: bool, values: DecodedValues | N
             walked = None
             if walk and preamble and not head.gzipped:
                 buf = head.whole if head.whole is not None and size <= _WALK_BYTES else fp.read(min(size, _WALK_BYTES))
-                walked = walk_header(buf, name=str(path), whole=len(buf) == size, values=values)
+                walked = walk_header(buf, name=str(path), whole=len(buf) == size, values=values, mtime=head.mtime)
                 if walked is not None and len(buf) == size:
                     fp = io.BytesIO(buf)  # the pixel scan below reads the same bytes again from memory
             if walked is not None:

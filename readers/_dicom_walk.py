@@ -170,14 +170,16 @@ class _Template:
         return _Template(data, walked.pixel_at, keys, tuple(int(k) for k in keys), meta, elements, layout, ds)
 
 
-def walk_header(buf: bytes, *, name: str, whole: bool, values: DecodedValues | None = None) -> Walked | None:
+def walk_header(buf: bytes, *, name: str, whole: bool, values: DecodedValues | None = None,
+                mtime: float | None = None) -> Walked | None:
     """Walk the DICOM file `name` whose first bytes are `buf` (all of it when `whole`), reusing elements `values`
-    holds, and against the batch's template where it has one; None: read it with dcmread."""
+    holds, and against the batch's template where it has one; None: read it with dcmread. `mtime`: the file's
+    modification time where the caller has it already (the dataset's `timestamp`), else it is read."""
     if len(buf) < 132 or buf[128:132] != b"DICM":
         return None
     try:
         if values is not None and values.template is not None:
-            like = _walk_like(buf, name, values.template, values)
+            like = _walk_like(buf, name, values.template, values, mtime)
             if like is not None:
                 return like
     except Unwalkable:
@@ -228,7 +230,8 @@ def _check_first(buf: bytes, pos: int, implicit: bool, little: bool) -> None:
         raise Unwalkable("command set, or a data set encoded against its transfer syntax")
 
 
-def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Walked | None:
+def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues, mtime: float | None = None,
+               ) -> Walked | None:
     """Walk `buf` against the template `t`: where its bytes equal the template's, so do its elements (the
     template's own objects, decoded where its header read them); only the elements whose bytes differ are read
     from `buf`, and a length that differs shifts the rest. None where the two differ in any other way (another
@@ -306,7 +309,8 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
                 meta_elements = t.meta.copy()
             meta_elements[keys[j]] = elem
     meta = t.dataset.file_meta if meta_elements is None else _clone(t.dataset.file_meta, meta_elements)
-    ds = _clone(t.dataset, elements, preamble=buf[:128], file_meta=meta, filename=name, timestamp=_mtime(name))
+    ds = _clone(t.dataset, elements, preamble=buf[:128], file_meta=meta, filename=name,
+                timestamp=_mtime(name) if mtime is None else mtime)
     return Walked(ds, end + delta, raw)
 
 
