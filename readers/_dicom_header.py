@@ -491,8 +491,8 @@ def _classic_kind(ds: Dataset) -> dict[str, object]:
         out["bvalue"] = b
         if gradient is not None:
             out["gradient"] = (gradient[0], gradient[1], gradient[2])
-    direction = ds.get(_PHILIPS_DIRECTION) if philips else None
-    if direction is not None and str(_text(direction.value)).strip().upper() == "I":
+    direction = _value_at(ds, _PHILIPS_DIRECTION, "CS") if philips else None
+    if direction is not None and str(_text(direction)).strip().upper() == "I":
         out["directionality"] = "ISOTROPIC"
     return out
 
@@ -597,8 +597,21 @@ def _philips_scale(ds: Dataset, groups: FunctionalGroups | None, frames: tuple[F
 
 def _private_float(ds: Dataset, tag: int, little: bool) -> float | None:
     """A private FL element's value; decoded from its bytes when an implicit-VR file left it unknown (UN)."""
-    elem = ds.get(tag)
-    return _float_of(elem.value, little) if elem is not None else None
+    return _float_of(_value_at(ds, tag, "FL"), little)
+
+
+def _value_at(ds: Dataset, tag: int, vr: str) -> Any:
+    """`ds.get(tag).value`, None where `ds` has no `tag`; a raw value `plain_value` decodes as `vr` (a private
+    element's explicit VR) is decoded there, to what `_float_of` or `_text` make of pydicom's."""
+    elem = ds._dict.get(tag_key(tag))
+    if elem is None:
+        return None
+    if not isinstance(elem, DataElement):
+        value = plain_value(elem, vr)
+        if value is not PYDICOM:
+            return value
+    converted = ds.get(tag)
+    return converted.value if converted is not None else None
 
 
 def _float_of(value: Any, little: bool) -> float | None:

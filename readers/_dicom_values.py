@@ -1,26 +1,30 @@
-"""Decoding the few raw IS, DS and UI values a header reads of every file, to the plain numbers and strings the
-header makes of pydicom's values, without pydicom's value objects.
+"""Decoding the few raw IS, DS, UI, CS and FL values a header reads of every file, to the plain numbers and
+strings the header makes of pydicom's values, without pydicom's value objects.
 
 Why: the files of a series differ from one another in a few values (SOPInstanceUID, InstanceNumber,
-ImagePositionPatient), which the walk (`_dicom_walk.py`) therefore leaves raw in every file; pydicom decodes
-each through its hooks into a validated `IS`, `DSfloat` or `UID` inside a new `DataElement`, which cost more
-than the rest of building the header record from those values (docs/benchmarks.md).
+ImagePositionPatient, a Philips diffusion's private b-value and gradient), which the walk (`_dicom_walk.py`)
+therefore leaves raw in every file; pydicom decodes each through its hooks into a validated `IS`, `DSfloat` or
+`UID` inside a new `DataElement` (a private one after finding its private creator), which cost more than the
+rest of building the header record from those values (docs/benchmarks.md).
 
 Invariant: `plain_value` gives what `int`, `float` or `str` gives of the value pydicom decodes from the same
-element, or `PYDICOM` when it cannot be sure of that. It decodes only bytes that pydicom's own validation
-accepts (its VR regex and length, so pydicom neither warns nor logs nor raises on them, whatever its validation
-mode), of an element whose VR is the one the caller names (pydicom's dictionary VR), and only while pydicom
-decodes raw elements its default way (no element callback, default hooks and converters, no numpy or Decimal
-values): anything else is left to pydicom. tests/readers/test_dicom_values.py compares it with pydicom.
+element, or `PYDICOM` when it cannot be sure of that. It decodes IS, DS and UI bytes only where pydicom's own
+validation accepts them (its VR regex and length, so pydicom neither warns nor logs nor raises on them, whatever
+its validation mode; CS and FL values pydicom does not validate as it reads them), of an element whose VR is the
+one the caller names, and only while pydicom decodes raw elements its default way (no element callback, default
+hooks and converters, no numpy or Decimal values): anything else is left to pydicom.
+tests/readers/test_dicom_values.py compares it with pydicom.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import struct
 from typing import Final, cast
 
 from pydicom import config, hooks, values
+from pydicom.charset import default_encoding
 from pydicom.dataelem import RawDataElement
 
 __all__ = ["PYDICOM", "plain_value"]
@@ -33,16 +37,23 @@ _IS: Final = re.compile(rb" *[+-]?[0-9]+ *")
 _DS: Final = re.compile(rb" *[+-]?([0-9]+|[0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)? *")
 _UI: Final = re.compile(rb"(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))*")
 _IS_LEN, _DS_LEN, _UI_LEN = 12, 16, 64
-_CONVERTERS: Final = {"IS": values.convert_IS_string, "DS": values.convert_DS_string, "UI": values.convert_UI}
+_CONVERTERS: Final[dict[str, object]] = {"IS": values.convert_IS_string, "DS": values.convert_DS_string,
+                                         "UI": values.convert_UI, "CS": values.convert_string,
+                                         "FL": (values.convert_numbers, "f")}
+_FLOAT_LE, _FLOAT_BE = struct.Struct("<f").unpack, struct.Struct(">f").unpack
 
 
 def plain_value(raw: RawDataElement, vr: str) -> int | float | str | tuple[float, ...] | object:
-    """An IS element's int, a DS element's float (a tuple of them where it holds several) or a UI element's str,
-    as pydicom would decode `raw` (whose dictionary VR is `vr`), or `PYDICOM`."""
+    """An IS element's int, a DS element's float (a tuple of them where it holds several), a UI or CS element's
+    str (one value) or an FL element's float (one value), as pydicom would decode `raw` (whose dictionary VR is
+    `vr`), or `PYDICOM`. A private element must be explicitly `vr`: pydicom looks an implicit one's VR up by its
+    private creator."""
     value = raw.value
-    if (type(value) is not bytes or not value or raw.VR not in (None, vr) or vr not in _CONVERTERS
-            or not _pydicom_default(vr)):
+    if (type(value) is not bytes or not value or vr not in _CONVERTERS
+            or (raw.VR != vr and (raw.VR is not None or raw.tag >> 16 & 1)) or not _pydicom_default(vr)):
         return PYDICOM
+    if vr == "FL":  # convert_numbers: struct.unpack in the element's byte order; one value is that float
+        return (_FLOAT_LE if raw.is_little_endian else _FLOAT_BE)(value)[0] if len(value) == 4 else PYDICOM
     return _decoded(value, vr)
 
 
@@ -54,6 +65,10 @@ def _decoded(value: bytes, vr: str) -> int | float | str | tuple[float, ...] | o
         # convert_UI: strip trailing NULs and spaces; one value, as a UID validates it
         text = value.rstrip(b"\0 ")
         return text.decode("ascii") if len(text) <= _UI_LEN and _UI.fullmatch(text) else PYDICOM
+    if vr == "CS":
+        # convert_string: no validation on reading; strip trailing spaces and NULs; one value
+        string = value.decode(default_encoding).rstrip(" \0")
+        return string if "\\" not in string else PYDICOM
     if vr == "IS":
         # convert_IS_string: strip trailing spaces and NULs; one value, validated, then int()
         text = value.rstrip(b" \0")
@@ -77,4 +92,4 @@ def _pydicom_default(vr: str) -> bool:
     h = hooks.hooks
     return ((config.data_element_callback, h.raw_element_vr, h.raw_element_value, config.use_DS_numpy,
              config.use_DS_decimal, config.use_IS_numpy) == _DEFAULT and not h.raw_element_kwargs
-            and cast(dict[str, object], values.converters).get(vr) is _CONVERTERS[vr])
+            and cast(dict[str, object], values.converters).get(vr) == _CONVERTERS[vr])

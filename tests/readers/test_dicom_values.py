@@ -1,7 +1,7 @@
 """`plain_value` against pydicom: the int, float(s) or str the header makes of pydicom's own value, or PYDICOM.
 
 A table of encodings (padding, signs, exponents, several values, and the values pydicom would note or refuse),
-every raw IS, DS and UI element of every DICOM file pydicom and nibabel ship, and pydicom's configuration
+every raw IS, DS, UI, CS and FL element of every DICOM file pydicom and nibabel ship, and pydicom's configuration
 changed: `plain_value` either equals pydicom or leaves the element to it.
 """
 
@@ -18,17 +18,21 @@ from pydicom.datadict import dictionary_has_tag, dictionary_VR
 from pydicom.dataelem import DataElement, RawDataElement, convert_raw_data_element
 from pydicom.tag import Tag
 
-from labzarr.readers._dicom_header import _float, _floats, _int
+from labzarr.readers._dicom_header import _float, _float_of, _floats, _int, _text
 from labzarr.readers._dicom_values import PYDICOM, plain_value
 from labzarr.readers._dicom_walk import walk_header
 
 from ..dicom_data import NICOM_DATA, PYDICOM_DATA
 
-_TAGS = {"IS": Tag(0x00200013), "DS": Tag(0x00200032), "UI": Tag(0x00080018)}  # InstanceNumber, IPP, SOPInstanceUID
+# InstanceNumber, ImagePositionPatient, SOPInstanceUID, Modality, RecommendedDisplayFrameRateInFloat
+_TAGS = {"IS": Tag(0x00200013), "DS": Tag(0x00200032), "UI": Tag(0x00080018), "CS": Tag(0x00080060),
+         "FL": Tag(0x00089459)}
 
 
-def _raw(vr: str, value: bytes, *, explicit: bool = True) -> RawDataElement:
-    return RawDataElement(_TAGS[vr], vr if explicit else None, len(value), value, 0, not explicit, True)
+def _raw(vr: str, value: bytes, *, explicit: bool = True, little: bool = True, tag: int | None = None,
+         ) -> RawDataElement:
+    return RawDataElement(Tag(tag) if tag is not None else _TAGS[vr], vr if explicit else None, len(value), value, 0,
+                          not explicit, little)
 
 
 def _pydicoms(raw: RawDataElement) -> Any:
@@ -41,6 +45,10 @@ def _same(vr: str, plain: Any, theirs: Any) -> bool:
     """What the header makes of each value is the same (and the plain one is of a plain type)."""
     if vr == "UI":
         return type(plain) is str and plain == str(theirs)
+    if vr == "CS":  # as `_classic_kind` reads Philips' diffusion direction
+        return type(plain) is str and str(_text(plain)).strip().upper() == str(_text(theirs)).strip().upper()
+    if vr == "FL":
+        return type(plain) is float and _float_of(plain, True) == _float_of(theirs, True)
     if vr == "IS":
         return type(plain) is int and _int(plain) == _int(theirs) and _float(plain) == _float(theirs)
     n = len(plain) if isinstance(plain, tuple) else 1
@@ -61,19 +69,33 @@ CASES = [
     ("DS", b"nan", False), ("DS", b"inf", False), ("DS", b"1,5", False), ("DS", b"1.5\\", False),
     ("DS", b"\\1.5", False), ("DS", b"1_5", False), ("DS", b"\x1c1.5", False), ("DS", b"1.5\\ ", False),
     ("UI", b"1.2.840.10008.5.1.4.1.1.4", True), ("UI", b"1.2.3\0", True), ("UI", b"1.2.3 ", True), ("UI", b"0", True),
+    ("CS", b"I ", True), ("CS", b"ORIGINAL", True), ("CS", b"I\0", True), ("CS", b" i", True), ("CS", b"\xe9", True),
+    ("CS", b"A\\B", False), ("CS", b"A\\", False),
+    ("FL", b"\x00\x00\x80\x3f", True), ("FL", b"\x00\x00\xc0\x7f", True), ("FL", b"\x00\x00\x80\x3f" * 2, False),
+    ("FL", b"\x00\x00\x80", False),
     ("UI", b"1.02.3", False), ("UI", b"1.2.3\\1.2.4", False), ("UI", b"1.2.\0", False), ("UI", b" 1.2", False),
     ("UI", b"1." + b"2" * 63, False), ("UI", b"\0", False),
 ]
 
 
 @pytest.mark.parametrize(("vr", "value", "plain"), CASES, ids=lambda v: repr(v))
-@pytest.mark.parametrize("explicit", [True, False], ids=["explicit", "implicit"])
-def test_plain_values_equal_pydicoms(vr: str, value: bytes, plain: bool, explicit: bool) -> None:
-    raw = _raw(vr, value, explicit=explicit)
+@pytest.mark.parametrize(("explicit", "little"), [(True, True), (False, True), (True, False)],
+                         ids=["explicit", "implicit", "big-endian"])
+def test_plain_values_equal_pydicoms(vr: str, value: bytes, plain: bool, explicit: bool, little: bool) -> None:
+    raw = _raw(vr, value, explicit=explicit, little=little)
     got = plain_value(raw, vr)
     assert (got is not PYDICOM) == plain
     if got is not PYDICOM:
         assert _same(vr, got, _pydicoms(raw))
+
+
+@pytest.mark.parametrize(("vr", "tag", "value"), [("FL", 0x20011003, b"\x00\x00\x80\x3f"), ("CS", 0x20011004, b"I ")])
+def test_a_private_element_is_plain_only_with_its_vr_explicit(vr: str, tag: int, value: bytes) -> None:
+    """Philips' diffusion b-value and direction: explicit, as pydicom decodes them; implicit, pydicom finds the VR
+    by the private creator, which this does not."""
+    raw = _raw(vr, value, tag=tag)
+    assert _same(vr, plain_value(raw, vr), _pydicoms(raw))
+    assert plain_value(_raw(vr, value, tag=tag, explicit=False), vr) is PYDICOM
 
 
 def test_an_element_of_another_vr_or_empty_is_left_to_pydicom() -> None:
@@ -95,7 +117,8 @@ def test_pydicom_configured_otherwise_decodes_every_value(change: str, monkeypat
     elif change == "converter":
         monkeypatch.setitem(values.converters, "IS", lambda *args: 0)
         monkeypatch.setitem(values.converters, "DS", lambda *args: 0)
-        monkeypatch.setitem(values.converters, "UI", lambda *args: "")
+        for vr in ("UI", "CS", "FL"):
+            monkeypatch.setitem(values.converters, vr, lambda *args: "")
     else:
         monkeypatch.setattr(config, change, True)
     for vr, value, _ in CASES:
@@ -117,11 +140,11 @@ def _shipped_elements() -> Iterator[tuple[str, RawDataElement]]:
             if isinstance(elem, DataElement):
                 continue
             vr = elem.VR or (dictionary_VR(elem.tag) if dictionary_has_tag(elem.tag) else None)
-            if vr in ("IS", "DS", "UI"):
+            if vr in ("IS", "DS", "UI", "CS", "FL"):
                 yield vr, elem
 
 
-def test_every_shipped_is_ds_and_ui_value_decodes_as_pydicom_decodes_it() -> None:
+def test_every_shipped_is_ds_ui_cs_and_fl_value_decodes_as_pydicom_decodes_it() -> None:
     found = taken = 0
     for vr, raw in _shipped_elements():
         found += 1
