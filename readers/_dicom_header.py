@@ -204,7 +204,7 @@ def _tag_of(keyword: str) -> BaseTag | None:
 def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
     """pydicom returns whatever it parsed before the end of a cut file; find the cut here."""
     meta = getattr(ds, "file_meta", None)
-    group_length = _get(meta, "FileMetaInformationGroupLength") if meta is not None else None
+    group_length = _plain(meta, "FileMetaInformationGroupLength") if meta is not None else None
     if preamble and group_length is not None and size < 132 + 12 + int(group_length):
         raise Rejected(Reason.TRUNCATED, f"{size:,} B file ends inside its File Meta group "
                                          f"({132 + 12 + int(group_length):,} B)")

@@ -1,4 +1,4 @@
-"""Decoding the few raw IS, DS, UI, CS and FL values a header reads of every file, to the plain numbers and
+"""Decoding the few raw IS, DS, UI, CS, FL and UL values a header reads of every file, to the plain numbers and
 strings the header makes of pydicom's values, without pydicom's value objects.
 
 Why: the files of a series differ from one another in a few values (SOPInstanceUID, InstanceNumber,
@@ -10,7 +10,7 @@ rest of building the header record from those values (docs/benchmarks.md).
 Invariant: `plain_value` gives what `int`, `float` or `str` gives of the value pydicom decodes from the same
 element, or `PYDICOM` when it cannot be sure of that. It decodes IS, DS and UI bytes only where pydicom's own
 validation accepts them (its VR regex and length, so pydicom neither warns nor logs nor raises on them, whatever
-its validation mode; CS and FL values pydicom does not validate as it reads them), of an element whose VR is the
+its validation mode; CS, FL and UL values pydicom does not validate as it reads them), of an element whose VR is the
 one the caller names, and only while pydicom decodes raw elements its default way (no element callback, default
 hooks and converters, no numpy or Decimal values): anything else is left to pydicom.
 tests/readers/test_dicom_values.py compares it with pydicom.
@@ -39,21 +39,23 @@ _UI: Final = re.compile(rb"(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))*")
 _IS_LEN, _DS_LEN, _UI_LEN = 12, 16, 64
 _CONVERTERS: Final[dict[str, object]] = {"IS": values.convert_IS_string, "DS": values.convert_DS_string,
                                          "UI": values.convert_UI, "CS": values.convert_string,
-                                         "FL": (values.convert_numbers, "f")}
-_FLOAT_LE, _FLOAT_BE = struct.Struct("<f").unpack, struct.Struct(">f").unpack
+                                         "FL": (values.convert_numbers, "f"), "UL": (values.convert_numbers, "L")}
+# One FL or UL value in either byte order, as convert_numbers unpacks it
+_NUMBERS: Final = {("FL", True): struct.Struct("<f").unpack, ("FL", False): struct.Struct(">f").unpack,
+                   ("UL", True): struct.Struct("<L").unpack, ("UL", False): struct.Struct(">L").unpack}
 
 
 def plain_value(raw: RawDataElement, vr: str) -> int | float | str | tuple[float, ...] | object:
     """An IS element's int, a DS element's float (a tuple of them where it holds several), a UI or CS element's
-    str (one value) or an FL element's float (one value), as pydicom would decode `raw` (whose dictionary VR is
-    `vr`), or `PYDICOM`. A private element must be explicitly `vr`: pydicom looks an implicit one's VR up by its
-    private creator."""
+    str (one value), an FL element's float or a UL element's int (one value), as pydicom would decode `raw` (whose
+    dictionary VR is `vr`), or `PYDICOM`. A private element must be explicitly `vr`: pydicom looks an implicit
+    one's VR up by its private creator."""
     value = raw.value
     if (type(value) is not bytes or not value or vr not in _CONVERTERS
             or (raw.VR != vr and (raw.VR is not None or raw.tag >> 16 & 1)) or not _pydicom_default(vr)):
         return PYDICOM
-    if vr == "FL":  # convert_numbers: struct.unpack in the element's byte order; one value is that float
-        return (_FLOAT_LE if raw.is_little_endian else _FLOAT_BE)(value)[0] if len(value) == 4 else PYDICOM
+    if vr in ("FL", "UL"):  # convert_numbers: struct.unpack in the element's byte order, one value its number
+        return _NUMBERS[vr, bool(raw.is_little_endian)](value)[0] if len(value) == 4 else PYDICOM
     return _decoded(value, vr)
 
 

@@ -1,7 +1,7 @@
 """`plain_value` against pydicom: the int, float(s) or str the header makes of pydicom's own value, or PYDICOM.
 
 A table of encodings (padding, signs, exponents, several values, and the values pydicom would note or refuse),
-every raw IS, DS, UI, CS and FL element of every DICOM file pydicom and nibabel ship, and pydicom's configuration
+every raw IS, DS, UI, CS, FL and UL element of every DICOM file pydicom and nibabel ship, and pydicom's configuration
 changed: `plain_value` either equals pydicom or leaves the element to it.
 """
 
@@ -24,9 +24,10 @@ from labzarr.readers._dicom_walk import walk_header
 
 from ..dicom_data import NICOM_DATA, PYDICOM_DATA
 
-# InstanceNumber, ImagePositionPatient, SOPInstanceUID, Modality, RecommendedDisplayFrameRateInFloat
+# InstanceNumber, ImagePositionPatient, SOPInstanceUID, Modality, RecommendedDisplayFrameRateInFloat,
+# FileMetaInformationGroupLength
 _TAGS = {"IS": Tag(0x00200013), "DS": Tag(0x00200032), "UI": Tag(0x00080018), "CS": Tag(0x00080060),
-         "FL": Tag(0x00089459)}
+         "FL": Tag(0x00089459), "UL": Tag(0x00020000)}
 
 
 def _raw(vr: str, value: bytes, *, explicit: bool = True, little: bool = True, tag: int | None = None,
@@ -49,6 +50,8 @@ def _same(vr: str, plain: Any, theirs: Any) -> bool:
         return type(plain) is str and str(_text(plain)).strip().upper() == str(_text(theirs)).strip().upper()
     if vr == "FL":
         return type(plain) is float and _float_of(plain, True) == _float_of(theirs, True)
+    if vr == "UL":  # as `_check_not_cut` reads the File Meta's group length
+        return type(plain) is int and int(plain) == int(theirs)
     if vr == "IS":
         return type(plain) is int and _int(plain) == _int(theirs) and _float(plain) == _float(theirs)
     n = len(plain) if isinstance(plain, tuple) else 1
@@ -73,6 +76,8 @@ CASES = [
     ("CS", b"A\\B", False), ("CS", b"A\\", False),
     ("FL", b"\x00\x00\x80\x3f", True), ("FL", b"\x00\x00\xc0\x7f", True), ("FL", b"\x00\x00\x80\x3f" * 2, False),
     ("FL", b"\x00\x00\x80", False),
+    ("UL", b"\xd4\x00\x00\x00", True), ("UL", b"\xff\xff\xff\xff", True), ("UL", b"\xd4\x00", False),
+    ("UL", b"\xd4\x00\x00\x00" * 2, False),
     ("UI", b"1.02.3", False), ("UI", b"1.2.3\\1.2.4", False), ("UI", b"1.2.\0", False), ("UI", b" 1.2", False),
     ("UI", b"1." + b"2" * 63, False), ("UI", b"\0", False),
 ]
@@ -117,7 +122,7 @@ def test_pydicom_configured_otherwise_decodes_every_value(change: str, monkeypat
     elif change == "converter":
         monkeypatch.setitem(values.converters, "IS", lambda *args: 0)
         monkeypatch.setitem(values.converters, "DS", lambda *args: 0)
-        for vr in ("UI", "CS", "FL"):
+        for vr in ("UI", "CS", "FL", "UL"):
             monkeypatch.setitem(values.converters, vr, lambda *args: "")
     else:
         monkeypatch.setattr(config, change, True)
@@ -136,15 +141,15 @@ def _shipped_elements() -> Iterator[tuple[str, RawDataElement]]:
         walked = walk_header(data, name=path.name, whole=True)
         if walked is None:
             continue
-        for elem in walked.dataset._dict.values():
+        for elem in (*walked.dataset.file_meta._dict.values(), *walked.dataset._dict.values()):
             if isinstance(elem, DataElement):
                 continue
             vr = elem.VR or (dictionary_VR(elem.tag) if dictionary_has_tag(elem.tag) else None)
-            if vr in ("IS", "DS", "UI", "CS", "FL"):
+            if vr in ("IS", "DS", "UI", "CS", "FL", "UL"):
                 yield vr, elem
 
 
-def test_every_shipped_is_ds_ui_cs_and_fl_value_decodes_as_pydicom_decodes_it() -> None:
+def test_every_shipped_is_ds_ui_cs_fl_and_ul_value_decodes_as_pydicom_decodes_it() -> None:
     found = taken = 0
     for vr, raw in _shipped_elements():
         found += 1
