@@ -174,8 +174,8 @@ def _get(ds: Dataset, keyword: str, default: Any = None) -> Any:
 
 
 def _plain(ds: Dataset, keyword: str, default: Any = None) -> Any:
-    """`_get`, for a value that only `str`, `_int`, `_float` or `_floats` read: one pydicom would still decode is
-    decoded by `plain_value` where it can be, to what those make of pydicom's value."""
+    """`_get`, for a value that only `str`, `int`, `_int`, `_float` or `_floats` read: one pydicom would still
+    decode is decoded by `plain_value` where it can be, to what those make of pydicom's value."""
     tag = _tag_of(keyword)
     elem = ds._dict.get(tag) if tag is not None else None
     if tag is None or elem is None or isinstance(elem, DataElement):

@@ -321,14 +321,12 @@ def _one_element(buf: bytes, pos: int, tag: int, key: BaseTag, implicit: bool, l
     defined length, inside `buf`, not the character set): `_walk_like` reads the elements that differ from the
     template one at a time, and `_elements`' set-up for a whole walk cost as much as reading one. None: anything
     else, left to `_elements`."""
+    if pos + 8 > len(buf):
+        return None
     if implicit:
-        if pos + 8 > len(buf):
-            return None
         group, elem, length = (_IMPLICIT_LE if little else _IMPLICIT_BE)(buf, pos)
         vr, value_at = None, pos + 8
     else:
-        if pos + 8 > len(buf):
-            return None
         group, elem, raw_vr, length = (_EXPLICIT_LE if little else _EXPLICIT_BE)(buf, pos)
         known = _VRS.get(raw_vr)
         if known is None:
