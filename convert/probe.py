@@ -10,13 +10,14 @@ alone -- no dataset and no pixel ever reaches the driver.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TypeAlias
 
 from labzarr.readers import (
     ByFields,
@@ -34,8 +35,7 @@ from labzarr.readers import (
     readers_with,
 )
 
-if TYPE_CHECKING:
-    from labzarr.readers import DecodedValues
+_ReadDicom: TypeAlias = Callable[[Path, Head], DicomHeader]  # `read_dicom_header` with a batch's shared values
 
 __all__ = ["Probe", "probe_files", "probe_with"]
 
@@ -69,11 +69,12 @@ def probe_files(files: Sequence[tuple[str, str]], readers: Sequence[Reader] | No
     decoded once."""
     # Imported here, where the files are read: the driver imports this module for `Probe` alone, and pydicom with
     # the built-in readers only where it probes (readers/__init__.py).
-    from labzarr.readers import READERS, DecodedValues
+    from labzarr.readers import READERS, DecodedValues, read_dicom_header
 
-    values = DecodedValues()
+    # One reader for the batch, bound to the values its files share: imported once, not once a file.
+    read_dicom = functools.partial(read_dicom_header, values=DecodedValues())
     chosen = READERS if readers is None else readers
-    return [_probe_or_error(rel, Path(path), chosen, values) for rel, path in files]
+    return [_probe_or_error(rel, Path(path), chosen, read_dicom) for rel, path in files]
 
 
 def probe_with(files: Sequence[tuple[str, str]], plugins: Sequence[str]) -> list[Probe]:
@@ -82,15 +83,15 @@ def probe_with(files: Sequence[tuple[str, str]], plugins: Sequence[str]) -> list
     return probe_files(files, readers_with(plugins))
 
 
-def _probe_or_error(rel: str, path: Path, readers: Sequence[Reader], values: DecodedValues) -> Probe:
+def _probe_or_error(rel: str, path: Path, readers: Sequence[Reader], read_dicom: _ReadDicom) -> Probe:
     try:
-        return _probe(rel, path, readers, values)
+        return _probe(rel, path, readers, read_dicom)
     except OSError as exc:
         return Probe(rel=rel, size=0, sha256="", kind=None, text=False, gzipped=False, gzip_error=None, magic=b"",
                      error=f"{type(exc).__name__}: {exc.strerror or exc}")
 
 
-def _probe(rel: str, path: Path, readers: Sequence[Reader], values: DecodedValues) -> Probe:
+def _probe(rel: str, path: Path, readers: Sequence[Reader], read_dicom: _ReadDicom) -> Probe:
     # Every byte is hashed anyway: a file up to _WHOLE_BYTES is read once, for its hash and its reader alike.
     head = read_head(path, whole_up_to=_WHOLE_BYTES)
     gzip_error = None
@@ -104,10 +105,8 @@ def _probe(rel: str, path: Path, readers: Sequence[Reader], values: DecodedValue
     plane, header_rejected = _plane(reader, path, head)
     dicom = None
     if reader is not None and reader.kind == DicomReader.kind:
-        from labzarr.readers import read_dicom_header
-
         try:
-            dicom = read_dicom_header(path, head, values=values)
+            dicom = read_dicom(path, head)
         except Rejected as exc:
             header_rejected = (exc.reason, exc.detail)
         except Exception as exc:  # a per-file boundary: a parser bug costs this file, not the probe batch

@@ -25,7 +25,7 @@ from typing import IO, Any, cast
 import pydicom
 import pydicom.uid
 import xxhash
-from pydicom.datadict import tag_for_keyword
+from pydicom.datadict import dictionary_VR, tag_for_keyword
 from pydicom.dataelem import DataElement
 from pydicom.dataset import Dataset
 from pydicom.errors import InvalidDicomError
@@ -36,6 +36,7 @@ from pydicom.valuerep import IS
 
 from ._dicom_groups import FunctionalGroups, Group, functional_groups
 from ._dicom_records import RTSTRUCT_CLASS, SEG_CLASS, Defect, DicomHeader, Frame
+from ._dicom_values import PYDICOM, plain_value
 from ._dicom_walk import DecodedValues, Unwalkable, tag_key, walk_header
 from ._head import Head
 from .reasons import Reason, Rejected
@@ -101,7 +102,7 @@ def read_header(path: Path, head: Head, *, walk: bool, values: DecodedValues | N
             walked = None
             if walk and preamble and not head.gzipped:
                 buf = head.whole if head.whole is not None and size <= _WALK_BYTES else fp.read(min(size, _WALK_BYTES))
-                walked = walk_header(buf, name=str(path), whole=len(buf) == size, values=values)
+                walked = walk_header(buf, name=str(path), whole=len(buf) == size, values=values, mtime=head.mtime)
                 if walked is not None and len(buf) == size:
                     fp = io.BytesIO(buf)  # the pixel scan below reads the same bytes again from memory
             if walked is not None:
@@ -136,11 +137,17 @@ def read_header(path: Path, head: Head, *, walk: bool, values: DecodedValues | N
 def transfer_syntax(ds: Dataset) -> pydicom.uid.UID:
     """The dataset's transfer syntax: from its File Meta, or as pydicom found the encoding when there is none."""
     meta = getattr(ds, "file_meta", None)
-    uid = meta.get("TransferSyntaxUID") if meta is not None else None
+    uid = _get(meta, "TransferSyntaxUID") if meta is not None else None
     if uid is None:  # no File Meta: pydicom guessed the encoding from the first element
         return pydicom.uid.ImplicitVRLittleEndian if ds.is_implicit_VR else (
             pydicom.uid.ExplicitVRLittleEndian if ds.is_little_endian else pydicom.uid.ExplicitVRBigEndian)
-    return pydicom.uid.UID(str(uid))
+    return _syntax(str(uid))
+
+
+@functools.lru_cache(maxsize=64)
+def _syntax(uid: str) -> pydicom.uid.UID:
+    """One validated UID per distinct transfer syntax, not one per file: a UID is an immutable str."""
+    return pydicom.uid.UID(uid)
 
 
 def _encoding(ds: Dataset) -> tuple[bool, bool]:
@@ -166,6 +173,22 @@ def _get(ds: Dataset, keyword: str, default: Any = None) -> Any:
     return ds[tag].value  # raw: converted (and kept) by pydicom, as `get` would
 
 
+def _plain(ds: Dataset, keyword: str, default: Any = None) -> Any:
+    """`_get`, for a value that only `str`, `int`, `_int`, `_float` or `_floats` read: one pydicom would still
+    decode is decoded by `plain_value` where it can be, to what those make of pydicom's value."""
+    tag = _tag_of(keyword)
+    elem = ds._dict.get(tag) if tag is not None else None
+    if tag is None or elem is None or isinstance(elem, DataElement):
+        return default if elem is None else elem.value
+    value = plain_value(elem, _vr_of(keyword))
+    return ds[tag].value if value is PYDICOM else value
+
+
+@functools.cache
+def _vr_of(keyword: str) -> str:
+    return str(dictionary_VR(keyword))
+
+
 def _has(ds: Dataset, keyword: str) -> bool:
     """Whether `ds` holds the element, read or not: a sequence is not read to say so."""
     tag = _tag_of(keyword)
@@ -181,16 +204,15 @@ def _tag_of(keyword: str) -> BaseTag | None:
 def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
     """pydicom returns whatever it parsed before the end of a cut file; find the cut here."""
     meta = getattr(ds, "file_meta", None)
-    group_length = meta.get("FileMetaInformationGroupLength") if meta is not None else None
+    group_length = _plain(meta, "FileMetaInformationGroupLength") if meta is not None else None
     if preamble and group_length is not None and size < 132 + 12 + int(group_length):
         raise Rejected(Reason.TRUNCATED, f"{size:,} B file ends inside its File Meta group "
                                          f"({132 + 12 + int(group_length):,} B)")
     if preamble and (meta is None or not len(meta)):
         raise Rejected(Reason.BAD_HEADER, "DICM prefix but no File Meta Information (group 0002) after it")
-    tags = list(ds.keys())
-    if not tags:
+    if not ds._dict:
         return
-    last = ds.get_item(tags[-1])
+    last = ds.get_item(next(reversed(cast(dict[BaseTag, Any], ds._dict))))  # `ds.keys()`' last, none listed
     value = getattr(last, "value", None)
     length = getattr(last, "length", None)
     if isinstance(value, bytes) and isinstance(length, int) and length != 0xFFFFFFFF and len(value) < length:
@@ -205,19 +227,20 @@ def _check_not_cut(ds: Dataset, size: int, preamble: bool) -> None:
 
 
 def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size: int, *, gzipped: bool) -> DicomHeader:
-    meta_class = getattr(getattr(ds, "file_meta", None), "MediaStorageSOPClassUID", "")
-    sop_class = str(_get(ds, "SOPClassUID", "") or meta_class or "")
+    meta = getattr(ds, "file_meta", None)
+    sop_class = str(_plain(ds, "SOPClassUID", "")
+                    or (_plain(meta, "MediaStorageSOPClassUID", "") if meta is not None else "") or "")
     manufacturer = str(_get(ds, "Manufacturer", "") or "")
     base: dict[str, Any] = dict(
         sop_class=sop_class,
         sop_class_name=_uid_name(sop_class) if sop_class else "no SOP Class UID",
         modality=str(_get(ds, "Modality", "") or ""),
         manufacturer=manufacturer,
-        study_uid=str(_get(ds, "StudyInstanceUID", "") or ""),
-        series_uid=str(_get(ds, "SeriesInstanceUID", "") or ""),
-        series_number=_int(_get(ds, "SeriesNumber")),
-        instance_number=_int(_get(ds, "InstanceNumber")),
-        sop_instance=str(_get(ds, "SOPInstanceUID", "") or ""),
+        study_uid=str(_plain(ds, "StudyInstanceUID", "") or ""),
+        series_uid=str(_plain(ds, "SeriesInstanceUID", "") or ""),
+        series_number=_int(_plain(ds, "SeriesNumber")),
+        instance_number=_int(_plain(ds, "InstanceNumber")),
+        sop_instance=str(_plain(ds, "SOPInstanceUID", "") or ""),
         transfer_syntax=str(ts),
         gzipped=gzipped,
         references=_references(ds, sop_class),
@@ -244,7 +267,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     else:
         digest, defect = _scan_pixels(fp, ds, ts, length, value_at, size, n_frames)
     defect = defect or _decoder_defect(ts)
-    spacing_2d = _floats(_get(ds, "PixelSpacing") or _get(ds, "ImagerPixelSpacing"), 2)
+    spacing_2d = _floats(_plain(ds, "PixelSpacing") or _get(ds, "ImagerPixelSpacing"), 2)
     little = _encoding(ds)[1]
     native = (value_at >= 0 and not gzipped and defect is None and length != 0xFFFFFFFF and mosaic is None
               and ts.is_transfer_syntax and not ts.is_encapsulated and bits in (8, 16, 32, 64)
@@ -258,7 +281,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
         signed=int(_get(ds, "PixelRepresentation", 0) or 0) == 1, float_pixels=tag != _PIXEL_TAGS[0],
         photometric=photometric, frames=frames, mosaic=mosaic,
         spacing_2d=(spacing_2d[0], spacing_2d[1]) if spacing_2d else None,
-        thickness=_float(_get(ds, "SliceThickness")),
+        thickness=_float(_plain(ds, "SliceThickness")),
         palette_bits=_int(_list(_get(ds, "RedPaletteColorLookupTableDescriptor"))[2:3] or None) or 0,
         pixel_hash=digest, defect=defect, enhanced=groups is not None,
         native_at=value_at if native else -1, big_endian=not little,
@@ -468,8 +491,8 @@ def _classic_kind(ds: Dataset) -> dict[str, object]:
         out["bvalue"] = b
         if gradient is not None:
             out["gradient"] = (gradient[0], gradient[1], gradient[2])
-    direction = ds.get(_PHILIPS_DIRECTION) if philips else None
-    if direction is not None and str(_text(direction.value)).strip().upper() == "I":
+    direction = _value_at(ds, _PHILIPS_DIRECTION, "CS") if philips else None
+    if direction is not None and str(_text(direction)).strip().upper() == "I":
         out["directionality"] = "ISOTROPIC"
     return out
 
@@ -517,10 +540,10 @@ def _classic_frames(ds: Dataset, n_frames: int) -> tuple[int | None, tuple[Frame
     if mosaic is not None:
         return mosaic
     slope, intercept = _rescale(ds)
-    position = _floats(_get(ds, "ImagePositionPatient"), 3)
-    orientation = _floats(_get(ds, "ImageOrientationPatient"), 6)
-    spacing = _floats(_get(ds, "PixelSpacing"), 2)
-    echo = _float(_get(ds, "EchoNumbers"))
+    position = _floats(_plain(ds, "ImagePositionPatient"), 3)
+    orientation = _floats(_plain(ds, "ImageOrientationPatient"), 6)
+    spacing = _floats(_plain(ds, "PixelSpacing"), 2)
+    echo = _float(_plain(ds, "EchoNumbers"))
     order = _classic_order(ds)
     if n_frames == 1:
         return None, (_frame(0, position, orientation, spacing, slope, intercept, echo, order),)
@@ -574,8 +597,21 @@ def _philips_scale(ds: Dataset, groups: FunctionalGroups | None, frames: tuple[F
 
 def _private_float(ds: Dataset, tag: int, little: bool) -> float | None:
     """A private FL element's value; decoded from its bytes when an implicit-VR file left it unknown (UN)."""
-    elem = ds.get(tag)
-    return _float_of(elem.value, little) if elem is not None else None
+    return _float_of(_value_at(ds, tag, "FL"), little)
+
+
+def _value_at(ds: Dataset, tag: int, vr: str) -> Any:
+    """`ds.get(tag).value`, None where `ds` has no `tag`; a raw value `plain_value` decodes as `vr` (a private
+    element's explicit VR) is decoded there, to what `_float_of` or `_text` make of pydicom's."""
+    elem = ds._dict.get(tag_key(tag))
+    if elem is None:
+        return None
+    if not isinstance(elem, DataElement):
+        value = plain_value(elem, vr)
+        if value is not PYDICOM:
+            return value
+    converted = ds.get(tag)
+    return converted.value if converted is not None else None
 
 
 def _float_of(value: Any, little: bool) -> float | None:
@@ -592,12 +628,12 @@ def _float_of(value: Any, little: bool) -> float | None:
 def _classic_order(ds: Dataset) -> tuple[float, ...]:
     # Acquisition order of repeats at one position (fMRI time points, DWI directions), as dcm2niix sorts them:
     # temporal position, then acquisition number, then instance number, then trigger time.
-    return tuple(_float(_get(ds, k)) or 0.0 for k in
+    return tuple(_float(_plain(ds, k)) or 0.0 for k in
                  ("TemporalPositionIdentifier", "AcquisitionNumber", "InstanceNumber", "TriggerTime"))
 
 
 def _rescale(ds: Dataset) -> tuple[float, float]:
-    return _rescale_of(_get(ds, "RescaleSlope"), _get(ds, "RescaleIntercept"), _get(ds, "DoseGridScaling"))
+    return _rescale_of(_plain(ds, "RescaleSlope"), _plain(ds, "RescaleIntercept"), _get(ds, "DoseGridScaling"))
 
 
 def _rescale_of(slope_value: Any, intercept_value: Any, dose_scaling: Any) -> tuple[float, float]:
@@ -719,16 +755,16 @@ def _mosaic(ds: Dataset) -> tuple[int, tuple[Frame, ...]] | None:
         # Real mosaics are whole tiles; dcm2niix reads such a file with a fractional row stride, nibabel fails.
         raise Rejected(Reason.BAD_HEADER, f"mosaic of {n_tiles} tiles: {int(ds.Rows)}x{int(ds.Columns)} pixels is not "
                                           f"a whole number of {grid}x{grid} tiles")
-    orientation = _floats(_get(ds, "ImageOrientationPatient"), 6)
-    spacing = _floats(_get(ds, "PixelSpacing"), 2)
+    orientation = _floats(_plain(ds, "ImageOrientationPatient"), 6)
+    spacing = _floats(_plain(ds, "PixelSpacing"), 2)
     if origin is None or orientation is None or spacing is None:
         raise Rejected(Reason.BAD_HEADER, "Siemens mosaic without ImagePositionPatient, ImageOrientationPatient "
                                           "or PixelSpacing")
     if normal is None:
         normal = _normal(orientation)
-    step = _float(_get(ds, "SpacingBetweenSlices")) or _float(_get(ds, "SliceThickness")) or 1.0
+    step = _float(_plain(ds, "SpacingBetweenSlices")) or _float(_plain(ds, "SliceThickness")) or 1.0
     slope, intercept = _rescale(ds)
-    echo, order = _float(_get(ds, "EchoNumbers")), _classic_order(ds)
+    echo, order = _float(_plain(ds, "EchoNumbers")), _classic_order(ds)
     frames = tuple(
         _frame(k, tuple(float(o) + k * step * float(n) for o, n in zip(origin, normal)), orientation, spacing,
                slope, intercept, echo, order + (float(k),))

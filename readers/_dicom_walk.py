@@ -66,6 +66,9 @@ _FILLED = ("tag", "VR", "length", "value", "value_tell", "is_implicit_VR", "is_l
 if RawDataElement._fields[: len(_FILLED)] != _FILLED:
     raise ImportError(f"pydicom's RawDataElement fields are {RawDataElement._fields}; this walk fills {_FILLED}")
 _DEFAULTS = tuple(RawDataElement._field_defaults[f] for f in RawDataElement._fields[len(_FILLED):])
+_IMPLICIT_LE, _IMPLICIT_BE = struct.Struct("<HHL").unpack_from, struct.Struct(">HHL").unpack_from
+_EXPLICIT_LE, _EXPLICIT_BE = struct.Struct("<HH2sH").unpack_from, struct.Struct(">HH2sH").unpack_from
+_LENGTH_LE, _LENGTH_BE = struct.Struct("<L").unpack_from, struct.Struct(">L").unpack_from
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -151,27 +154,32 @@ class _Template:
     data: np.ndarray  # the template's bytes up to its pixel data element's tag, as uint8
     end: int  # where its last element ends: its pixel data element
     keys: tuple[BaseTag, ...]
-    elements: tuple[RawDataElement | DataElement, ...]
+    tags: tuple[int, ...]  # the keys as plain ints, compared without BaseTag's Python-level __eq__
+    meta: dict[BaseTag, RawDataElement | DataElement]  # the File Meta group's elements, by key
+    elements: dict[BaseTag, RawDataElement | DataElement]  # the data set's: a later file's start as a copy
     layout: _Layout
     dataset: FileDataset
 
     @staticmethod
     def of(walked: Walked, layout: _Layout) -> _Template:
         ds = walked.dataset
-        keys = (*ds.file_meta.keys(), *ds.keys())
-        elements = (*(ds.file_meta.get_item(k) for k in ds.file_meta.keys()), *(ds.get_item(k) for k in ds.keys()))
+        meta: dict[BaseTag, RawDataElement | DataElement] = {k: ds.file_meta.get_item(k) for k in ds.file_meta.keys()}
+        elements: dict[BaseTag, RawDataElement | DataElement] = {k: ds.get_item(k) for k in ds.keys()}
+        keys = (*meta, *elements)
         data = np.frombuffer(walked.buffer, np.uint8, count=walked.pixel_at + 4)
-        return _Template(data, walked.pixel_at, keys, elements, layout, ds)
+        return _Template(data, walked.pixel_at, keys, tuple(int(k) for k in keys), meta, elements, layout, ds)
 
 
-def walk_header(buf: bytes, *, name: str, whole: bool, values: DecodedValues | None = None) -> Walked | None:
+def walk_header(buf: bytes, *, name: str, whole: bool, values: DecodedValues | None = None,
+                mtime: float | None = None) -> Walked | None:
     """Walk the DICOM file `name` whose first bytes are `buf` (all of it when `whole`), reusing elements `values`
-    holds, and against the batch's template where it has one; None: read it with dcmread."""
+    holds, and against the batch's template where it has one; None: read it with dcmread. `mtime`: the file's
+    modification time where the caller has it already (the dataset's `timestamp`), else it is read."""
     if len(buf) < 132 or buf[128:132] != b"DICM":
         return None
     try:
         if values is not None and values.template is not None:
-            like = _walk_like(buf, name, values.template, values)
+            like = _walk_like(buf, name, values.template, values, mtime)
             if like is not None:
                 return like
     except Unwalkable:
@@ -222,7 +230,8 @@ def _check_first(buf: bytes, pos: int, implicit: bool, little: bool) -> None:
         raise Unwalkable("command set, or a data set encoded against its transfer syntax")
 
 
-def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Walked | None:
+def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues, mtime: float | None = None,
+               ) -> Walked | None:
     """Walk `buf` against the template `t`: where its bytes equal the template's, so do its elements (the
     template's own objects, decoded where its header read them); only the elements whose bytes differ are read
     from `buf`, and a length that differs shifts the rest. None where the two differ in any other way (another
@@ -237,53 +246,111 @@ def _walk_like(buf: bytes, name: str, t: _Template, values: DecodedValues) -> Wa
     data, limit = np.frombuffer(buf, np.uint8), end + 4  # the pixel data element's tag, where the template's is
     changed: dict[int, RawDataElement | DataElement] = {}
     raw: dict[BaseTag, _Key] = {}
+    shared = layout.encoding if isinstance(layout.encoding, str) else tuple(layout.encoding)
     delta, pos = 0, starts[0]
     while True:
         at0 = pos - delta  # where the comparison starts, in the template
         if pos + limit - at0 > len(buf):
             return None
-        differ = (data[pos : pos + limit - at0] != t.data[at0:limit]).nonzero()[0]  # the methods: no dispatch
+        differ = data[pos : pos + limit - at0] != t.data[at0:limit]
         shifted, k = False, 0
         # Only the first differing byte of each element matters: the next one past an element read is found by
-        # bisection, not by listing every differing byte (a private blob or a shifted tail differs in thousands).
-        while k < len(differ):
-            at = at0 + int(differ[k])
+        # argmax (which stops at the first), not by listing every differing byte (a private blob or a tail whose
+        # alignment a changed length shifted differs in thousands).
+        while True:
+            k += int(differ[k:].argmax())
+            if not differ[k]:
+                break
+            at = at0 + k
             if at >= end:
                 return None  # no pixel data element where the template has its own
             j = bisect.bisect_right(starts, at) - 1
             in_meta = j < layout.n_meta
             start, t_end = starts[j] + delta, starts[j + 1] if j + 1 < len(starts) else end
-            stop = _extent(buf, start, implicit=implicit and not in_meta, little=little or in_meta)
-            if stop is None or t.keys[j] in _OWN_WALK:
-                return None
-            if j == layout.n_meta:
-                _check_first(buf, start, implicit, little)
-            read, _, _ = _elements(buf, start, implicit=implicit and not in_meta, little=little or in_meta,
-                                   meta=in_meta, whole=True, values=None if in_meta else values,
-                                   raw=None if in_meta else raw, stop=stop,
-                                   encoding=default_encoding if in_meta else layout.encoding)
-            if list(read) != [t.keys[j]]:
-                return None
-            changed[j] = read[t.keys[j]]
+            one = None if in_meta else _one_element(buf, start, t.tags[j], t.keys[j], implicit, little, values, raw,
+                                                    shared)
+            if one is not None:
+                if j == layout.n_meta:
+                    _check_first(buf, start, implicit, little)
+                stop, changed[j] = one
+            else:
+                extent = _extent(buf, start, implicit=implicit and not in_meta, little=little or in_meta)
+                if extent is None or t.keys[j] in _OWN_WALK:
+                    return None
+                stop = extent
+                if j == layout.n_meta:
+                    _check_first(buf, start, implicit, little)
+                read, _, _ = _elements(buf, start, implicit=implicit and not in_meta, little=little or in_meta,
+                                       meta=in_meta, whole=True, values=None if in_meta else values,
+                                       raw=None if in_meta else raw, stop=stop,
+                                       encoding=default_encoding if in_meta else layout.encoding)
+                if list(read) != [t.keys[j]]:
+                    return None
+                changed[j] = read[t.keys[j]]
             if stop - t_end != delta:  # a length differs: compare the rest shifted
                 delta, pos, shifted = stop - t_end, stop, True
                 break
-            k = int(differ.searchsorted(t_end - at0))  # the first differing byte past this element
+            k = t_end - at0  # the first byte past this element
+            if k >= len(differ):
+                break
         if not shifted:
             break
     if end + delta + 12 > len(buf):
         # a pixel data element cut inside its header: the element-by-element walk decides what that is
         return None
-    n_meta = layout.n_meta
-    elements = list(t.elements)
+    n_meta, keys = layout.n_meta, t.keys
+    elements = t.elements.copy()
+    meta_elements = None
     for j, elem in changed.items():
-        elements[j] = elem
-    meta = t.dataset.file_meta
-    if any(j < n_meta for j in changed):
-        meta = _clone(meta, dict(zip(t.keys[:n_meta], elements[:n_meta])))
-    ds = _clone(t.dataset, dict(zip(t.keys[n_meta:], elements[n_meta:])), preamble=buf[:128], file_meta=meta,
-                filename=name, timestamp=_mtime(name))
+        if j >= n_meta:
+            elements[keys[j]] = elem
+        else:
+            if meta_elements is None:
+                meta_elements = t.meta.copy()
+            meta_elements[keys[j]] = elem
+    meta = t.dataset.file_meta if meta_elements is None else _clone(t.dataset.file_meta, meta_elements)
+    ds = _clone(t.dataset, elements, preamble=buf[:128], file_meta=meta, filename=name,
+                timestamp=_mtime(name) if mtime is None else mtime)
     return Walked(ds, end + delta, raw)
+
+
+def _one_element(buf: bytes, pos: int, tag: int, key: BaseTag, implicit: bool, little: bool, values: DecodedValues,
+                 raw: dict[BaseTag, _Key], shared: str | tuple[str, ...],
+                 ) -> tuple[int, RawDataElement | DataElement] | None:
+    """The data set element at `pos`, which must be `tag`, and where it ends, as `_elements` reads a plain one (a
+    defined length, inside `buf`, not the character set): `_walk_like` reads the elements that differ from the
+    template one at a time, and `_elements`' set-up for a whole walk cost as much as reading one. None: anything
+    else, left to `_elements`."""
+    if pos + 8 > len(buf):
+        return None
+    if implicit:
+        group, elem, length = (_IMPLICIT_LE if little else _IMPLICIT_BE)(buf, pos)
+        vr, value_at = None, pos + 8
+    else:
+        group, elem, raw_vr, length = (_EXPLICIT_LE if little else _EXPLICIT_BE)(buf, pos)
+        known = _VRS.get(raw_vr)
+        if known is None:
+            return None
+        vr, long = known
+        if long:
+            if pos + 12 > len(buf):
+                return None
+            length, value_at = (_LENGTH_LE if little else _LENGTH_BE)(buf, pos + 8)[0], pos + 12
+        else:
+            value_at = pos + 8
+    if (group << 16 | elem) != tag or length == _UNDEFINED or tag == _SPECIFIC_CHARACTER_SET:
+        return None
+    stop = value_at + length
+    if stop > len(buf):
+        return None
+    value = buf[value_at:stop] if length else cast(bytes | None, empty_value_for_VR(vr, raw=True))
+    if not group & 1 and 0 < length <= _CACHED_BYTES and vr != "SQ":  # as `_elements` shares values
+        cache_key: _Key = (tag, vr, value, implicit, little, shared)  # type: ignore[assignment]  # length > 0: bytes
+        hit = values.get(cache_key)
+        if hit is not None:
+            return stop, hit
+        raw[key] = cache_key
+    return stop, tuple.__new__(RawDataElement, (key, vr, length, value, value_at, implicit, little, *_DEFAULTS))
 
 
 def _clone(like: DatasetT, elements: dict[BaseTag, RawDataElement | DataElement], **fields: object) -> DatasetT:

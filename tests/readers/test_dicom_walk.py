@@ -430,3 +430,18 @@ def test_a_file_walked_against_a_template_keeps_nothing_pydicom_cached_in_it(tmp
         assert like is not None and plain is not None
         assert vars(like.dataset).keys() == vars(plain.dataset).keys()
         assert like.dataset.SmallestImagePixelValue == 40000 == pydicom.dcmread(io.BytesIO(buf)).SmallestImagePixelValue
+
+
+def test_a_file_walked_against_a_template_with_the_heads_mtime_has_dcmreads_timestamp(tmp_path: Path) -> None:
+    """The probe hands the walk the modification time `read_head` saw (no second stat): the dataset's `timestamp`
+    is the one `dcmread` records for the file, as it is where the walk reads the time itself."""
+    values = DecodedValues()
+    files = _variants(tmp_path)[:3]
+    for path in files:
+        head = read_head(path)
+        assert head.mtime == path.stat().st_mtime
+        walked = walk_header(path.read_bytes(), name=str(path), whole=True, values=values, mtime=head.mtime)
+        assert walked is not None
+        assert walked.dataset.timestamp == pydicom.dcmread(path, stop_before_pixels=True).timestamp
+        _outcome(path, walk=True, values=values)  # the header read makes the file the next one's template
+    assert values.template is not None
