@@ -129,7 +129,8 @@ class SourceIndex(Mapping[str, int]):
 
 def utf8(text: str) -> bytes:
     """`text` as the UTF-8 a key is kept in."""
-    # Sources the walk could not decode carry surrogates (os.fsdecode); surrogatepass keeps them distinct.
+    # Names the walk could not decode carry surrogates (os.fsdecode); surrogatepass keeps them distinct, and their
+    # bytes sort as the names do (`run/row_spill.py` orders the manifest by them).
     return text.encode("utf-8", "surrogatepass")
 
 

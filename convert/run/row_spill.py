@@ -23,6 +23,7 @@ import numpy as np
 
 from ..manifest import Row
 from ..plan.splits import duplicate_key
+from ..source_index import utf8
 from ..spec import SplitsSpec
 
 __all__ = ["PickleFile", "RowFile", "RowSpill"]
@@ -141,9 +142,9 @@ class RowSpill:
         row of a stack's image (from a shard task), whatever its outcome."""
         self._rows.append(row)
         self.roles = self.roles or bool(row.roles)
-        self._ids += _utf8(row.item_id)
+        self._ids += utf8(row.item_id)
         self._id_ends.append(len(self._ids))
-        self._sources += _utf8(row.source)
+        self._sources += utf8(row.source)
         self._source_ends.append(len(self._sources))
         compare = compared and row.status == "ok"
         self._compared.append(compare)
@@ -231,10 +232,5 @@ def _column(buffer: bytearray, ends: array[int]) -> np.ndarray:
     return out
 
 
-def _utf8(text: str) -> bytes:
-    # Names the walk could not decode carry surrogates (os.fsdecode); surrogatepass keeps their order too.
-    return text.encode("utf-8", "surrogatepass")
-
-
 def _digest(key: tuple[str, str]) -> bytes:
-    return hashlib.blake2b(_utf8(f"{key[0]}\0{key[1]}"), digest_size=_DIGEST).digest()
+    return hashlib.blake2b(utf8(f"{key[0]}\0{key[1]}"), digest_size=_DIGEST).digest()
