@@ -26,9 +26,9 @@ import ctypes.util
 import functools
 import logging
 from collections.abc import Callable
-from typing import cast
+from typing import Protocol, cast
 
-__all__ = ["DRIVER_MALLOC", "give_back_freed", "tune_driver_malloc"]
+__all__ = ["DRIVER_MALLOC", "Mallopt", "give_back_freed", "mallopt", "tune_driver_malloc"]
 
 log = logging.getLogger(__name__)
 
@@ -37,23 +37,46 @@ _M_MMAP_THRESHOLD = -3
 DRIVER_MALLOC: dict[int, int] = {_M_MMAP_THRESHOLD: 128 << 10, _M_TRIM_THRESHOLD: 128 << 10}
 
 
+class Mallopt(Protocol):
+    """glibc's `mallopt(param, value)`: 1 where it took the setting."""
+
+    def __call__(self, param: int, value: int, /) -> int: ...
+
+
 def tune_driver_malloc() -> bool:
     """Apply `DRIVER_MALLOC` to this process with glibc's `mallopt`; False where there is no `mallopt`."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError, TypeError):
-        log.debug("no mallopt in the C library (%s): the driver's malloc settings are the defaults", name)
+    function = mallopt()
+    if function is None:
+        log.debug("no mallopt in the C library (%s): the driver's malloc settings are the defaults",
+                  ctypes.util.find_library("c"))
         return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return all(mallopt(param, value) == 1 for param, value in DRIVER_MALLOC.items())
+    return all(function(param, value) == 1 for param, value in DRIVER_MALLOC.items())
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, looked up once a process: `find_library` runs `ldconfig -p` each time it is called, and the
+    command's driver and its forked worker server both ask (`server_fork.py`)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c"))
+    except (OSError, TypeError):
+        return None
+
+
+@functools.cache
+def mallopt() -> Mallopt | None:
+    """glibc's `mallopt`, or None where the C library has none."""
+    function = getattr(_libc(), "mallopt", None)
+    if function is None:
+        return None
+    function.argtypes, function.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return cast(Mallopt, function)
 
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    except (OSError, AttributeError, TypeError):
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is None:
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return cast("Callable[[int], int]", trim)

@@ -18,8 +18,6 @@ workers' seed, `hash_seed.py`). Otherwise the caller starts the server by exec
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import logging
 import multiprocessing
@@ -31,6 +29,7 @@ from collections.abc import Mapping
 from multiprocessing import connection, forkserver, resource_tracker, util
 from typing import NoReturn, Protocol, cast
 
+from .driver_malloc import Mallopt, mallopt
 from .worker_start import METHOD, PRELOAD, sigint_blocked
 
 __all__ = ["MALLOPT", "READ_AT_IMPORT", "fork_worker_server", "forkable", "threads"]
@@ -78,8 +77,8 @@ def fork_worker_server(environ: Mapping[str, str]) -> bool:
     if sys.version_info >= (3, 14) or threads() != 1 or server._forkserver_pid is not None:
         return False
     malloc = {MALLOPT[k]: int(v) for k, v in environ.items() if k in MALLOPT}
-    mallopt = _mallopt()
-    if malloc and mallopt is None:  # a C library without glibc's `mallopt`: only its variables at start set them
+    function = mallopt()
+    if malloc and function is None:  # a C library without glibc's `mallopt`: only its variables at start set them
         return False
     multiprocessing.get_context(METHOD).set_forkserver_preload(list(PRELOAD))
     # Without the server's lock (`ForkServer.ensure_running` takes it): this process runs one thread, and a lock held
@@ -103,7 +102,7 @@ def fork_worker_server(environ: Mapping[str, str]) -> bool:
                 os.close(alive_w)
                 raise
             if pid == 0:
-                _serve(listener.fileno(), alive_r, malloc, mallopt)
+                _serve(listener.fileno(), alive_r, malloc, function)
             os.close(alive_r)
     server._forkserver_address = address
     server._forkserver_alive_fd = alive_w
@@ -111,7 +110,7 @@ def fork_worker_server(environ: Mapping[str, str]) -> bool:
     return True
 
 
-def _serve(listener: int, alive_r: int, malloc: Mapping[int, int], mallopt: _Mallopt | None) -> NoReturn:
+def _serve(listener: int, alive_r: int, malloc: Mapping[int, int], function: Mallopt | None) -> NoReturn:
     """The forked server: what differs from a server started by exec set right, then the forkserver's loop."""
     code = 1
     try:
@@ -123,8 +122,8 @@ def _serve(listener: int, alive_r: int, malloc: Mapping[int, int], mallopt: _Mal
                 except OSError:  # the listing's own, closed already
                     pass
         for param, value in malloc.items():
-            if mallopt is not None:
-                mallopt(param, value)
+            if function is not None:
+                function(param, value)
         # The command's log configuration (its root handler and level, `cli.main`) is its own: the workers log as a
         # fresh interpreter's would, which the cluster then silences.
         root = logging.getLogger()
@@ -141,16 +140,3 @@ def _serve(listener: int, alive_r: int, malloc: Mapping[int, int], mallopt: _Mal
     finally:
         os._exit(code)
 
-
-class _Mallopt(Protocol):
-    def __call__(self, param: int, value: int, /) -> int: ...
-
-
-def _mallopt() -> _Mallopt | None:
-    """glibc's `mallopt`, or None where the C library has none."""
-    try:
-        function = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
-    except (OSError, AttributeError, TypeError):
-        return None
-    function.argtypes, function.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return cast(_Mallopt, function)
