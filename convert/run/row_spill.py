@@ -21,6 +21,8 @@ from typing import IO, Generic, TypeVar, overload
 
 import numpy as np
 
+from labzarr.store.format.table import fixed_width
+
 from ..manifest import Row
 from ..plan.splits import duplicate_key
 from ..source_index import utf8
@@ -162,7 +164,7 @@ class RowSpill:
     def manifest_order(self) -> np.ndarray:
         """Positions in manifest order: by item_id, then source; rows equal in both stay in the order added
         (`manifest.sort_rows` over the rows in that order)."""
-        return np.lexsort((self._sources_column(), _column(self._ids, self._id_ends)))
+        return np.lexsort((self._sources_column(), fixed_width(self._ids, self._id_ends)))
 
     def duplicates(self) -> dict[int, int]:
         """Each compared ok row whose `duplicate_key` an earlier one has (by source, rows of one source in the order
@@ -194,42 +196,12 @@ class RowSpill:
         return duplicate_key(self._splits, row.item_id, row.sha256)
 
     def _sources_column(self) -> np.ndarray:
-        """The sources' column (`_column`), made once for both `duplicates` and `manifest_order`; rows added after
+        """The sources' column (`fixed_width`), made once for both `duplicates` and `manifest_order`; rows added after
         it was made make it anew."""
         if self._sources_made is None or len(self._sources_made) != len(self):
             self._sources_made = None  # the old column goes before the new one is made
-            self._sources_made = _column(self._sources, self._source_ends)
+            self._sources_made = fixed_width(self._sources, self._source_ends)
         return self._sources_made
-
-
-_BLOCK_BYTES = 1 << 22  # key bytes placed per step in `_column`: its index temporaries stay a few tens of MB
-
-
-def _column(buffer: bytearray, ends: array[int]) -> np.ndarray:
-    """The keys in `buffer` (key i ends at `ends[i]`) as one fixed-width bytes column (numpy's `S` compares
-    bytewise, and UTF-8 bytes sort as their strings do; shorter keys are padded with NULs, as `S` pads them): every
-    byte placed at its row and column in a block of whole rows at a time, not a Python loop over the rows."""
-    stops = np.frombuffer(ends, dtype=np.int64) if len(ends) else np.zeros(0, dtype=np.int64)
-    starts = np.r_[0, stops[:-1]].astype(np.int64)
-    lengths = stops - starts
-    width = max(1, int(lengths.max(initial=0)))
-    out = np.zeros(len(stops), dtype=f"S{width}")
-    if not len(stops) or not int(stops[-1]):
-        return out
-    flat = out.view(np.uint8)  # row i's bytes at [i * width, (i + 1) * width)
-    source = np.frombuffer(buffer, dtype=np.uint8, count=int(stops[-1]))
-    lo = 0
-    while lo < len(stops):
-        # Whole rows, as many as hold about _BLOCK_BYTES key bytes (one row at least).
-        hi = max(lo + 1, int(np.searchsorted(stops, starts[lo] + _BLOCK_BYTES, side="right")))
-        rows = np.arange(lo, hi, dtype=np.int64)
-        counts = lengths[lo:hi]
-        # Each byte's place in `flat`: its offset in the buffer, shifted by its row's (row * width - row start).
-        shift = np.repeat(rows * width - starts[lo:hi], counts)
-        first, last = int(starts[lo]), int(stops[hi - 1])
-        flat[np.arange(first, last, dtype=np.int64) + shift] = source[first:last]
-        lo = hi
-    return out
 
 
 def _digest(key: tuple[str, str]) -> bytes:

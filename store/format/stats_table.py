@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from .index import STATISTICS, STATS
 from .stats import ChannelStats, Histogram, ItemStats
-from .table import Column, Strings, encode_strings
+from .table import Column, Strings, encode_strings, fixed_width
 
 if TYPE_CHECKING:
     from ..location import Location, Transport
@@ -267,19 +267,8 @@ def _rows_by_dict(table_keys: Strings, keys: Sequence[str]) -> npt.NDArray[np.in
 def _fixed_width(column: Strings) -> npt.NDArray[np.bytes_]:
     """Each row's UTF-8 bytes of a text column as a numpy bytes array (None as b""), built from the column's
     bytes without a Python string per row."""
-    chars, ends = column.chars, np.asarray(column.ends, dtype=np.int64)
-    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
-    width = max(1, int((ends - starts).max(initial=0)))
-    distinct = np.zeros((len(ends) + 1, width), dtype=np.uint8)  # the last row: code -1 (None)
-    # Distinct values at a time: the index arrays below hold step x width entries of 8 bytes, about 2 MB each.
-    step = max(1, (1 << 18) // width)
-    for lo in range(0, len(ends), step):
-        s, e = starts[lo:lo + step], ends[lo:lo + step]
-        at = s[:, None] + np.arange(width)[None, :]
-        inside = at < e[:, None]
-        distinct[lo:lo + len(s)][inside] = chars[at[inside]]
-    values = distinct.view(f"S{width}").reshape(-1)
-    out: npt.NDArray[np.bytes_] = values[np.asarray(column.codes, dtype=np.int64)]
+    distinct = fixed_width(column.chars, column.ends, spare=1)  # the spare row: code -1 (None)
+    out: npt.NDArray[np.bytes_] = distinct[np.asarray(column.codes, dtype=np.int64)]
     return out
 
 

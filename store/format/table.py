@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from ..read import ArrayReader
 
 __all__ = ["TABLE", "Chunked", "Column", "Ragged", "RaggedColumn", "Strings", "TableSlices", "TextColumn",
-           "encode_strings", "flat_positions", "read_sliced", "read_table", "remove_tables", "write_table"]
+           "encode_strings", "fixed_width", "flat_positions", "read_sliced", "read_table", "remove_tables",
+           "write_table"]
 
 TABLE = "labzarr_table"  # the attribute of a table's array: its rows and its directory of columns
 _CODECS = ("zstd", 3)  # compressor and level: decoding speed matters more than size
@@ -291,6 +292,37 @@ def remove_tables(folder: Location, *, keep: str) -> None:
     for child in children:
         if child.name != keep and child.is_dir():
             child.remove_tree()
+
+
+_BLOCK_BYTES = 1 << 18  # value bytes placed per step in `fixed_width`: its index temporaries stay about 2 MB each
+
+
+def fixed_width(chars: bytes | bytearray | npt.NDArray[np.uint8], ends: Iterable[int] | npt.NDArray[np.int64], *,
+                spare: int = 0) -> npt.NDArray[np.bytes_]:
+    """The values in `chars` (value i ends at `ends[i]`) as the rows of one fixed-width bytes array, then `spare`
+    empty rows: numpy's `S` compares bytewise, UTF-8 bytes sort as their strings do, and a shorter value is padded
+    with NULs, as `S` pads it. Every byte is placed at its row and column for a block of whole rows at a time, not by
+    a Python loop over the rows, and without a Python object per value."""
+    stops = np.asarray(ends, dtype=np.int64)
+    starts = np.r_[0, stops[:-1]].astype(np.int64)
+    lengths = stops - starts
+    width = max(1, int(lengths.max(initial=0)))
+    out = np.zeros(len(stops) + spare, dtype=f"S{width}")
+    if not len(stops) or not int(stops[-1]):
+        return out
+    flat = out.view(np.uint8)  # row i's bytes at [i * width, (i + 1) * width)
+    source = chars if isinstance(chars, np.ndarray) else np.frombuffer(chars, dtype=np.uint8)
+    lo = 0
+    while lo < len(stops):
+        # Whole rows, as many as hold about _BLOCK_BYTES value bytes (one row at least).
+        hi = max(lo + 1, int(np.searchsorted(stops, starts[lo] + _BLOCK_BYTES, side="right")))
+        rows = np.arange(lo, hi, dtype=np.int64)
+        # Each byte's place in `flat`: its offset in `chars`, shifted by its row's (row * width - row start).
+        shift = np.repeat(rows * width - starts[lo:hi], lengths[lo:hi])
+        first, last = int(starts[lo]), int(stops[hi - 1])
+        flat[np.arange(first, last, dtype=np.int64) + shift] = source[first:last]
+        lo = hi
+    return out
 
 
 def encode_strings(prefix: str, values: Iterable[str | None]) -> dict[str, Array]:

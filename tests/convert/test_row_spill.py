@@ -148,9 +148,9 @@ def _column_by_rows(keys: list[bytes]) -> np.ndarray:
 def test_the_keys_column_is_the_column_made_a_row_at_a_time(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
     from array import array
 
-    from labzarr.convert.run import row_spill
+    from labzarr.store.format import table
 
-    monkeypatch.setattr(row_spill, "_BLOCK_BYTES", block)
+    monkeypatch.setattr(table, "_BLOCK_BYTES", block)
     rng = random.Random(5)
     keys = [rng.choice(_NAMES).encode("utf-8", "surrogatepass") * rng.randrange(0, 4) for _ in range(500)]
     keys += [b"", b"x" * 40, b""]  # empty keys, and one longer than a small block
@@ -158,11 +158,12 @@ def test_the_keys_column_is_the_column_made_a_row_at_a_time(monkeypatch: pytest.
     for key in keys:
         buffer += key
         ends.append(len(buffer))
-    made = row_spill._column(buffer, ends)
+    made = table.fixed_width(buffer, ends)
     expected = _column_by_rows(keys)
     assert made.dtype == expected.dtype and made.tobytes() == expected.tobytes()
-    assert row_spill._column(bytearray(), array("q")).shape == (0,)
-    assert row_spill._column(bytearray(), array("q", [0, 0])).tolist() == [b"", b""]
+    assert table.fixed_width(bytearray(), array("q")).shape == (0,)
+    assert table.fixed_width(bytearray(), array("q", [0, 0])).tolist() == [b"", b""]
+    assert table.fixed_width(buffer, ends, spare=2)[-3:].tolist() == [b"", b"", b""]  # the last key, then spares
 
 
 def test_the_sources_column_is_made_once_and_again_after_more_rows(tmp_path: Path) -> None:
