@@ -133,9 +133,7 @@ class StatsSpill:
         (the usual: a key is added once), without a Python string per key."""
         ends = np.frombuffer(self._key_ends, dtype=np.int64) if len(self) else np.zeros(0, dtype=np.int64)
         if _distinct(self._keys, ends):
-            return Strings({"key.codes": np.arange(len(ends), dtype=np.int64),
-                            "key.chars": np.frombuffer(bytes(self._keys), dtype=np.uint8),
-                            "key.ends": ends.copy()}, "key")
+            return Strings(_distinct_keys(bytes(self._keys), ends.copy()), "key")
         return Strings(encode_strings("key", self._key_list()), "key")
 
     def _key_list(self) -> Iterator[str]:
@@ -192,8 +190,14 @@ def _key_strings(keys: Sequence[str]) -> dict[str, npt.NDArray[Any]]:
         return encode_strings("key", keys)
     blobs = [k.encode() for k in keys]
     ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if blobs else np.zeros(0, np.int64)
-    return {"key.codes": np.arange(len(keys), dtype=np.int64),
-            "key.chars": np.frombuffer(b"".join(blobs), dtype=np.uint8), "key.ends": ends}
+    return _distinct_keys(b"".join(blobs), ends)
+
+
+def _distinct_keys(chars: bytes, ends: npt.NDArray[np.int64]) -> dict[str, npt.NDArray[Any]]:
+    """The key column's arrays (as `encode_strings` makes them) of pairwise distinct keys, in order: each its own
+    value, so the codes count up."""
+    return {"key.codes": np.arange(len(ends), dtype=np.int64), "key.chars": np.frombuffer(chars, dtype=np.uint8),
+            "key.ends": ends}
 
 
 class _FileBins:
