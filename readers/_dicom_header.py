@@ -26,7 +26,7 @@ import pydicom
 import pydicom.uid
 import xxhash
 from pydicom.datadict import dictionary_VR, tag_for_keyword
-from pydicom.dataelem import DataElement
+from pydicom.dataelem import DataElement, RawDataElement
 from pydicom.dataset import Dataset
 from pydicom.errors import InvalidDicomError
 from pydicom.pixels.decoders.base import get_decoder
@@ -178,10 +178,11 @@ def _plain(ds: Dataset, keyword: str, default: Any = None) -> Any:
     decode is decoded by `plain_value` where it can be, to what those make of pydicom's value."""
     tag = _tag_of(keyword)
     elem = ds._dict.get(tag) if tag is not None else None
-    if tag is None or elem is None or isinstance(elem, DataElement):
-        return default if elem is None else elem.value
-    value = plain_value(elem, _vr_of(keyword))
-    return ds[tag].value if value is PYDICOM else value
+    if isinstance(elem, RawDataElement):
+        value = plain_value(elem, _vr_of(keyword))
+        if value is not PYDICOM:
+            return value
+    return _get(ds, keyword, default)  # absent, decoded already, or one pydicom decodes
 
 
 @functools.cache
