@@ -74,7 +74,8 @@ from isal import isal_zlib
 from labzarr.convert._counting import COMPILED_FROM, count_into
 from labzarr.convert.demo import write_spec
 from labzarr.convert.intensity import BLOCK, Accumulator
-from labzarr.convert.run.driver import execute, local_cluster_config
+from labzarr.convert.run.cluster import local_cluster_config
+from labzarr.convert.run.driver import execute
 from labzarr.convert.spec import StoreSpec, load_spec
 from labzarr.convert.write.arrays import codecs
 from labzarr.convert.write.writer import c_order_copy, copy_into, gather_copy, slab_copy_into

@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -22,6 +23,8 @@ from .errors import UsageError
 if TYPE_CHECKING:
     from labzarr.store import Location
 
+    from .progress import Progress, ProgressEvent
+    from .run.small_run import Watch
     from .run.starting import StartingCluster
 
 __all__ = ["build_parser", "main"]
@@ -298,13 +301,12 @@ def _quiet_dask() -> None:
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
-def _start_workers(spec: Path | None = None) -> None:
-    """Start the embedded cluster's worker server (`run/worker_start.py`): forked from this process once it has
-    imported what the server and the driver share (`run/server_fork.py`), or by exec at once where a fork cannot
-    give the workers their environment. This process's environment is the workers' before it imports numpy, as a
-    worker's. `spec` is loaded first: a spec that does not load is one error line, with nothing started."""
+def _workers_environ() -> dict[str, str]:
+    """Make this process's environment the embedded cluster's workers' before it imports numpy, as a worker's
+    (`run/worker_start.py`), and return it; where a fork could not give the workers that environment, their
+    server is started by exec at once."""
     from .run.hash_seed import CHOSEN, caller_environ
-    from .run.server_fork import fork_worker_server, forkable
+    from .run.server_fork import forkable
     from .run.worker_start import pre_spawn_environ, start_worker_server, worker_environ
 
     started = {k: v for k, v in os.environ.items() if k != CHOSEN}
@@ -313,15 +315,53 @@ def _start_workers(spec: Path | None = None) -> None:
     os.environ.update(wanted)
     if "numpy" in sys.modules or forkable(started, wanted):  # too late for the BLAS counts, or read at start
         start_worker_server(wanted)
+    return wanted
+
+
+def _start_workers(spec: Path | None = None) -> None:
+    """Start the embedded cluster's worker server (`run/worker_start.py`): forked from this process once it has
+    imported what the server and the driver share (`run/server_fork.py`), or by exec at once where a fork cannot
+    give the workers their environment (`_workers_environ`). `spec` is loaded first: a spec that does not load is
+    one error line, with nothing started."""
+    from .run.server_fork import fork_worker_server
+    from .run.worker_start import start_worker_server
+
+    wanted = _workers_environ()
     if spec is not None:
         from .spec import load_spec
 
         load_spec(spec)
-    from .run.driver import import_writers  # the driver's imports: distributed, numpy, zarr, the store's writers
+    from .run.driver import import_writers  # the driver's imports: numpy, zarr, the store's writers
 
     import_writers()
     if not fork_worker_server(wanted):
         start_worker_server(wanted)  # where it runs already (started above), this finds it running
+
+
+def _in_one_process(args: argparse.Namespace) -> int | None:
+    """Convert a small delivery in one process, in a child this one watches (`run/small_run.py`): its exit code,
+    or None where the delivery is not small, where this process runs other threads (a fork keeps only this one: a
+    library caller's), or where the child died or stalled (one log line says so: the caller then converts on the
+    cluster, which resumes from what the child finished). The child's usage error is raised here."""
+    from .run.server_fork import threads
+    from .run.small_run import Failed, run_watched, small_delivery
+
+    if threads() != 1 or not small_delivery(args.spec):
+        return None
+    outcome = run_watched(partial(_converted_in_process, args))
+    if isinstance(outcome, Failed):
+        logging.getLogger(__name__).warning("%s: the conversion in one process stopped (%s); converting on a "
+                                            "cluster, where only the item at fault is lost", args.spec, outcome.why)
+        return None
+    if outcome.error is not None:
+        raise UsageError(*outcome.error)
+    sys.stdout.write(outcome.out)
+    return outcome.code
+
+
+def _converted_in_process(args: argparse.Namespace, watch: Watch) -> int:
+    """The child's conversion (`_in_one_process`)."""
+    return _convert_with(args, None, watch=watch)
 
 
 def _start_cluster_early(workers: int | None) -> StartingCluster:
@@ -360,8 +400,11 @@ def _convert(args: argparse.Namespace) -> int:
     try:
         starting = None
         if embedded:
+            plain = not args.verify and (args.workers is None or args.workers >= 1) and args.progress_every > 0
+            if plain and (code := _in_one_process(args)) is not None:
+                return code
             _start_workers(args.spec)
-            if not args.verify and (args.workers is None or args.workers >= 1) and args.progress_every > 0:
+            if plain:
                 starting = _start_cluster_early(args.workers)
         with starting or nullcontext():
             return _convert_with(args, starting)
@@ -369,11 +412,14 @@ def _convert(args: argparse.Namespace) -> int:
         gc.enable()
 
 
-def _convert_with(args: argparse.Namespace, starting: StartingCluster | None) -> int:
+def _convert_with(args: argparse.Namespace, starting: StartingCluster | None, *, watch: Watch | None = None) -> int:
+    """Convert (or `--dry-run`, `--verify`) as `args` say: on `starting`'s cluster, on one `convert_delivery`
+    starts, or with `watch` in this process (`_in_one_process`'s child), each step a beat."""
     from .console import progress_display, summary_table
     from .run.driver import convert_delivery
 
-    _quiet_dask()
+    if watch is None:
+        _quiet_dask()
     # The imports are done (the writers' follow in `convert_delivery`, beside the cluster's start). Frozen first:
     # on again over unfrozen imports, the collector's first pass would scan every one of them at once, where the
     # run waits for it (the run freezes its heap anyway, `driver._heap_frozen`, and hands it back when it ends).
@@ -385,12 +431,21 @@ def _convert_with(args: argparse.Namespace, starting: StartingCluster | None) ->
     _positive("--progress-every", args.progress_every, "drop the option to print a line every 10 s")
     from .repair import describe_checks, repair_delivery, repaired_line
 
-    with progress_display(sys.stderr, quiet=args.quiet, interval=args.progress_every) as progress:
+    with progress_display(sys.stderr, quiet=args.quiet, interval=args.progress_every) as shown:
+        progress = shown if watch is None else _beating(shown, watch)
         checked = (repair_delivery(args.spec, only_damaged=False, workers=args.workers, scheduler=args.scheduler,
                                    progress=progress) if args.verify else None)
-        result = (checked.run if checked is not None and checked.run is not None else
-                  convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler, progress=progress,
-                                   cluster=starting))
+        if checked is not None and checked.run is not None:
+            result = checked.run
+        elif watch is not None:
+            from .run.small_run import stall_after
+            from .spec import load_spec
+
+            watch.limit(stall_after(load_spec(args.spec).run.item_timeout))
+            result = convert_delivery(args.spec, progress=progress, in_process=True)
+        else:
+            result = convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler, progress=progress,
+                                      cluster=starting)
     if not args.quiet:
         print(summary_table(result.summary, result.run_log))
         if result.repaired:
@@ -399,6 +454,17 @@ def _convert_with(args: argparse.Namespace, starting: StartingCluster | None) ->
     if checked is not None and not (args.quiet and checked.ok):
         print(f"\n{describe_checks(checked)}")
     return 0 if checked is None or checked.ok else 1
+
+
+def _beating(progress: Progress | None, watch: Watch) -> Progress:
+    """`progress` (None: nothing shown, `--quiet`), with a beat at each event: each is a step the run made."""
+
+    def shown(event: ProgressEvent) -> None:
+        watch.beat()
+        if progress is not None:
+            progress(event)
+
+    return shown
 
 
 def _report(args: argparse.Namespace) -> int:

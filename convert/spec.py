@@ -23,6 +23,7 @@ from labzarr.store import Location, as_location, is_url
 from labzarr.store.chunks.compressors import COMPRESSORS, LEVELS, Compressor
 
 from .errors import UsageError
+from .spec_early import IN_PROCESS_BYTES, IN_PROCESS_FILES, project_root, resolve
 
 __all__ = [
     "ANNOTATION_SPACES",
@@ -190,6 +191,11 @@ class RunSpec:
     # (convert/run/window.py); 0: four per worker thread, at least 32; never under twice the threads plus one.
     # Changes when work starts, never its result.
     window: int = 0
+    # A delivery of at most this many files, of at most this many bytes in all, under raw is converted by the
+    # `labzarr` command in one process rather than on a cluster it would first start (convert/run/small_run.py);
+    # 0 files: always on a cluster. Changes where work runs, never its result.
+    in_process_files: int = IN_PROCESS_FILES
+    in_process_bytes: int = IN_PROCESS_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,27 +359,11 @@ def _did_you_mean(name: str, known: Collection[str], what: str) -> str:
     return (f"did you mean {close[0]!r}? " if close else "remove it or fix its spelling; ") + listing
 
 
-def _path(base: Path, value: str) -> Path:
-    p = Path(value).expanduser()
-    return p if p.is_absolute() else base / p
-
-
 def _str_list(t: _Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
     value = t.take(key, list, list(default), what="a list of strings")
     if not all(isinstance(v, str) for v in value):
         raise t.fail(key, value, "expected a list of strings", f'write e.g. {key} = ["**/*"]')
     return tuple(value)
-
-
-def project_root(spec_path: Path) -> Path:
-    """The folder a spec's relative paths start from, whatever the working directory: the one holding
-    `manifests/` when the spec lies in a manifests/ tree (`manifests/<delivery>/delivery.toml`), else the
-    spec's own folder."""
-    folder = Path(os.path.abspath(spec_path)).parent  # normalised (no `..`), symlinks kept as the user has them
-    for parent in (folder, *folder.parents):
-        if parent.name == "manifests":
-            return parent.parent
-    return folder
 
 
 def load_spec(path: Path, *, root: Path | None = None) -> Spec:
@@ -434,7 +424,7 @@ def _delivery(t: _Table, root: Path, store_table: _Table) -> DeliverySpec:
     name = t.take("name", str, what="a delivery name, e.g. \"lab-2026-11\"")
     t.check("name", name, lambda v: bool(DELIVERY_NAME.fullmatch(v)),
             "use letters, digits, '.', '_' and '-'", "rename it, e.g. name = \"lab-2026-11\"")
-    raw = _path(root, t.take("raw", str, what="a folder path, e.g. \"data/raw/lab-2026-11\""))
+    raw = resolve(root, t.take("raw", str, what="a folder path, e.g. \"data/raw/lab-2026-11\""))
     if not raw.is_dir():
         raise t.fail("raw", str(raw), "folder not found" if not raw.exists() else "not a folder",
                      f"copy the delivery there or fix the path (relative paths start at {root}, "
@@ -473,7 +463,7 @@ def _check_apart(t: _Table, raw: Path, store: Path, name: str) -> None:
 
 def _store_location(given: str, options: Mapping[str, Any], root: Path) -> Location:
     """The store `given` names (a relative path taken from `root`)."""
-    return as_location(given if is_url(given) else _path(root, given), options)
+    return as_location(given if is_url(given) else resolve(root, given), options)
 
 
 def _check_protocol(t: _Table, store: Location) -> None:
@@ -670,9 +660,15 @@ def _run(t: _Table) -> RunSpec:
     window = t.take("window", int, RunSpec().window, what="a whole number")
     t.check("window", window, lambda v: v >= 0, "must be >= 0 (0: four tasks per worker thread, at least 32)",
             "e.g. window = 64, or drop the key")
+    files = t.take("in_process_files", int, RunSpec().in_process_files, what="a whole number")
+    t.check("in_process_files", files, lambda v: v >= 0, "must be >= 0 (0: always on a cluster)",
+            "e.g. in_process_files = 50, or 0 to always start a cluster")
+    size = t.take("in_process_bytes", int, RunSpec().in_process_bytes, what="a byte count")
+    t.check("in_process_bytes", size, lambda v: v >= 0, "must be >= 0",
+            "e.g. in_process_bytes = 67108864 (64 MiB)")
     t.done()
     return RunSpec(item_timeout=float(timeout), crash_retries=retries, readers=readers, parts_bytes=parts,
-                   window=window)
+                   window=window, in_process_files=files, in_process_bytes=size)
 
 
 def _column(t: _Table, key: str, value: object) -> ColumnRef:
@@ -754,7 +750,7 @@ def _manifest(t: _Table, dicom: DicomSpec) -> ManifestSpec:
 
 def _labels(t: _Table, raw: Path) -> LabelsSpec:
     given = t.take("workbook", str, what="a workbook path relative to raw")
-    workbook = Path(os.path.normpath(_path(raw, given)))
+    workbook = Path(os.path.normpath(resolve(raw, given)))
     if not workbook.is_file():
         raise t.fail("workbook", str(workbook), "file not found", "fix the path; it is relative to [delivery] raw")
     if raw.resolve() not in workbook.resolve().parents:

@@ -92,7 +92,7 @@ def converted_cohort(tmp_path_factory: pytest.TempPathFactory, scheduler: str) -
 def dask_cluster() -> Iterator[object]:
     """One 2-worker cluster, started as `labzarr convert` starts its own, for the whole session: conversions
     that are not about the embedded cluster run on it (`scheduler`), saving a cluster start each."""
-    from labzarr.convert.run.driver import local_cluster
+    from labzarr.convert.run.cluster import local_cluster
     from labzarr.convert.spec import RunSpec
 
     with local_cluster(2, crash_retries=RunSpec().crash_retries) as cluster:

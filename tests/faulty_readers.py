@@ -16,7 +16,7 @@ from typing import ClassVar, NoReturn
 
 import numpy as np
 
-from labzarr.readers import Head, Limits, Plane, Slab, VolumeHeader
+from labzarr.readers import Head, Limits, Plane, Reason, Rejected, Slab, VolumeHeader
 
 SEGFAULT_MAGIC = b"LABZARR-TEST-SEGFAULT\n"
 HANG_MAGIC = b"LABZARR-TEST-HANG\n"
@@ -112,3 +112,23 @@ class SlabSegfaultReader:
     def read(self, path: Path, limits: Limits, head: Head) -> NoReturn:
         ctypes.string_at(0)
         raise AssertionError("unreachable: reading address 0 kills the process")
+
+
+WHERE_MAGIC = b"LABZARR-TEST-WHERE\n"
+WHERE_PLUGINS = ["tests.faulty_readers:WhereReader"]
+
+
+class WhereReader:
+    """Refuses every file it sniffs, saying in the row's detail which process read it and whether dask was imported
+    there: where a run converted its items, seen from its manifest."""
+
+    kind: ClassVar[str] = "test-where"
+
+    def sniff(self, head: bytes) -> bool:
+        return head.startswith(WHERE_MAGIC)
+
+    def read(self, path: Path, limits: Limits, head: Head) -> NoReturn:
+        import os
+        import sys
+
+        raise Rejected(Reason.UNSUPPORTED_FORMAT, f"pid={os.getpid()} dask={'distributed' in sys.modules}")

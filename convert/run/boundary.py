@@ -29,8 +29,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from distributed.scheduler import KilledWorker
-
 from labzarr.readers import Reason, Rejected
 
 from ..errors import UsageError
@@ -93,6 +91,8 @@ def rejected_rows(job: Job, reason: Reason, detail: str) -> list[Row]:
 
 def crashed(job: Job, reports: Path, exc: BaseException | None) -> list[Row]:
     """`decoder_crash` rows for a job whose worker died (`exc`, the scheduler's `KilledWorker`), from its report."""
+    from distributed.scheduler import KilledWorker  # only a cluster's worker dies apart from the run: dask is there
+
     attempts = exc.allowed_failures + 1 if isinstance(exc, KilledWorker) else 1
     report = _report(reports, job)
     if report is None:

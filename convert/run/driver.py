@@ -1,7 +1,8 @@
-"""Execution: the thin I/O layer that walks, probes, converts on dask, and writes store and manifest.
+"""Execution: the thin I/O layer that walks, probes, converts through a runner, and writes store and manifest.
 
 Everything decided here was planned by pure functions (`discover`, `plan`);
-this module only moves data between them, the dask cluster and the disk. A run
+this module only moves data between them, the runner of its jobs (`runner.py`: a dask cluster, `on_cluster.py`,
+or this process, `in_process.py`) and the disk. A run
 holds the store's lock throughout, sweeps what a killed run left, reuses what
 earlier runs recorded (`plan/records.py`, `write/outcomes.py`), and writes the manifest last, atomically.
 
@@ -24,12 +25,9 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-
-from distributed import Client, as_completed
 
 from labzarr.store import Location, StoreIndex, table_stats
 from labzarr.store.format.index import item_key
@@ -44,22 +42,21 @@ from ..manifest_file import ManifestFile
 from ..plan.build import VOLUMES, Plan, VolumeTask, plan
 from ..plan.records import Damage, Repair, merge_damage, settings_fingerprint
 from ..plan.stacks import STACKS
-from ..probe import Probe, probe_with
 from ..progress import Progress, ProgressEvent
 from ..spec import MASK_ROLE, REFERENCE_ROLE, Spec, load_spec
 from ..survey import readable
 from ..write.lock import LockInfo, store_lock
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, spill_dir, sweep
-from .cluster import MESSAGE_LOG, client_of, default_workers, local_cluster, local_cluster_config
 from .driver_malloc import give_back_freed
 from .probe_table import ProbeTable
+from .runner import Runner
 from .starting import StartingCluster
 from .tally import Tally
-from .warnings_log import RunWarnings, run_warnings
-from .window import Feeder, job_keys, window_size
-from .worker_start import WORKER_MALLOC
+from .warnings_log import RunWarnings
 
 if TYPE_CHECKING:
+    from distributed import Client
+
     from labzarr.readers import LabelSheet
 
     from ..plan.parts import VolumePart
@@ -68,8 +65,7 @@ if TYPE_CHECKING:
     from .row_spill import RowSpill
     from .settings import TaskSettings
 
-__all__ = ["MESSAGE_LOG", "Progress", "ProgressEvent", "RunResult", "WORKER_MALLOC", "convert_delivery",
-           "default_workers", "execute", "import_writers", "local_cluster", "local_cluster_config"]
+__all__ = ["Progress", "ProgressEvent", "RunResult", "convert_delivery", "execute", "import_writers"]
 
 log = logging.getLogger(__name__)
 _PROBE_BATCH = 64  # files a probe task reads at most in a small delivery; a larger one's grow (`_probe_batches`)
@@ -78,7 +74,7 @@ _PROBE_ROUNDS, _PROBE_MOST = 8, 256
 # and numpy.ma, which numpy imports at the plan's first `np.median` (a DICOM series' slice spacing).
 _WRITERS = ("labzarr.convert.write.annotations", "labzarr.convert.write.arrays", "labzarr.convert.write.outcomes",
             "labzarr.convert.write.stacks", "labzarr.convert.run.batches", "labzarr.convert.run.part_task",
-            "labzarr.convert.run.split_step", "labzarr.convert.run.supervise", "labzarr.convert.run.settings",
+            "labzarr.convert.run.split_step", "labzarr.convert.run.jobs", "labzarr.convert.run.settings",
             "labzarr.convert.run.finish", "labzarr.convert.run.row_spill", "numpy.ma")
 _T = TypeVar("_T")
 
@@ -130,6 +126,7 @@ def convert_delivery(
     progress: Progress | None = None,
     repair: Mapping[str, Damage] | None = None,
     cluster: StartingCluster | None = None,
+    in_process: bool = False,
 ) -> RunResult:
     """Convert one delivery into its zarr store, manifest.csv and summary.json.
 
@@ -154,6 +151,12 @@ def convert_delivery(
         An embedded cluster already starting (``StartingCluster``: the ``labzarr`` command starts one while it
         imports this module), used instead of starting one; ``workers`` and ``scheduler`` are then ignored. The
         run closes it when it ends; one the run never used is its owner's to close.
+    in_process:
+        Convert in this process, one item after the other, with no cluster and no dask imported
+        (`in_process.py`): for a small delivery, whose run is then mostly a cluster's start. A reader that
+        crashes or hangs takes this process with it; the ``labzarr`` command runs it in a child it watches and
+        converts on a cluster where the child fails (`small_run.py`). ``workers``, ``scheduler`` and
+        ``cluster`` are then ignored.
 
     Raises
     ------
@@ -168,27 +171,44 @@ def convert_delivery(
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
-    if cluster is not None:  # starting in its thread: the wait for it would leave this one idle
-        import_writers()
-    client = client_of(workers or default_workers(), scheduler, crash_retries=parsed.run.crash_retries,
-                       starting=cluster)
-    with _running(parsed.delivery.store, client) as (started_client, lock, warned):
-        return _execute(parsed, started_client, lock, warned, progress=progress, started=started, labels=labels,
+    runner: AbstractContextManager[Runner]
+    if in_process:
+        from .in_process import InProcessRunner
+
+        runner = nullcontext(InProcessRunner())
+    else:
+        if cluster is not None:  # starting in its thread: the wait for it would leave this one idle
+            import_writers()
+        runner = _on_cluster(workers, scheduler, crash_retries=parsed.run.crash_retries, starting=cluster)
+    with _running(parsed.delivery.store, runner) as (entered, lock, warned):
+        return _execute(parsed, entered, lock, warned, progress=progress, started=started, labels=labels,
                         repair=repair or {})
 
 
 @contextmanager
+def _on_cluster(workers: int | None, scheduler: str | None, *, crash_retries: int,
+                starting: StartingCluster | None) -> Iterator[Runner]:
+    """The runner of the cluster a run converts on (`cluster.client_of`)."""
+    from .cluster import client_of, default_workers
+    from .on_cluster import ClusterRunner
+
+    with client_of(workers or default_workers(), scheduler, crash_retries=crash_retries,
+                   starting=starting) as client:
+        yield ClusterRunner(client)
+
+
+@contextmanager
 def _running(store: Location,
-             client: AbstractContextManager[Client]) -> Iterator[tuple[Client, LockInfo, RunWarnings]]:
+             runner: AbstractContextManager[Runner]) -> Iterator[tuple[Runner, LockInfo, RunWarnings]]:
     """What a run holds while it converts, the same for `convert_delivery` and `execute` so that both write the
-    same store bytes: the store's folder, its write errors as usage errors, its lock, then `client` entered (the
+    same store bytes: the store's folder, its write errors as usage errors, its lock, then `runner` entered (the
     lock first: a second run on this store fails before it starts a cluster of its own; the `labzarr` command has
     started its cluster already, `starting.py`, and stops it then), the frozen heap (after the cluster started, so
     that its objects are frozen too), and the record of the run's third-party warnings (`warnings_log.py`). zarr's
     compact metadata documents are set where the run first writes with zarr, after the probe (`_convert`)."""
     _create_folder(store)
-    with _store_errors(store), store_lock(store) as lock, client as entered, _heap_frozen():
-        with run_warnings(entered, lock.run_id) as warned:  # to the run log, not the console (warnings_log.py)
+    with _store_errors(store), store_lock(store) as lock, runner as entered, _heap_frozen():
+        with entered.warnings(lock.run_id) as warned:  # to the run log, not the console (warnings_log.py)
             yield entered, lock, warned
 
 
@@ -216,8 +236,10 @@ def execute(spec: Spec, client: Client, *, progress: Progress | None = None,
     `labels` is the spec's workbook as `load_labels` read it; it is read here when not given. `repair`: as
     for `convert_delivery`.
     """
-    with _running(spec.delivery.store, nullcontext(client)) as (client, lock, warned):
-        return _execute(spec, client, lock, warned, progress=progress, started=started, labels=labels,
+    from .on_cluster import ClusterRunner
+
+    with _running(spec.delivery.store, nullcontext(ClusterRunner(client))) as (runner, lock, warned):
+        return _execute(spec, runner, lock, warned, progress=progress, started=started, labels=labels,
                         repair=repair or {})
 
 
@@ -246,7 +268,7 @@ def _create_folder(store: Location) -> None:
                          "data/stores/<delivery>.zarr") from exc
 
 
-def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *, progress: Progress | None,
+def _execute(spec: Spec, runner: Runner, lock: LockInfo, warned: RunWarnings, *, progress: Progress | None,
              started: float | None, labels: LabelSheet | None, repair: Mapping[str, Damage]) -> RunResult:
     t_start = time.perf_counter()
     if spec.labels is not None and labels is None:
@@ -259,18 +281,18 @@ def _execute(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, *,
     # Every ok item's full statistics record waits on disk, not in the driver, until the table is written: beside
     # a folder store, in the temporary folder for a URL store.
     with StatsSpill(_spill_folder(store)) as spill:
-        return _convert(spec, client, lock, warned, spill, progress=progress, started=started, labels=labels,
+        return _convert(spec, runner, lock, warned, spill, progress=progress, started=started, labels=labels,
                         repair=repair, t_start=t_start)
 
 
-def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, *,
+def _convert(spec: Spec, runner: Runner, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, *,
              progress: Progress | None, started: float | None, labels: LabelSheet | None,
              repair: Mapping[str, Damage], t_start: float) -> RunResult:
     t0 = started if started is not None else t_start  # spec parsing and cluster start-up count as `start_s`
     store = spec.delivery.store
     candidates = discover(walk(spec.delivery.raw), spec.items)
     t_discover = time.perf_counter()
-    probes = _probe(client, candidates, spec, progress)
+    probes = _probe(runner, candidates, spec, progress)
     # The store's writers (zarr) and the tasks are imported from here on, not with this module (its docstring).
     from ..write.arrays import compact_metadata
     from ..write.outcomes import read_outcomes
@@ -294,11 +316,11 @@ def _convert(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, sp
         # until the run ends.
         box = [the_plan]
         del the_plan
-        return _write(spec, client, lock, warned, spill, box, fingerprint=fingerprint, files_bytes=files_bytes,
+        return _write(spec, runner, lock, warned, spill, box, fingerprint=fingerprint, files_bytes=files_bytes,
                       progress=progress, labels=labels, timings=(t0, t_start, t_discover, t_probe))
 
 
-def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, box: list[Plan], *,
+def _write(spec: Spec, runner: Runner, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, box: list[Plan], *,
            fingerprint: str, files_bytes: int, progress: Progress | None, labels: LabelSheet | None,
            timings: tuple[float, float, float, float]) -> RunResult:
     """Convert what the plan in `box` says on the workers, then write the rest of the store, the manifest and
@@ -306,8 +328,8 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
     from ..write.arrays import open_root
     from ..write.stacks import stage_stacks
     from .batches import batch_volumes
+    from .jobs import Jobs
     from .row_spill import RowSpill
-    from .supervise import Jobs, run_tasks
 
     gc.freeze()  # the modules just imported, as `_heap_frozen` froze those imported before the run began
     store = spec.delivery.store
@@ -318,18 +340,18 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
             root.create_group(group)
     # Each row goes to disk as it arrives (`row_spill.py`), with its statistics record (`_spilled`).
     with _crash_reports(store) as reports, RowSpill(_spill_folder(store), splits=spec.splits) as spilled:
-        task_settings = _task_settings(spec, client, lock, fingerprint, reports)
+        task_settings = _task_settings(spec, runner, lock, fingerprint, reports)
         staged = stage_stacks(store, the_plan, spec)
-        workers = len(client.scheduler_info().get("workers", {}))
-        in_parts = _staged_parts(client, store, the_plan.tasks, task_settings, workers=workers,
+        workers = runner.workers()
+        in_parts = _staged_parts(runner, store, the_plan.tasks, task_settings, workers=workers,
                                  parts_bytes=spec.run.parts_bytes)
         volumes, batches = batch_volumes([t for t in the_plan.tasks if t.array not in in_parts], workers)
         jobs = Jobs(volumes=volumes, batches=batches, shards=the_plan.shards,
                     targets={a: (str(s.folder), str(s.records)) for a, s in staged.items()},
                     samples=the_plan.samples, parts=in_parts)
-        converted = run_tasks(client, jobs, task_settings, item_timeout=spec.run.item_timeout,
-                              window=spec.run.window, progress=progress,
-                              sink=lambda row, planar: spilled.add(_spilled(spill, row), planar=planar))
+        converted = runner.run_tasks(jobs, task_settings, item_timeout=spec.run.item_timeout,
+                                     window=spec.run.window, progress=progress,
+                                     sink=lambda row, planar: spilled.add(_spilled(spill, row), planar=planar))
         t_convert = time.perf_counter()
         for row in the_plan.unchanged:
             spilled.add(_spilled(spill, row))
@@ -338,12 +360,12 @@ def _write(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spil
         planned = Planned.of(the_plan)
         del the_plan, jobs, volumes, batches
         give_back_freed()  # the plan's records, a few per item
-        return _finish(spec, client, lock, warned, spill, spilled, planned, staged, fingerprint=fingerprint,
+        return _finish(spec, runner, lock, warned, spill, spilled, planned, staged, fingerprint=fingerprint,
                        files_bytes=files_bytes, labels=labels, converted=converted, parts=len(in_parts),
                        timings=(*timings, t_convert))
 
 
-def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, spilled: RowSpill,
+def _finish(spec: Spec, runner: Runner, lock: LockInfo, warned: RunWarnings, spill: StatsSpill, spilled: RowSpill,
             planned: Planned, staged: Mapping[str, StagedStack], *, fingerprint: str, files_bytes: int,
             labels: LabelSheet | None, converted: int, parts: int,
             timings: tuple[float, float, float, float, float]) -> RunResult:
@@ -392,7 +414,7 @@ def _finish(spec: Spec, client: Client, lock: LockInfo, warned: RunWarnings, spi
         out = write_rows(final, manifest, numbering, written=volumes.written, folder=_spill_folder(store))
         del final, numbering
         give_back_freed()  # each row's objects, made and dropped a row at a time
-        _write_array_labels(client, store, out.labels)
+        _write_array_labels(runner, store, out.labels)
         manifest_sha = manifest.sha256
         # The index and the summary's statistics first, then the index's columns let go before the statistics
         # table is written: the two phases' memory does not add up (docs/benchmarks.md, "Scale: many tiny files").
@@ -447,66 +469,37 @@ def _to_probe(candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
     return [(c.rel, str(c.entry.path)) for c in candidates if readable(c)]
 
 
-def _probe(client: Client, candidates: Sequence[Candidate], spec: Spec,
+def _probe(runner: Runner, candidates: Sequence[Candidate], spec: Spec,
            progress: Progress | None) -> ProbeTable:
     """Every readable candidate's probe, by rel (on disk until the plan reads it: `probe_table.py`): batches of files
-    on the workers, a window of them in flight."""
+    run by `runner`, a window of them in flight; the store's writers are imported while the first ones run."""
     todo = _to_probe(candidates)
-    workers = len(client.scheduler_info().get("workers", {}))
-    plugins = list(spec.run.readers)  # names: each batch builds its readers where it runs (`probe_with`)
-    feeder = Feeder(_probe_batches(todo, workers),
-                    lambda batch: client.map(probe_with, batch, plugins=plugins, key=job_keys("probe", len(batch)),
-                                             pure=False),
-                    window_size(client, spec.run.window))
     out = ProbeTable(_spill_folder(spec.delivery.store))
     bytes_total = sum(c.entry.size for c in candidates
                       if not c.excluded_by and not c.entry.outside and not c.entry.special)
     bytes_done = 0
     if progress:
         progress(ProgressEvent("probe", 0, len(todo), 0, bytes_total))
-    first = feeder.top_up(0)
-    import_writers()  # while the workers probe (a no-op where they were imported while the cluster started)
-    running, in_flight = as_completed([f for f, _ in first]), len(first)
-    for future in running:
-        probes: list[Probe] = future.result()
+    for probes in runner.probe(_probe_batches(todo, runner.workers()), spec.run.readers, spec.run.window,
+                               meanwhile=import_writers):
         out.add(probes)
         bytes_done += sum(p.size for p in probes)
-        future.release()
         del probes
-        in_flight -= 1
-        for more, _ in feeder.top_up(in_flight):
-            running.add(more)
-            in_flight += 1
         if progress:
             progress(ProgressEvent("probe", len(out), len(todo), bytes_done, bytes_total))
     return out
 
 
-def _staged_parts(client: Client, store: Location, tasks: Sequence[VolumeTask], settings: TaskSettings, *,
+def _staged_parts(runner: Runner, store: Location, tasks: Sequence[VolumeTask], settings: TaskSettings, *,
                   workers: int, parts_bytes: int) -> dict[str, tuple[VolumePart, ...]]:
-    """The parts of every volume worth writing in parts, by array, each staged (`part_task.stage_parts`) by a
-    worker: opening a DICOM series on the driver imported pydicom there, between the probe and the first task
-    (docs/benchmarks.md, "Fixed cost"). A worker that dies opening a volume leaves it to its ordinary task, which
-    meets the same crash and reports it as the item's row; a store that cannot be written raises, as here."""
-    from distributed import KilledWorker
-
-    from .part_task import stage_parts, worth_opening
+    """The parts of every volume worth writing in parts, by array, each staged by `runner`
+    (`part_task.stage_parts`)."""
+    from .part_task import worth_opening
 
     todo = [t for t in tasks if worth_opening(t, settings, workers=workers, parts_bytes=parts_bytes)]
     if not todo:
         return {}
-    staging = partial(stage_parts, workers=workers, parts_bytes=parts_bytes)
-    futures = client.map(staging, [store] * len(todo), todo, settings=settings, key=job_keys("stage", len(todo)),
-                         pure=False)
-    out: dict[str, tuple[VolumePart, ...]] = {}
-    for task, future in zip(todo, futures):
-        try:
-            parts = future.result()
-        except KilledWorker:
-            continue
-        if parts:
-            out[task.array] = parts
-    return out
+    return runner.stage_parts(store, todo, settings, workers=workers, parts_bytes=parts_bytes)
 
 
 def import_writers() -> None:
@@ -554,40 +547,25 @@ def _crash_reports(store: Location) -> Iterator[Path]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _task_settings(spec: Spec, client: Client, lock: LockInfo, fingerprint: str, reports: Path) -> TaskSettings:
-    from .settings import TaskSettings
-    from .supervise import hang_report_after
+def _task_settings(spec: Spec, runner: Runner, lock: LockInfo, fingerprint: str, reports: Path) -> TaskSettings:
+    from .settings import TaskSettings, hang_report_after
 
-    workers = client.scheduler_info().get("workers", {}).values()
     store = spec.delivery.store
     return TaskSettings(store=str(store), store_spec=spec.store, limits=spec.validate.limits(),
                         non_finite=spec.validate.non_finite, masks=spec.masks, run_id=lock.run_id,
                         fingerprint=fingerprint,
                         readers=spec.run.readers, hang_report_after=hang_report_after(spec.run.item_timeout),
-                        fault_reports=all(w.get("nthreads") == 1 for w in workers),
+                        fault_reports=runner.fault_reports(),
                         store_options=dict(store.options), crash_reports=str(reports),
-                        threads=_encode_threads(client))
+                        threads=runner.encode_threads())
 
 
-def _encode_threads(client: Client) -> int:
-    """Each task's encoding threads: every host's usable cores shared out among the worker threads there."""
-    from .settings import threads_per_task, usable_cores
-
-    info = client.scheduler_info().get("workers", {})
-    cores = client.run(usable_cores)
-    return threads_per_task((info[a]["host"], int(info[a].get("nthreads", 1)), n) for a, n in cores.items()
-                            if a in info)
-
-
-def _write_array_labels(client: Client, store: Location, todo: Sequence[tuple[str, dict[str, str]]]) -> None:
-    """Each ok volume's `labels` attr (`finish.write_rows` says which), set on the workers in batches (a no-op
-    where already equal)."""
-    from ..write.arrays import set_array_labels
-
+def _write_array_labels(runner: Runner, store: Location, todo: Sequence[tuple[str, dict[str, str]]]) -> None:
+    """Each ok volume's `labels` attr (`finish.write_rows` says which), set by `runner` in batches (a no-op where
+    already equal)."""
     if not todo:
         return
-    batches = [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)]
-    client.gather(client.map(set_array_labels, [store] * len(batches), batches, pure=False))
+    runner.set_labels(store, [todo[i : i + _PROBE_BATCH] for i in range(0, len(todo), _PROBE_BATCH)])
 
 
 def _spill_folder(store: Location) -> Path | None:

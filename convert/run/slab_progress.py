@@ -18,11 +18,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
-
-from distributed import Client, get_worker
+from typing import TYPE_CHECKING, Any
 
 from labzarr.readers import Slab
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["EVERY_S", "ByteCount", "SlabEvent", "SlabListener", "SlabReporter", "topic"]
 
@@ -81,6 +82,8 @@ class SlabReporter:
             return
         self._last = now
         share = min(self._size, self._size * self._done // self._voxels)
+        from distributed import get_worker  # only a task on a cluster has a listener (a token): dask is there
+
         get_worker().log_event(self._topic, SlabEvent(self._source, self._part, share).message())
 
 

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from itertools import chain, groupby
 from typing import Any
 
@@ -51,56 +51,21 @@ from ..write.arrays import StoreWriteError
 from .batches import VolumeBatch, convert_batch
 from .boundary import Job, crashed, report_key, store_failed, timed_out
 from .faults import report_path
+from .jobs import Jobs
 from .part_task import convert_part, finish_parts
 from .sample_task import convert_sample
 from .settings import TaskSettings
 from .shard_task import convert_shard
 from .slab_progress import ByteCount, SlabListener
 from .volume_task import convert_item
-from .window import Feeder, job_keys, window_size
+from .window import Feeder, job_keys
 
-__all__ = ["Jobs", "ShardTarget", "hang_report_after", "run_tasks"]
+__all__ = ["run_tasks"]
 
 log = logging.getLogger(__name__)
 
-ShardTarget = tuple[str, str]
-"""Where a stack's shard tasks write: (the staged stack's folder, its records folder)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Jobs:
-    """Everything one run hands to its workers, by kind of job."""
-
-    volumes: Sequence[VolumeTask] = ()
-    batches: Sequence[VolumeBatch] = ()  # small volumes, several to a task
-    shards: Sequence[ShardTask] = ()
-    targets: Mapping[str, ShardTarget] = field(default_factory=dict)  # by stack array: where its shards write
-    samples: Sequence[SampleTask] = ()
-    parts: Mapping[str, Sequence[VolumePart]] = field(default_factory=dict)  # by array: the parts of a volume in parts
-
-    def sizes(self) -> dict[str, int]:
-        """Source bytes by source path: what progress and throughput count."""
-        return ({t.source: t.size for t in self.volumes} | {t.source: t.size for b in self.batches for t in b.tasks}
-                | {i.source: i.size for s in self.shards for i in s.items}
-                | {s.source: s.size for s in self.samples}
-                | {p[0].task.source: p[0].task.size for p in self.parts.values()})
-
-    def items(self) -> int:
-        """How many rows the jobs end in: one per volume (in parts or not), image and sample."""
-        return (len(self.volumes) + sum(len(b.tasks) for b in self.batches) + sum(len(s.items) for s in self.shards)
-                + len(self.samples) + len(self.parts))
-
 _POLL_S = 0.1  # the longest the driver waits for a finished future before it looks at timeouts again
 _WATCH_S = 1.0  # how often it asks the scheduler which items are running, for timeouts
-
-
-def hang_report_after(item_timeout: float) -> float:
-    """When a hung item's worker writes its stacks, counted from its start on the worker.
-
-    The driver counts from when the scheduler handed the item over, which is earlier by the task's
-    transfer and the worker's first imports; it also waits up to `_grace` longer for the report.
-    """
-    return max(0.6 * item_timeout, item_timeout - 10.0)
 
 
 def _grace(item_timeout: float) -> float:
@@ -112,15 +77,15 @@ _TASKS: dict[type, Callable[..., Any]] = {VolumeTask: convert_item, VolumeBatch:
                                            SampleTask: convert_sample, VolumePart: convert_part}
 
 
-def run_tasks(client: Client, jobs: Jobs, settings: TaskSettings, *, item_timeout: float, window: int = 0,
+def run_tasks(client: Client, jobs: Jobs, settings: TaskSettings, *, item_timeout: float, window: int,
               sink: Callable[[Row, bool], object], progress: Progress | None = None) -> int:
     """Run every job on `client` (a volume's parts staged by `part_task.stage_parts`), handing each item's row to
     `sink` as it arrives (`row_spill.RowSpill.add`: the driver does not hold them), with whether it is the row of a
     stack's image (a shard's); returns how many rows there were.
 
-    At most `window` jobs are in flight at once (0: `window.window_size`'s default), the next submitted in plan
-    order as earlier ones finish; retries of failed shards and batches come on top of it."""
-    return _Run(client, settings, item_timeout, jobs, progress, window_size(client, window), sink).run()
+    At most `window` jobs are in flight at once (`window.window_size`), the next submitted in plan order as earlier
+    ones finish; retries of failed shards and batches come on top of it."""
+    return _Run(client, settings, item_timeout, jobs, progress, window, sink).run()
 
 
 class _Run:

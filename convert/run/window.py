@@ -25,9 +25,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from distributed import Client, Future
+if TYPE_CHECKING:
+    from distributed import Future
 
 __all__ = ["PER_THREAD", "SMALLEST", "Feeder", "job_keys", "window_size"]
 
@@ -37,10 +38,10 @@ PER_THREAD = 4  # tasks in flight per worker thread: one running, the rest queue
 SMALLEST = 32  # a window never smaller: a cluster whose workers join later still gets work at once
 
 
-def window_size(client: Client, setting: int) -> int:
+def window_size(threads: int, setting: int) -> int:
     """Tasks in flight at most: `setting` (`[run] window`) where given, else `PER_THREAD` per worker thread of
-    the cluster as it is now, at least `SMALLEST`; never fewer than twice the threads plus one (queuing)."""
-    threads = sum(int(w.get("nthreads", 1)) for w in client.scheduler_info().get("workers", {}).values())
+    the cluster as it is now (`threads` in all), at least `SMALLEST`; never fewer than twice the threads plus one
+    (queuing)."""
     wanted = setting if setting > 0 else max(SMALLEST, PER_THREAD * threads)
     return max(wanted, 2 * threads + 1)
 

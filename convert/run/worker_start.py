@@ -64,7 +64,7 @@ PRELOAD: tuple[str, ...] = (
     "numpy.random",
     "numpy.ma",
     "statistics",
-    "labzarr.convert.run.warnings_log",
+    "labzarr.convert.run.on_cluster",
     # The server's own quick exit, and its imports frozen (`_server_heap`): imported there and nowhere else.
     "labzarr.convert.run._server_exit",
 )

@@ -50,8 +50,8 @@ from .state import STATE, staging_dir, trash_dir
 __all__ = ["STACK_AXES", "Staged", "StoreWriteError", "Superseded", "array_nodes", "begin_array",
            "carry_shard", "codecs", "compact_metadata", "create_stack", "discard", "fill_missing_shards",
            "index_entries", "index_items", "install", "item_statistics", "open_root", "publish", "remove_array",
-           "remove_stale", "sealed_record", "set_array_labels", "staging_folder", "write_index", "write_slots",
-           "write_statistics"]
+           "remove_stale", "sealed_record", "set_array_labels", "staging_folder", "worker_metadata", "write_index",
+           "write_slots", "write_statistics"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,16 @@ def compact_metadata() -> Iterator[None]:
     zarr's config is process-wide: the setting is restored on leaving, and only changes whitespace meanwhile.
     """
     with zarr.config.set({"json_indent": None}):
+        yield
+
+
+@contextmanager
+def worker_metadata() -> Iterator[None]:
+    """Have zarr write its metadata documents as in a worker process while the block runs: with zarr's own default
+    layout, where a task has not set `compact_metadata` for itself (a worker never runs inside the driver's). A
+    job run in the driver's process (`convert/run/in_process.py`) then writes the same bytes as on a worker."""
+    (indent,) = [d["json_indent"] for d in zarr.config.defaults if "json_indent" in d]
+    with zarr.config.set({"json_indent": indent}):
         yield
 
 

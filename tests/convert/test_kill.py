@@ -34,6 +34,9 @@ from ..conftest import Delivery, make_delivery
 from ..corpus._util import jpeg, put
 
 MODES = ("worker", "group", "driver")  # a worker first: its trial falls early in the run, while workers run
+# A delivery converted in one process (`run/small_run.py`): its child dies first; the command then converts on a
+# cluster, and must end as a clean run. Killed, the command takes its child with it.
+ONE_PROCESS_MODES = ("child", "group", "driver")
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,10 @@ def snapshot(d: Delivery) -> Snapshot:
                     index=json.dumps(items, sort_keys=True))
 
 
-def delivery(root: Path) -> Delivery:
-    """The demo delivery plus 2D tiles of two sizes, so stacks are staged, filled and installed too."""
-    d = make_delivery(root)
+def delivery(root: Path, *, in_process: bool = False) -> Delivery:
+    """The demo delivery plus 2D tiles of two sizes, so stacks are staged, filled and installed too; converted on
+    the embedded cluster, or (`in_process`) in one process."""
+    d = make_delivery(root, extra="" if in_process else "\n[run]\nin_process_files = 0\n")
     for i in range(12):
         put(d.raw, f"tiles/tile_{i:03d}.jpg", jpeg(i, (16, 16, 3) if i % 3 else (16, 24, 3)))
     return d
@@ -90,6 +94,15 @@ def workers_of(pid: int) -> list[psutil.Process]:
     return kids
 
 
+def _converting_children(pid: int) -> list[psutil.Process]:
+    """The command's child converting in one process: a fork of the command (its command line)."""
+    try:
+        me = psutil.Process(pid)
+        return [k for k in me.children() if _alive(k) and _cmdline(k) == _cmdline(me)]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
@@ -105,8 +118,9 @@ def _cmdline(proc: psutil.Process) -> list[str]:
         return []
 
 
-def kill_trials(tmp_path: Path, client: object, n: int, seed: int) -> list[str]:
-    clean = delivery(tmp_path / "clean")
+def kill_trials(tmp_path: Path, client: object, n: int, seed: int, *, in_process: bool = False) -> list[str]:
+    modes = ONE_PROCESS_MODES if in_process else MODES
+    clean = delivery(tmp_path / "clean", in_process=in_process)
     proc = start(clean)
     wait_for_lock(clean, proc)
     t_lock = time.monotonic()
@@ -116,8 +130,8 @@ def kill_trials(tmp_path: Path, client: object, n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     log = []
     for i in range(n):
-        d = delivery(tmp_path / f"trial{i}")
-        mode = MODES[i % len(MODES)]
+        d = delivery(tmp_path / f"trial{i}", in_process=in_process)
+        mode = modes[i % len(modes)]
         delay = window * (i + rng.random()) / n  # stratified: the trials spread over the whole run
         proc = start(d)
         wait_for_lock(d, proc)
@@ -128,6 +142,13 @@ def kill_trials(tmp_path: Path, client: object, n: int, seed: int) -> list[str]:
             os.killpg(proc.pid, signal.SIGKILL)
         elif mode == "driver":
             proc.send_signal(signal.SIGKILL)
+        elif mode == "child":
+            while not (children := _converting_children(proc.pid)) and proc.poll() is None:
+                time.sleep(0.01)
+            if children:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    children[0].send_signal(signal.SIGKILL)
+                    killed = 1
         else:
             # The workers may still be starting: the first to be up is killed.
             while not (victims := workers_of(proc.pid)) and proc.poll() is None:
@@ -137,8 +158,8 @@ def kill_trials(tmp_path: Path, client: object, n: int, seed: int) -> list[str]:
                     rng.choice(victims).send_signal(signal.SIGKILL)
                     killed = 1
         code = proc.wait(timeout=300)
-        if mode == "worker":
-            assert code == 0, f"trial {i}: a killed worker must not fail the run (exit {code})"
+        if mode in ("worker", "child"):
+            assert code == 0, f"trial {i}: a killed {mode} must not fail the run (exit {code})"
         elif mode == "group":
             os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
         _wait_gone(proc.pid)
@@ -175,6 +196,16 @@ def test_a_kill_trial_of_each_mode(tmp_path: Path, dask_client) -> None:
     assert sorted(entry.split("@")[0] for entry in log) == sorted(MODES)
     worker_trial = next(entry for entry in log if entry.startswith("worker@"))
     assert worker_trial.endswith("/killed1"), f"the worker trial killed no worker: {worker_trial}"
+
+
+@pytest.mark.timeout(900)
+def test_a_kill_trial_of_each_mode_in_one_process(tmp_path: Path, dask_client) -> None:
+    """As above, for a delivery converted in one process: its child killed (the command carries on, on a cluster),
+    the command's process group, the command alone (its child dies with it)."""
+    log = kill_trials(tmp_path, dask_client, n=len(ONE_PROCESS_MODES), seed=4, in_process=True)
+    assert sorted(entry.split("@")[0] for entry in log) == sorted(ONE_PROCESS_MODES)
+    child_trial = next(entry for entry in log if entry.startswith("child@"))
+    assert child_trial.endswith("/killed1"), f"the child trial killed no child: {child_trial}"
 
 
 @pytest.mark.slow

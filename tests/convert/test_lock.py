@@ -6,6 +6,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -103,8 +104,11 @@ def test_twenty_concurrent_double_starts_exactly_one_proceeds(tmp_path: Path) ->
         assert f"pid {winner} on host" in message
 
 
-def _double_start(tmp_path: Path, rounds: int) -> None:
-    d = make_delivery(tmp_path)
+def _double_start(tmp_path: Path, rounds: int, *, in_process: bool = False) -> None:
+    """Two commands on one delivery at once: one converts, the other is refused naming the holder. On a cluster
+    (`in_process_files = 0`) the holder is the winning command itself; a small delivery converted in one process
+    is held by the command's child (`run/small_run.py`), never by the refused command."""
+    d = make_delivery(tmp_path, extra="" if in_process else "\n[run]\nin_process_files = 0\n")
     cmd = [sys.executable, "-m", "labzarr", "convert", str(d.spec), "--workers", "1", "--quiet"]
     for _ in range(rounds):
         procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -112,12 +116,21 @@ def _double_start(tmp_path: Path, rounds: int) -> None:
         codes = sorted(code for *_, code in outs)
         assert codes == [0, 2], outs
         (winner,) = [pid for pid, _, _, code in outs if code == 0]
-        (loser_err,) = [err for _, _, err, code in outs if code == 2]
-        assert f"in use by another labzarr run: pid {winner} on host" in loser_err
+        ((loser, loser_err),) = [(pid, err) for pid, _, err, code in outs if code == 2]
+        holder = re.search(r"in use by another labzarr run: pid (\d+) on host", loser_err)
+        assert holder is not None, loser_err
+        if in_process:
+            assert int(holder[1]) not in (winner, loser)
+        else:
+            assert int(holder[1]) == winner
 
 
 def test_double_start_of_the_cli(tmp_path: Path) -> None:
     _double_start(tmp_path, rounds=1)
+
+
+def test_double_start_of_the_cli_in_one_process(tmp_path: Path) -> None:
+    _double_start(tmp_path, rounds=1, in_process=True)
 
 
 @pytest.mark.slow

@@ -14,7 +14,9 @@ from distributed import Client, LocalCluster
 from isal import isal_zlib
 
 from labzarr.convert.demo import write_spec
-from labzarr.convert.run.driver import WORKER_MALLOC, execute, local_cluster_config
+from labzarr.convert.run.cluster import local_cluster_config
+from labzarr.convert.run.driver import execute
+from labzarr.convert.run.worker_start import WORKER_MALLOC
 from labzarr.convert.spec import load_spec
 
 SHAPE = (600, 520, 1000)  # int16: 624 MB uncompressed, far more than the bound below

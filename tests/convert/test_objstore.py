@@ -26,7 +26,7 @@ from labzarr.convert import UsageError, convert_delivery, load_spec
 from labzarr.convert.cli import main
 from labzarr.convert.demo import write_demo, write_spec
 from labzarr.convert.qc.verify import verify_store
-from labzarr.convert.run.driver import local_cluster
+from labzarr.convert.run.cluster import local_cluster
 from labzarr.convert.spec import RunSpec
 from labzarr.convert.write.lock import LockInfo, store_lock
 from labzarr.loaders import open_store

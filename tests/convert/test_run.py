@@ -13,7 +13,8 @@ import zarr
 from labzarr.convert import convert_delivery, read_manifest
 from labzarr.convert.demo import EXPECTED, EXPECTED_LABELS, write_demo, write_spec
 from labzarr.convert.manifest import BASE_COLUMNS
-from labzarr.convert.run.driver import WORKER_MALLOC, execute
+from labzarr.convert.run.driver import execute
+from labzarr.convert.run.worker_start import WORKER_MALLOC
 from labzarr.convert.spec import load_spec
 from labzarr.loaders import open_store
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from labzarr.convert.run.driver import _encode_threads
+from labzarr.convert.run.in_process import InProcessRunner
+from labzarr.convert.run.on_cluster import ClusterRunner
 from labzarr.convert.run.settings import TaskSettings, threads_per_task, usable_cores
 from labzarr.convert.spec import StoreSpec
 from labzarr.convert.write.writer import DEFAULT_THREADS
@@ -25,7 +26,11 @@ def test_threads_per_task_shares_each_hosts_cores(workers: list[tuple[str, int, 
 
 def test_the_driver_shares_the_clusters_cores(dask_client: object) -> None:
     # the suite's cluster: 2 single-threaded workers on this host
-    assert _encode_threads(dask_client) == max(1, usable_cores() // 2)  # type: ignore[arg-type]
+    assert ClusterRunner(dask_client).encode_threads() == max(1, usable_cores() // 2)  # type: ignore[arg-type]
+
+
+def test_a_run_in_process_is_the_one_task_on_this_host() -> None:
+    assert InProcessRunner().encode_threads() == usable_cores()
 
 
 def test_settings_without_a_share_use_the_writers_default() -> None:

@@ -16,7 +16,9 @@ from PIL import Image
 from labzarr.convert import load_spec
 from labzarr.convert.demo import write_demo, write_spec
 from labzarr.convert.progress import ProgressEvent
-from labzarr.convert.run.driver import execute, local_cluster
+from labzarr.convert.run.cluster import local_cluster
+from labzarr.convert.run.driver import execute
+from labzarr.convert.run.on_cluster import ClusterRunner
 from labzarr.convert.run.window import Feeder, window_size
 from labzarr.loaders import open_store
 
@@ -114,6 +116,9 @@ def test_feeder_submits_every_job_once_in_order() -> None:
 def test_window_size_keeps_dask_queuing_on(dask_client) -> None:
     """On the suite's cluster (2 single-threaded workers): the default, a setting, and the floor a setting
     never goes under (twice the threads plus one: dask queues only a task group larger than twice the threads)."""
-    assert window_size(dask_client, 0) == 32
-    assert window_size(dask_client, 100) == 100
-    assert window_size(dask_client, 1) == 5
+    threads = ClusterRunner(dask_client).threads()
+    assert threads == 2
+    assert window_size(threads, 0) == 32
+    assert window_size(threads, 100) == 100
+    assert window_size(threads, 1) == 5
+    assert window_size(16, 0) == 64  # four a thread, once that is more than the smallest window

@@ -14,7 +14,7 @@ import dask
 import pytest
 from distributed import Worker
 
-from labzarr.convert.run.driver import local_cluster_config
+from labzarr.convert.run.cluster import local_cluster_config
 from labzarr.convert.run.server_fork import forkable
 from labzarr.convert.run.worker_start import PRELOAD, WORKER_MALLOC, pre_spawn_environ, worker_environ
 
@@ -67,7 +67,7 @@ if __name__ == "__main__":
         from labzarr.convert.cli import _start_workers
         _start_workers()
     from distributed import Client
-    from labzarr.convert.run.driver import local_cluster
+    from labzarr.convert.run.cluster import local_cluster
     from convert.test_worker_start import _worker_state
     with local_cluster(2, crash_retries=1) as cluster, Client(cluster) as client:
         client.submit(sum, [1, 2]).result()  # a task ran: its modules are loaded either way
@@ -231,7 +231,7 @@ def test_a_variable_set_after_the_server_started_reaches_the_workers(dask_client
     the driver's environment as it is then (credentials for an s3 store set by a library caller, say)."""
     from distributed import Client
 
-    from labzarr.convert.run.driver import local_cluster
+    from labzarr.convert.run.cluster import local_cluster
 
     dask_client.run(lambda: None)  # the suite's cluster, and so the worker server, are running
     name = "LABZARR_TEST_LATE_VARIABLE"

@@ -1,0 +1,142 @@
+"""The runner of a run in this process (`runner.Runner`): every job run here, one after the other, no dask.
+
+A small delivery's run on a cluster is mostly the cluster's start: importing distributed and dask, forking the
+worker server and its workers, registering them (docs/benchmarks.md, "Fixed cost"). Here the same job functions
+run in plan order in this process, each called as a worker would call it (under a worker's zarr configuration,
+`write.arrays.worker_metadata`, not the driver's), so the store and the manifest are the same bytes
+(`tests/convert/test_in_process.py`); one process means one worker: no volume is written in parts, and each job's
+encoding threads are this machine's usable cores.
+
+What a cluster gives and this does not: a reader that crashes (a fatal signal) or hangs takes this process with it,
+and no fault report is written. The `labzarr` command runs this runner in a child it watches, and converts on a
+cluster where the child dies or stalls (`small_run.py`); library callers choose it with
+`convert_delivery(..., in_process=True)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
+from ..manifest import Row
+from ..probe import Probe, probe_with
+from ..progress import Progress, ProgressEvent
+from .warnings_log import RunWarnings, recorded
+
+if TYPE_CHECKING:
+    from labzarr.store import Location
+
+    from ..plan.build import VolumeTask
+    from ..plan.parts import PartResult, VolumePart
+    from .jobs import Jobs
+    from .settings import TaskSettings
+
+__all__ = ["InProcessRunner"]
+
+
+class InProcessRunner:
+    """This process as the runner of a run: one worker, one job at a time."""
+
+    def workers(self) -> int:
+        return 1
+
+    def threads(self) -> int:
+        return 1
+
+    def fault_reports(self) -> bool:
+        return False  # faulthandler's report would be this process's; the command's watcher reruns on a cluster
+
+    def encode_threads(self) -> int:
+        from .settings import usable_cores
+
+        return usable_cores()
+
+    def warnings(self, run: str) -> AbstractContextManager[RunWarnings]:
+        return recorded()
+
+    def probe(self, batches: Sequence[Sequence[tuple[str, str]]], plugins: Sequence[str], window: int,
+              meanwhile: Callable[[], object]) -> Iterator[list[Probe]]:
+        meanwhile()
+        for batch in batches:
+            yield probe_with(batch, plugins=list(plugins))
+
+    def stage_parts(self, store: Location, tasks: Sequence[VolumeTask], settings: TaskSettings, *, workers: int,
+                    parts_bytes: int) -> dict[str, tuple[VolumePart, ...]]:
+        from ..write.arrays import worker_metadata
+        from .part_task import stage_parts
+
+        with worker_metadata():
+            staged = {t.array: stage_parts(store, t, settings, workers=workers, parts_bytes=parts_bytes)
+                      for t in tasks}
+        return {array: parts for array, parts in staged.items() if parts}
+
+    def run_tasks(self, jobs: Jobs, settings: TaskSettings, *, item_timeout: float, window: int,
+                  sink: Callable[[Row, bool], object], progress: Progress | None) -> int:
+        """Every job in the cluster's submission order (`supervise.py`), its rows handed to `sink` as it ends. A
+        store that cannot be written stops the run with the cluster's `UsageError`; any other exception is a bug
+        in our code and is raised."""
+        from ..write.arrays import StoreWriteError, worker_metadata
+        from .boundary import store_failed
+
+        try:
+            with worker_metadata():
+                return _Jobs(jobs, settings, sink, progress).run()
+        except StoreWriteError as exc:
+            raise store_failed(exc) from exc
+
+    def set_labels(self, store: Location, batches: Sequence[Sequence[tuple[str, dict[str, str]]]]) -> None:
+        from ..write.arrays import set_array_labels, worker_metadata
+
+        with worker_metadata():
+            for batch in batches:
+                set_array_labels(store, batch)
+
+
+class _Jobs:
+    """One run's jobs, run in order: rows counted, progress reported by item and by source bytes."""
+
+    def __init__(self, jobs: Jobs, settings: TaskSettings, sink: Callable[[Row, bool], object],
+                 progress: Progress | None) -> None:
+        from .slab_progress import ByteCount
+
+        self.jobs, self.settings, self.sink, self.progress = jobs, settings, sink, progress
+        self.bytes = ByteCount(jobs.sizes())
+        self.total = jobs.items()
+        self.done = 0
+
+    def run(self) -> int:
+        from .batches import convert_batch
+        from .part_task import convert_part, finish_parts
+        from .sample_task import convert_sample
+        from .shard_task import convert_shard
+        from .volume_task import convert_item
+
+        if not self.total:
+            return 0
+        if self.progress:
+            self.progress(ProgressEvent("convert", 0, self.total, 0, self.bytes.total))
+        jobs, settings = self.jobs, self.settings
+        for task in jobs.volumes:
+            self._emit([convert_item(task, settings)], planar=False)
+        for batch in jobs.batches:
+            self._emit(convert_batch(batch, settings), planar=False)
+        for shard in jobs.shards:
+            folder, records = jobs.targets[shard.stack.array]
+            self._emit(convert_shard(shard, settings, folder=folder, records=records), planar=True)
+        for sample in jobs.samples:
+            self._emit([convert_sample(sample, settings)], planar=False)
+        for parts in jobs.parts.values():
+            outcomes: list[PartResult | Row] = [convert_part(part, settings) for part in parts]
+            self._emit([finish_parts(parts, outcomes, settings)], planar=False)
+        return self.done
+
+    def _emit(self, rows: Sequence[Row], *, planar: bool) -> None:
+        for row in rows:
+            self.sink(row, planar)
+            self.done += 1
+            self.bytes.finished(row.source)
+            if self.progress:
+                self.progress(ProgressEvent("convert", self.done, self.total, self.bytes.shown, self.bytes.total,
+                                            row))
+
