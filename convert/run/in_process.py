@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from ..manifest import Row
 from ..probe import Probe, probe_with
-from ..progress import Progress, ProgressEvent
+from ..progress import Progress
+from .jobs import Emitted, Jobs
 from .warnings_log import RunWarnings, recorded
 
 if TYPE_CHECKING:
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
     from ..plan.build import VolumeTask
     from ..plan.parts import PartResult, VolumePart
-    from .jobs import Jobs
     from .settings import TaskSettings
 
 __all__ = ["InProcessRunner"]
@@ -81,7 +81,7 @@ class InProcessRunner:
 
         try:
             with worker_metadata():
-                return _Jobs(jobs, settings, sink, progress).run()
+                return _run(jobs, settings, Emitted(jobs, sink, progress))
         except StoreWriteError as exc:
             raise store_failed(exc) from exc
 
@@ -93,50 +93,25 @@ class InProcessRunner:
                 set_array_labels(store, batch)
 
 
-class _Jobs:
-    """One run's jobs, run in order: rows counted, progress reported by item and by source bytes."""
+def _run(jobs: Jobs, settings: TaskSettings, out: Emitted) -> int:
+    """Every job, in the cluster's submission order, its rows handed on as it ends; how many rows."""
+    from .batches import convert_batch
+    from .part_task import convert_part, finish_parts
+    from .sample_task import convert_sample
+    from .shard_task import convert_shard
+    from .volume_task import convert_item
 
-    def __init__(self, jobs: Jobs, settings: TaskSettings, sink: Callable[[Row, bool], object],
-                 progress: Progress | None) -> None:
-        from .slab_progress import ByteCount
-
-        self.jobs, self.settings, self.sink, self.progress = jobs, settings, sink, progress
-        self.bytes = ByteCount(jobs.sizes())
-        self.total = jobs.items()
-        self.done = 0
-
-    def run(self) -> int:
-        from .batches import convert_batch
-        from .part_task import convert_part, finish_parts
-        from .sample_task import convert_sample
-        from .shard_task import convert_shard
-        from .volume_task import convert_item
-
-        if not self.total:
-            return 0
-        if self.progress:
-            self.progress(ProgressEvent("convert", 0, self.total, 0, self.bytes.total))
-        jobs, settings = self.jobs, self.settings
-        for task in jobs.volumes:
-            self._emit([convert_item(task, settings)], planar=False)
-        for batch in jobs.batches:
-            self._emit(convert_batch(batch, settings), planar=False)
-        for shard in jobs.shards:
-            folder, records = jobs.targets[shard.stack.array]
-            self._emit(convert_shard(shard, settings, folder=folder, records=records), planar=True)
-        for sample in jobs.samples:
-            self._emit([convert_sample(sample, settings)], planar=False)
-        for parts in jobs.parts.values():
-            outcomes: list[PartResult | Row] = [convert_part(part, settings) for part in parts]
-            self._emit([finish_parts(parts, outcomes, settings)], planar=False)
-        return self.done
-
-    def _emit(self, rows: Sequence[Row], *, planar: bool) -> None:
-        for row in rows:
-            self.sink(row, planar)
-            self.done += 1
-            self.bytes.finished(row.source)
-            if self.progress:
-                self.progress(ProgressEvent("convert", self.done, self.total, self.bytes.shown, self.bytes.total,
-                                            row))
-
+    out.start()
+    for task in jobs.volumes:
+        out.rows([convert_item(task, settings)], planar=False)
+    for batch in jobs.batches:
+        out.rows(convert_batch(batch, settings), planar=False)
+    for shard in jobs.shards:
+        folder, records = jobs.targets[shard.stack.array]
+        out.rows(convert_shard(shard, settings, folder=folder, records=records), planar=True)
+    for sample in jobs.samples:
+        out.rows([convert_sample(sample, settings)], planar=False)
+    for parts in jobs.parts.values():
+        outcomes: list[PartResult | Row] = [convert_part(part, settings) for part in parts]
+        out.rows([finish_parts(parts, outcomes, settings)], planar=False)
+    return out.done

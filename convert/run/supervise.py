@@ -46,17 +46,17 @@ from ..plan.build import VolumeTask
 from ..plan.parts import PartResult, VolumePart
 from ..plan.samples import SampleTask
 from ..plan.stacks import ShardTask
-from ..progress import Progress, ProgressEvent
+from ..progress import Progress
 from ..write.arrays import StoreWriteError
 from .batches import VolumeBatch, convert_batch
 from .boundary import Job, crashed, report_key, store_failed, timed_out
 from .faults import report_path
-from .jobs import Jobs
+from .jobs import Emitted, Jobs
 from .part_task import convert_part, finish_parts
 from .sample_task import convert_sample
 from .settings import TaskSettings
 from .shard_task import convert_shard
-from .slab_progress import ByteCount, SlabListener
+from .slab_progress import SlabListener
 from .volume_task import convert_item
 from .window import Feeder, job_keys
 
@@ -96,31 +96,25 @@ class _Run:
         # A token of this run's own: its slab events cannot mix with another run's on a shared cluster.
         settings = replace(settings, slab_events=uuid.uuid4().hex) if progress is not None else settings
         self.client, self.settings, self.item_timeout = client, settings, item_timeout
-        self.targets, self.progress = jobs.targets, progress
+        self.targets = jobs.targets
         self.todo = jobs
         self.reports = settings.reports()  # only fault reports are read here
         self.jobs: dict[Hashable, tuple[Future[Any], Job | VolumeBatch]] = {}
         self.then: dict[Hashable, list[ShardTask]] = {}  # what to submit when this key is done (a chain of singles)
-        self.done = 0  # rows handed to `sink`
-        self.bytes = ByteCount({})
-        self.total = 0
+        self.out = Emitted(jobs, sink, progress)  # the rows so far
         self.listener: SlabListener | None = None
         self.watch = _Watchdog(client, item_timeout)
         self.ac: Any = None
         self.parts: Mapping[str, Sequence[VolumePart]] = jobs.parts
         self.part_outcomes: dict[str, dict[int, PartResult | Row]] = {}
         self.window = window
-        self.sink = sink
         self.feeder: Feeder[Job | VolumeBatch] = Feeder((), self._submit, window)
 
     def run(self) -> int:
         jobs = self.todo
-        self.bytes = ByteCount(jobs.sizes())
-        self.total = jobs.items()
-        if not self.total:
+        if not self.out.total:
             return 0
-        if self.progress:
-            self.progress(ProgressEvent("convert", 0, self.total, 0, self.bytes.total))
+        self.out.start()
         self.listener = SlabListener(self.client, self.settings.slab_events) if self.settings.slab_events else None
         with self.listener or nullcontext():
             return self._run(jobs)
@@ -132,7 +126,7 @@ class _Run:
         self.ac = as_completed()
         try:
             self._top_up()
-            while self.done < self.total:
+            while self.out.done < self.out.total:
                 batch = self.ac.next_batch(block=False)
                 self._slab_events()  # before the rows: an event that came with its item's row still shows
                 for future in batch:
@@ -144,7 +138,7 @@ class _Run:
         except BaseException:
             self.client.cancel([f for f, _ in self.jobs.values()])
             raise
-        return self.done
+        return self.out.done
 
     def _top_up(self) -> None:
         """Submit the next jobs in plan order while fewer than the window are in flight (`window.py`)."""
@@ -190,22 +184,12 @@ class _Run:
                 self.ac.thread_condition.wait(timeout=_POLL_S)
 
     def _emit(self, rows: Sequence[Row], job: Job | VolumeBatch) -> None:
-        planar = isinstance(job, ShardTask)
-        for row in rows:
-            self.sink(row, planar)
-            self.done += 1
-            self.bytes.finished(row.source)
-            if self.progress:
-                self.progress(ProgressEvent("convert", self.done, self.total, self.bytes.shown, self.bytes.total,
-                                            row))
+        self.out.rows(rows, planar=isinstance(job, ShardTask))
 
     def _slab_events(self) -> None:
         """Show the bytes running items have streamed, if they grew (here, on the driver's thread)."""
-        if self.listener is None:
-            return
-        grew = [self.bytes.running(ev) for ev in self.listener.drain()]
-        if any(grew) and self.progress:
-            self.progress(ProgressEvent("convert", self.done, self.total, self.bytes.shown, self.bytes.total))
+        if self.listener is not None:
+            self.out.running(self.listener.drain())
 
     def _finished(self, future: Future[Any]) -> None:
         entry = self.jobs.pop(future.key, None)
