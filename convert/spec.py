@@ -662,10 +662,10 @@ def _run(t: _Table) -> RunSpec:
             "e.g. window = 64, or drop the key")
     files = t.take("in_process_files", int, RunSpec().in_process_files, what="a whole number")
     t.check("in_process_files", files, lambda v: v >= 0, "must be >= 0 (0: always on a cluster)",
-            "e.g. in_process_files = 50, or 0 to always start a cluster")
+            "e.g. in_process_files = 1000, or 0 to always start a cluster")
     size = t.take("in_process_bytes", int, RunSpec().in_process_bytes, what="a byte count")
     t.check("in_process_bytes", size, lambda v: v >= 0, "must be >= 0",
-            "e.g. in_process_bytes = 67108864 (64 MiB)")
+            "e.g. in_process_bytes = 33554432 (32 MiB)")
     t.done()
     return RunSpec(item_timeout=float(timeout), crash_retries=retries, readers=readers, parts_bytes=parts,
                    window=window, in_process_files=files, in_process_bytes=size)

@@ -9,9 +9,10 @@ from pathlib import Path
 
 __all__ = ["IN_PROCESS_BYTES", "IN_PROCESS_FILES", "project_root", "resolve"]
 
-# `[run] in_process_files` and `in_process_bytes` when a spec sets none (`spec.RunSpec`).
-IN_PROCESS_FILES = 50
-IN_PROCESS_BYTES = 64 << 20
+# `[run] in_process_files` and `in_process_bytes` when a spec sets none (`spec.RunSpec`): where one process's lost
+# parallelism costs less than a cluster's start (docs/benchmarks.md, "A small delivery in one process").
+IN_PROCESS_FILES = 1000
+IN_PROCESS_BYTES = 32 << 20
 
 
 def project_root(spec_path: Path) -> Path:

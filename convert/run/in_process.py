@@ -16,14 +16,14 @@ cluster where the child dies or stalls (`small_run.py`); library callers choose 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ..manifest import Row
 from ..probe import Probe, probe_with
 from ..progress import Progress
 from .jobs import Emitted, Jobs
-from .warnings_log import RunWarnings, recorded
+from .warnings_log import RunWarnings, libraries_logged, recorded
 
 if TYPE_CHECKING:
     from labzarr.store import Location
@@ -52,8 +52,12 @@ class InProcessRunner:
 
         return usable_cores()
 
-    def warnings(self, run: str) -> AbstractContextManager[RunWarnings]:
-        return recorded()
+    @contextmanager
+    def warnings(self, run: str) -> Iterator[RunWarnings]:
+        """This process's warnings, and other libraries' log records, which a worker would have logged out of the
+        console's sight, recorded in the run log (`warnings_log.py`)."""
+        with recorded() as seen, libraries_logged(seen):
+            yield seen
 
     def probe(self, batches: Sequence[Sequence[tuple[str, str]]], plugins: Sequence[str], window: int,
               meanwhile: Callable[[], object]) -> Iterator[list[Probe]]:

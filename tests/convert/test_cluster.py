@@ -168,6 +168,8 @@ def test_forked_workers_write_what_spawned_workers_write(intact_cluster: Cluster
     write_delivery(raw)
     spec = write_spec(tmp_path / "manifests" / "dicom" / "delivery.toml", raw=raw, store=tmp_path / "dicom.zarr",
                       name="dicom", labels=False)
+    with spec.open("a") as f:  # the command's own cluster, even for a delivery this small (`run/small_run.py`)
+        f.write("\n[run]\nin_process_files = 0\n")
     outputs: dict[str, dict[str, object]] = {}
     for how, option in (("forked", ["--workers", "2"]), ("spawned", ["--scheduler", intact_cluster.address])):
         done = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(spec), "--quiet", *option],

@@ -226,3 +226,26 @@ def test_the_bounds_are_checked_as_any_setting(tmp_path: Path, line: str, says: 
     with pytest.raises(UsageError, match=r"\[run\]") as caught:
         load_spec(d.spec)
     assert says in str(caught.value)
+
+
+def test_other_libraries_log_to_the_run_log_in_one_process() -> None:
+    """What pydicom logs in a reader ("Invalid value for VR IS") a worker would log out of the console's sight; in
+    one process it goes to the run log, and labzarr's own lines still show."""
+    import io
+    import logging
+
+    from labzarr.convert.run.in_process import InProcessRunner
+
+    shown = io.StringIO()
+    handler = logging.StreamHandler(shown)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with InProcessRunner().warnings("run") as seen:
+            logging.getLogger("pydicom").warning("Invalid value for VR IS: '1A'")
+            logging.getLogger("labzarr.convert.run.driver").warning("an earlier run was interrupted")
+        logging.getLogger("pydicom").warning("after the run")
+    finally:
+        root.removeHandler(handler)
+    assert seen.collected() == ["WARNING logged by pydicom: Invalid value for VR IS: '1A'"]
+    assert shown.getvalue().splitlines() == ["an earlier run was interrupted", "after the run"]
