@@ -18,7 +18,7 @@ from ..spec import MasksSpec, StoreSpec
 from ..write.state import crash_dir
 from ..write.writer import DEFAULT_THREADS
 
-__all__ = ["TaskSettings", "hang_report_after", "threads_per_task", "usable_cores"]
+__all__ = ["TaskSettings", "hang_report_after", "report_grace", "threads_per_task", "usable_cores"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +67,14 @@ def hang_report_after(item_timeout: float) -> float:
     """When a hung item's worker writes its stacks, counted from its start on the worker.
 
     The driver counts from when the scheduler handed the item over, which is earlier by the task's
-    transfer and the worker's first imports; it also waits up to `supervise._grace` longer for the report.
+    transfer and the worker's first imports; it also waits up to `report_grace` longer for the report.
     """
     return max(0.6 * item_timeout, item_timeout - 10.0)
+
+
+def report_grace(item_timeout: float) -> float:
+    """How much longer than `item_timeout` a hung item is waited for while its report is not yet written."""
+    return min(10.0, 0.5 * item_timeout)
 
 
 def usable_cores() -> int:

@@ -39,8 +39,6 @@ from ..spec_early import IN_PROCESS_BYTES, IN_PROCESS_FILES, project_root, resol
 
 __all__ = ["Failed", "Outcome", "Watch", "is_small", "run_watched", "small_delivery", "stall_after"]
 
-log = logging.getLogger(__name__)
-
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _STOP_S = 5.0  # how long a child interrupted with the command (Ctrl-C) has to unwind before it is killed
 
@@ -100,8 +98,11 @@ def is_small(raw: Path, *, files: int, size: int) -> bool:
 
 def stall_after(item_timeout: float) -> float:
     """How long the child may make no step: an item's timeout on the cluster and the grace the cluster gives a
-    timed-out item's report (`supervise._grace`), so an item the cluster would convert in time is not cut short."""
-    return item_timeout + min(10.0, 0.5 * item_timeout)
+    timed-out item's report (`settings.report_grace`), so an item the cluster would convert in time is not cut
+    short. Called in the child, which has imported the run's modules by then."""
+    from .settings import report_grace
+
+    return item_timeout + report_grace(item_timeout)
 
 
 class Watch:

@@ -54,7 +54,7 @@ from .faults import report_path
 from .jobs import Emitted, Jobs
 from .part_task import convert_part, finish_parts
 from .sample_task import convert_sample
-from .settings import TaskSettings
+from .settings import TaskSettings, report_grace
 from .shard_task import convert_shard
 from .slab_progress import SlabListener
 from .volume_task import convert_item
@@ -66,10 +66,6 @@ log = logging.getLogger(__name__)
 
 _POLL_S = 0.1  # the longest the driver waits for a finished future before it looks at timeouts again
 _WATCH_S = 1.0  # how often it asks the scheduler which items are running, for timeouts
-
-
-def _grace(item_timeout: float) -> float:
-    return min(10.0, 0.5 * item_timeout)
 
 
 _STAGE = "convert"  # every job's key prefix: one task group, which dask queues as a whole (window.py)
@@ -304,7 +300,7 @@ class _Watchdog:
         for key, worker in running.items():
             if key in pending and key not in self.running_since:
                 self.running_since[key] = (now, worker)
-        grace = _grace(self.item_timeout)
+        grace = report_grace(self.item_timeout)
         return sorted((k for k, (since, _) in self.running_since.items()
                        if k in pending and now - since > self.item_timeout
                        and (reported(k) or now - since > self.item_timeout + grace)), key=str)

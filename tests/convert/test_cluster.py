@@ -5,7 +5,6 @@ The test starts every process itself on 127.0.0.1 free ports and stops each one.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -29,6 +28,7 @@ from labzarr.convert.progress import ProgressEvent
 
 from ..conftest import make_delivery
 from ..dicom_data import write_delivery
+from ..outputs import run_outputs
 from ..processes import stop_cluster
 
 DASK = Path(sys.executable).parent / "dask"
@@ -155,12 +155,6 @@ def test_killing_a_worker_mid_run_gives_the_same_result(cluster: Cluster, schedu
         assert len(client.scheduler_info()["workers"]) == 1
 
 
-def _untimed(value: object) -> object:
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if not k.endswith("_s") and k != "warnings"}
-    return [_untimed(v) for v in value] if isinstance(value, list) else value
-
-
 def test_forked_workers_write_what_spawned_workers_write(intact_cluster: Cluster, tmp_path: Path) -> None:
     """`labzarr convert`'s own workers (forked from its worker server, run/worker_start.py) and an existing
     cluster's (`dask worker`: fresh interpreters) give the same bytes: manifest, summary and every store file."""
@@ -170,28 +164,17 @@ def test_forked_workers_write_what_spawned_workers_write(intact_cluster: Cluster
                       name="dicom", labels=False)
     with spec.open("a") as f:  # the command's own cluster, even for a delivery this small (`run/small_run.py`)
         f.write("\n[run]\nin_process_files = 0\n")
-    outputs: dict[str, dict[str, object]] = {}
+    outputs: dict[str, dict[str, bytes]] = {}
     for how, option in (("forked", ["--workers", "2"]), ("spawned", ["--scheduler", intact_cluster.address])):
         done = subprocess.run([sys.executable, "-m", "labzarr", "convert", str(spec), "--quiet", *option],
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0 and not done.stdout + done.stderr, done.stderr[-3000:]
         store = tmp_path / "dicom.zarr"
-        # Stack and shard records live under the run's random id: named by it, they are compared without it.
-        runs = {p.name.encode() for p in store.joinpath(".labzarr", "records").iterdir()}
-        files: dict[str, object] = {}
-        for p in store.rglob("*"):
-            if p.is_file():
-                name, data = str(p.relative_to(store)).encode(), p.read_bytes()
-                for run in runs:
-                    name, data = name.replace(run, b"RUN"), data.replace(run, b"RUN")
-                files[name.decode()] = data
-        # The run log times the run and lists the warnings its workers met (the cluster's were started ignoring them).
-        files[".labzarr/last-run.json"] = _untimed(json.loads(store.joinpath(".labzarr", "last-run.json").read_text()))
-        files |= {name: (spec.parent / name).read_bytes() for name in ("manifest.csv", "summary.json")}
-        outputs[how] = files
+        # The run log lists the warnings its workers met (the cluster's were started ignoring them).
+        outputs[how] = run_outputs(store, spec.parent, warnings=False)
         shutil.rmtree(store)
         for name in ("manifest.csv", "summary.json"):
             (spec.parent / name).unlink()
-    assert ",ok," in str(outputs["forked"]["manifest.csv"])
+    assert b",ok," in outputs["forked"]["manifests/manifest.csv"]
     assert outputs["forked"].keys() == outputs["spawned"].keys()
     assert [k for k in outputs["forked"] if outputs["forked"][k] != outputs["spawned"][k]] == []

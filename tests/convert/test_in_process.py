@@ -26,27 +26,9 @@ from labzarr.convert.spec_early import IN_PROCESS_BYTES, IN_PROCESS_FILES
 from ..conftest import Delivery, make_delivery, seg_delivery
 from ..dicom_data import ct_series, four_d
 from ..faulty_readers import HANG_MAGIC, PLUGINS, SEGFAULT_MAGIC, WHERE_MAGIC, WHERE_PLUGINS
+from ..outputs import run_outputs
 
 _REPO = Path(__file__).resolve().parents[2]
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    """Every file's bytes by path below `folder`; the run log without its wall times (they time the run)."""
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        if p.is_file():
-            rel = p.relative_to(folder).as_posix()
-            out[rel] = p.read_bytes() if not rel.endswith("last-run.json") else _untimed(p)
-    return out
-
-
-def _untimed(path: Path) -> bytes:
-    def drop(v: object) -> object:
-        if isinstance(v, dict):
-            return {k: drop(x) for k, x in v.items() if not k.endswith("_s")}
-        return [drop(x) for x in v] if isinstance(v, list) else v
-
-    return json.dumps(drop(json.loads(path.read_bytes()))).encode()
 
 
 def _both_ways(d: Delivery, on_cluster: Callable[[], object]) -> tuple[dict[str, bytes], dict[str, bytes]]:
@@ -59,22 +41,8 @@ def _both_ways(d: Delivery, on_cluster: Callable[[], object]) -> tuple[dict[str,
             if p != d.spec:
                 p.unlink()
         convert()
-        outputs.append(_named_records({**{f"store/{k}": v for k, v in _files(d.store).items()},
-                                       **{f"manifests/{k}": v for k, v in _files(d.spec.parent).items()}}))
+        outputs.append(run_outputs(d.store, d.spec.parent))
     return outputs[0], outputs[1]
-
-
-def _named_records(files: dict[str, bytes]) -> dict[str, bytes]:
-    """`files` with each stack's records folder, a fresh random name every run (`write/stacks.stage_stacks`), named
-    after the stack whose `zarr.json` refers to it."""
-    ids = {k.split("/")[3] for k in files if k.startswith("store/.labzarr/records/")}
-    names = {i: next(k for k, v in files.items() if k.endswith("/zarr.json") and i.encode() in v) for i in ids}
-    out = {}
-    for k, v in files.items():
-        for i, name in names.items():
-            k, v = k.replace(i, name), v.replace(i.encode(), name.encode())
-        out[k] = v
-    return out
 
 
 def _demo(root: Path) -> Delivery:
