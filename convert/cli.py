@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from labzarr.store import Location
 
     from .progress import Progress, ProgressEvent
-    from .run.small_run import Watch
+    from .run.small_run import Size, Watch
     from .run.starting import StartingCluster
 
 __all__ = ["build_parser", "main"]
@@ -339,18 +339,18 @@ def _start_workers(spec: Path | None = None) -> None:
 
 
 def _in_one_process(args: argparse.Namespace) -> int | None:
-    """Convert a small delivery in one process, in a child this one watches (`run/small_run.py`): its exit code,
-    or None where the delivery is not small, where this process runs other threads (a fork keeps only this one: a
-    library caller's), or where the child died or stalled (one log line says so: the caller then converts on the
-    cluster, which resumes from what the child finished). The child's usage error is raised here."""
+    """Convert a small delivery without a cluster, in a child this process watches (`run/small_run.py`): its exit
+    code, or None where the delivery is not small, where this process runs other threads (a fork keeps only this
+    one: a library caller's), or where the child died or stalled (one log line says so: the caller then converts on
+    the cluster, which resumes from what the child finished). The child's usage error is raised here."""
     from .run.server_fork import threads
     from .run.small_run import Failed, run_watched, small_delivery
 
-    if threads() != 1 or not small_delivery(args.spec):
+    if threads() != 1 or (size := small_delivery(args.spec)) is None:
         return None
-    outcome = run_watched(partial(_converted_in_process, args))
+    outcome = run_watched(partial(_converted_without_cluster, args, size))
     if isinstance(outcome, Failed):
-        logging.getLogger(__name__).warning("%s: the conversion in one process stopped (%s); converting on a "
+        logging.getLogger(__name__).warning("%s: the conversion without a cluster stopped (%s); converting on a "
                                             "cluster, where only the item at fault is lost", args.spec, outcome.why)
         return None
     if outcome.error is not None:
@@ -359,9 +359,17 @@ def _in_one_process(args: argparse.Namespace) -> int | None:
     return outcome.code
 
 
-def _converted_in_process(args: argparse.Namespace, watch: Watch) -> int:
-    """The child's conversion (`_in_one_process`)."""
-    return _convert_with(args, None, watch=watch)
+def _converted_without_cluster(args: argparse.Namespace, size: Size, watch: Watch) -> int:
+    """The child's conversion (`_in_one_process`): in the child alone for a tiny delivery, else in `--workers`
+    processes forked from it, each with one BLAS thread as a cluster's worker has (set before numpy loads, which
+    reads it then: `run/forked.py`)."""
+    from .run.cores import default_workers
+    from .run.server_fork import READ_AT_IMPORT
+
+    processes = 1 if size.tiny() else args.workers or default_workers()
+    if processes > 1:
+        os.environ.update(dict.fromkeys(READ_AT_IMPORT, "1"))
+    return _convert_with(args, None, watch=watch, processes=processes)
 
 
 def _start_cluster_early(workers: int | None) -> StartingCluster:
@@ -412,9 +420,11 @@ def _convert(args: argparse.Namespace) -> int:
         gc.enable()
 
 
-def _convert_with(args: argparse.Namespace, starting: StartingCluster | None, *, watch: Watch | None = None) -> int:
+def _convert_with(args: argparse.Namespace, starting: StartingCluster | None, *, watch: Watch | None = None,
+                  processes: int = 1) -> int:
     """Convert (or `--dry-run`, `--verify`) as `args` say: on `starting`'s cluster, on one `convert_delivery`
-    starts, or with `watch` in this process (`_in_one_process`'s child), each step a beat."""
+    starts, or with `watch` without a cluster, in `processes` processes (`_in_one_process`'s child), each step a
+    beat."""
     from .console import progress_display, summary_table
     from .run.driver import convert_delivery
 
@@ -442,7 +452,7 @@ def _convert_with(args: argparse.Namespace, starting: StartingCluster | None, *,
             from .spec import load_spec
 
             watch.limit(stall_after(load_spec(args.spec).run.item_timeout))
-            result = convert_delivery(args.spec, progress=progress, in_process=True)
+            result = convert_delivery(args.spec, progress=progress, in_process=True, workers=processes)
         else:
             result = convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler, progress=progress,
                                       cluster=starting)

@@ -192,8 +192,8 @@ class RunSpec:
     # Changes when work starts, never its result.
     window: int = 0
     # A delivery of at most this many files, of at most this many bytes in all, under raw is converted by the
-    # `labzarr` command in one process rather than on a cluster it would first start (convert/run/small_run.py);
-    # 0 files: always on a cluster. Changes where work runs, never its result.
+    # `labzarr` command in processes forked from it rather than on a cluster it would first start
+    # (convert/run/small_run.py); 0 files: always on a cluster. Changes where work runs, never its result.
     in_process_files: int = IN_PROCESS_FILES
     in_process_bytes: int = IN_PROCESS_BYTES
 
@@ -662,10 +662,10 @@ def _run(t: _Table) -> RunSpec:
             "e.g. window = 64, or drop the key")
     files = t.take("in_process_files", int, RunSpec().in_process_files, what="a whole number")
     t.check("in_process_files", files, lambda v: v >= 0, "must be >= 0 (0: always on a cluster)",
-            "e.g. in_process_files = 1000, or 0 to always start a cluster")
+            "e.g. in_process_files = 5000, or 0 to always start a cluster")
     size = t.take("in_process_bytes", int, RunSpec().in_process_bytes, what="a byte count")
     t.check("in_process_bytes", size, lambda v: v >= 0, "must be >= 0",
-            "e.g. in_process_bytes = 33554432 (32 MiB)")
+            "e.g. in_process_bytes = 268435456 (256 MiB)")
     t.done()
     return RunSpec(item_timeout=float(timeout), crash_retries=retries, readers=readers, parts_bytes=parts,
                    window=window, in_process_files=files, in_process_bytes=size)

@@ -1,5 +1,5 @@
 """What the `labzarr` command reads of a spec before it imports what validating one takes (numpy, among others):
-where its relative paths start, and the bounds of a delivery it converts in one process (`run/small_run.py`).
+where its relative paths start, and the bounds of a delivery it converts without a cluster (`run/small_run.py`).
 `spec.py` takes both from here, so the two readings cannot drift apart. Imports nothing heavy."""
 
 from __future__ import annotations
@@ -9,10 +9,12 @@ from pathlib import Path
 
 __all__ = ["IN_PROCESS_BYTES", "IN_PROCESS_FILES", "project_root", "resolve"]
 
-# `[run] in_process_files` and `in_process_bytes` when a spec sets none (`spec.RunSpec`): where one process's lost
-# parallelism costs less than a cluster's start (docs/benchmarks.md, "A small delivery in one process").
-IN_PROCESS_FILES = 1000
-IN_PROCESS_BYTES = 32 << 20
+# `[run] in_process_files` and `in_process_bytes` when a spec sets none (`spec.RunSpec`): a run of a few seconds,
+# which its workers forked from the command's child finish sooner than a cluster's would (its start is much of such
+# a run), and which is cheap to run again on a cluster where a reader crashes or hangs in it (docs/benchmarks.md,
+# "A small delivery in processes forked from the command").
+IN_PROCESS_FILES = 5000
+IN_PROCESS_BYTES = 256 << 20
 
 
 def project_root(spec_path: Path) -> Path:

@@ -119,8 +119,8 @@ WHERE_PLUGINS = ["tests.faulty_readers:WhereReader"]
 
 
 class WhereReader:
-    """Refuses every file it sniffs, saying in the row's detail which process read it and whether dask was imported
-    there: where a run converted its items, seen from its manifest."""
+    """Refuses every file it sniffs, saying in the row's detail which process read it, that process's parent, and
+    whether dask was imported there: where a run converted its items, seen from its manifest."""
 
     kind: ClassVar[str] = "test-where"
 
@@ -131,4 +131,5 @@ class WhereReader:
         import os
         import sys
 
-        raise Rejected(Reason.UNSUPPORTED_FORMAT, f"pid={os.getpid()} dask={'distributed' in sys.modules}")
+        raise Rejected(Reason.UNSUPPORTED_FORMAT,
+                       f"pid={os.getpid()} ppid={os.getppid()} dask={'distributed' in sys.modules}")

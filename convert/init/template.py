@@ -95,8 +95,8 @@ _COMMENTS: Mapping[tuple[str, str], str] = {
     ("run", "readers"): "extra readers \"module.path:Class\", tried before the built-in ones",
     ("run", "parts_bytes"): "a bigger streamed volume is written by several workers at once; 0: never",
     ("run", "window"): "tasks in flight at once, the next sent as one finishes; 0: 4 per worker thread",
-    ("run", "in_process_files"): "at most this many files under raw: converted in one process, no cluster; 0: never",
-    ("run", "in_process_bytes"): "and at most this many bytes in all (converted in one process)",
+    ("run", "in_process_files"): "at most this many files under raw: converted without a cluster; 0: never",
+    ("run", "in_process_bytes"): "and at most this many bytes in all (converted without a cluster)",
 }
 
 

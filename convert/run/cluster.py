@@ -15,23 +15,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dask
-import psutil
 from distributed import Client, LocalCluster
 
 from ..errors import UsageError
 from . import worker_env
+from .cores import default_workers
 from .starting import StartingCluster
 from .worker_start import METHOD, WORKER_MALLOC, sigint_blocked, start_worker_server, worker_environ
 
 __all__ = ["MESSAGE_LOG", "client_of", "default_workers", "local_cluster", "local_cluster_config", "started_cluster"]
 
 log = logging.getLogger(__name__)
-
-
-def default_workers() -> int:
-    """About three quarters of the physical cores, at least one."""
-    cores = psutil.cpu_count(logical=False) or 1
-    return max(1, round(0.75 * cores))
 
 
 def _refused(scheduler: str) -> None:

@@ -152,11 +152,12 @@ def convert_delivery(
         imports this module), used instead of starting one; ``workers`` and ``scheduler`` are then ignored. The
         run closes it when it ends; one the run never used is its owner's to close.
     in_process:
-        Convert in this process, one item after the other, with no cluster and no dask imported
-        (`in_process.py`): for a small delivery, whose run is then mostly a cluster's start. A reader that
-        crashes or hangs takes this process with it; the ``labzarr`` command runs it in a child it watches and
-        converts on a cluster where the child fails (`small_run.py`). ``workers``, ``scheduler`` and
-        ``cluster`` are then ignored.
+        Convert with no cluster and no dask imported: for a small delivery, whose run on a cluster is then mostly
+        the cluster's start. With ``workers`` of 2 or more, in that many worker processes forked from this one
+        (`forked.py`), which must then run one thread; otherwise in this process, one item after the other
+        (`in_process.py`). A reader that crashes or hangs takes the run with it (a worker's death raises
+        `WorkerDied`); the ``labzarr`` command runs it in a child it watches and converts on a cluster where the
+        child fails (`small_run.py`). ``scheduler`` and ``cluster`` are then ignored.
 
     Raises
     ------
@@ -165,6 +166,9 @@ def convert_delivery(
         no such sheet or header), unreachable scheduler, a store in use by another run (`StoreLocked`):
         before any item is converted. Also a store that cannot be written (disk full): finished items
         are kept and a rerun resumes.
+    WorkerDied
+        ``in_process`` with ``workers`` of 2 or more: a worker process died (`runner.WorkerDied`); finished items
+        are kept, and a run on a cluster resumes and isolates the item at fault.
     """
     started = time.perf_counter()
     parsed = load_spec(Path(spec), root=root)
@@ -172,7 +176,11 @@ def convert_delivery(
         raise UsageError(f"--workers {workers}: must be at least 1", "drop the option to use the default")
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
     runner: AbstractContextManager[Runner]
-    if in_process:
+    if in_process and (workers or 1) > 1:
+        from .forked import ForkedRunner
+
+        runner = ForkedRunner(workers or 1)
+    elif in_process:
         from .in_process import InProcessRunner
 
         runner = nullcontext(InProcessRunner())

@@ -5,9 +5,12 @@ conversion jobs, the labels of the arrays) goes through a `Runner`. Two stand be
 
 - `on_cluster.ClusterRunner`: a dask.distributed cluster, the embedded one or a scheduler's; a crash or a hang
   costs its item only (`supervise.py`).
-- `in_process.InProcessRunner`: this process, one job after the other, with no dask imported; what a small
+- `in_process.InProcessRunner`: this process, one job after the other, with no dask imported; what a tiny
   delivery needs (docs/benchmarks.md, "Fixed cost"). A reader that crashes or hangs here takes the process with
   it, so the `labzarr` command runs it in a child it watches (`small_run.py`).
+- `forked.ForkedRunner`: worker processes forked from this one, no dask either; what a small delivery needs. A
+  worker that dies ends the run (`WorkerDied`), and a hung job is not cut short: the `labzarr` command runs it in
+  the same watched child.
 
 Invariant: the runner decides where and when a job runs, never what it writes or which row it gives. Both run the
 same job functions (`probe_with`, `stage_parts`, `convert_item`, `convert_batch`, `convert_shard`,
@@ -33,7 +36,12 @@ if TYPE_CHECKING:
     from .settings import TaskSettings
     from .warnings_log import RunWarnings
 
-__all__ = ["Runner"]
+__all__ = ["Runner", "WorkerDied"]
+
+
+class WorkerDied(RuntimeError):
+    """A worker process died (a fatal signal in a decoder, the OOM killer) where the runner cannot tell which item
+    it was on: the run stops, and its caller converts on a cluster, which can (`small_run.py`)."""
 
 
 class Runner(Protocol):

@@ -104,7 +104,7 @@ class _Run:
         self.parts: Mapping[str, Sequence[VolumePart]] = jobs.parts
         self.part_outcomes: dict[str, dict[int, PartResult | Row]] = {}
         self.window = window
-        self.feeder: Feeder[Job | VolumeBatch] = Feeder((), self._submit, window)
+        self.feeder: Feeder[Job | VolumeBatch, Future[Any]] = Feeder((), self._submit, window)
 
     def run(self) -> int:
         jobs = self.todo

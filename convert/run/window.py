@@ -25,14 +25,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-if TYPE_CHECKING:
-    from distributed import Future
+from typing import Generic, TypeVar
 
 __all__ = ["PER_THREAD", "SMALLEST", "Feeder", "job_keys", "window_size"]
 
 J = TypeVar("J")
+F = TypeVar("F")  # what submitting a job gives: a dask future, or a `concurrent.futures` one (`forked.py`)
 
 PER_THREAD = 4  # tasks in flight per worker thread: one running, the rest queued behind it on the scheduler
 SMALLEST = 32  # a window never smaller: a cluster whose workers join later still gets work at once
@@ -51,16 +49,16 @@ def job_keys(stage: str, n: int) -> list[str]:
     return [f"labzarr-{stage}-{uuid.uuid4().hex}" for _ in range(n)]
 
 
-class Feeder(Generic[J]):
+class Feeder(Generic[J, F]):
     """Submits `jobs` in order, topping the futures in flight up to `size` each time it is asked."""
 
-    def __init__(self, jobs: Iterable[J], submit: Callable[[Sequence[J]], Sequence[Future[Any]]], size: int) -> None:
+    def __init__(self, jobs: Iterable[J], submit: Callable[[Sequence[J]], Sequence[F]], size: int) -> None:
         self._jobs: Iterator[J] = iter(jobs)
         self._submit = submit
         self.size = max(1, size)
         self.exhausted = False
 
-    def top_up(self, in_flight: int) -> list[tuple[Future[Any], J]]:
+    def top_up(self, in_flight: int) -> list[tuple[F, J]]:
         """Submit the next jobs, as many as bring `in_flight` up to the window; (future, job) pairs, in order."""
         room = self.size - in_flight
         if room <= 0 or self.exhausted:

@@ -34,9 +34,12 @@ from ..conftest import Delivery, make_delivery
 from ..corpus._util import jpeg, put
 
 MODES = ("worker", "group", "driver")  # a worker first: its trial falls early in the run, while workers run
-# A delivery converted in one process (`run/small_run.py`): its child dies first; the command then converts on a
+# A delivery converted without a cluster (`run/small_run.py`): its child dies first; the command then converts on a
 # cluster, and must end as a clean run. Killed, the command takes its child with it.
 ONE_PROCESS_MODES = ("child", "group", "driver")
+# Past a tiny delivery, in workers forked from that child: one of them dies first (the child stops, the command
+# converts on a cluster); the child killed takes its workers with it.
+FORKED_MODES = ("forked-worker", "child", "group", "driver")
 
 
 @dataclass(frozen=True)
@@ -56,11 +59,12 @@ def snapshot(d: Delivery) -> Snapshot:
                     index=json.dumps(items, sort_keys=True))
 
 
-def delivery(root: Path, *, in_process: bool = False) -> Delivery:
+def delivery(root: Path, *, where: str = "cluster") -> Delivery:
     """The demo delivery plus 2D tiles of two sizes, so stacks are staged, filled and installed too; converted on
-    the embedded cluster, or (`in_process`) in one process."""
-    d = make_delivery(root, extra="" if in_process else "\n[run]\nin_process_files = 0\n")
-    for i in range(12):
+    the embedded cluster, or without one: in one process ("child", a tiny delivery), or with more tiles in workers
+    forked from it ("forked")."""
+    d = make_delivery(root, extra="\n[run]\nin_process_files = 0\n" if where == "cluster" else "")
+    for i in range(40 if where == "forked" else 12):
         put(d.raw, f"tiles/tile_{i:03d}.jpg", jpeg(i, (16, 16, 3) if i % 3 else (16, 24, 3)))
     return d
 
@@ -103,6 +107,16 @@ def _converting_children(pid: int) -> list[psutil.Process]:
         return []
 
 
+def _forked_workers(pid: int) -> list[psutil.Process]:
+    """The workers forked from the command's converting child: its children with its command line (not the
+    resource tracker multiprocessing starts beside them)."""
+    out = []
+    for child in _converting_children(pid):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            out += [k for k in child.children() if _alive(k) and _cmdline(k) == _cmdline(child)]
+    return out
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
@@ -118,9 +132,9 @@ def _cmdline(proc: psutil.Process) -> list[str]:
         return []
 
 
-def kill_trials(tmp_path: Path, client: object, n: int, seed: int, *, in_process: bool = False) -> list[str]:
-    modes = ONE_PROCESS_MODES if in_process else MODES
-    clean = delivery(tmp_path / "clean", in_process=in_process)
+def kill_trials(tmp_path: Path, client: object, n: int, seed: int, *, where: str = "cluster") -> list[str]:
+    modes = {"cluster": MODES, "child": ONE_PROCESS_MODES, "forked": FORKED_MODES}[where]
+    clean = delivery(tmp_path / "clean", where=where)
     proc = start(clean)
     wait_for_lock(clean, proc)
     t_lock = time.monotonic()
@@ -130,7 +144,7 @@ def kill_trials(tmp_path: Path, client: object, n: int, seed: int, *, in_process
     rng = random.Random(seed)
     log = []
     for i in range(n):
-        d = delivery(tmp_path / f"trial{i}", in_process=in_process)
+        d = delivery(tmp_path / f"trial{i}", where=where)
         mode = modes[i % len(modes)]
         delay = window * (i + rng.random()) / n  # stratified: the trials spread over the whole run
         proc = start(d)
@@ -142,12 +156,13 @@ def kill_trials(tmp_path: Path, client: object, n: int, seed: int, *, in_process
             os.killpg(proc.pid, signal.SIGKILL)
         elif mode == "driver":
             proc.send_signal(signal.SIGKILL)
-        elif mode == "child":
-            while not (children := _converting_children(proc.pid)) and proc.poll() is None:
+        elif mode in ("child", "forked-worker"):
+            find = _converting_children if mode == "child" else _forked_workers
+            while not (children := find(proc.pid)) and proc.poll() is None:
                 time.sleep(0.01)
             if children:
                 with contextlib.suppress(psutil.NoSuchProcess):
-                    children[0].send_signal(signal.SIGKILL)
+                    rng.choice(children).send_signal(signal.SIGKILL)
                     killed = 1
         else:
             # The workers may still be starting: the first to be up is killed.
@@ -158,11 +173,12 @@ def kill_trials(tmp_path: Path, client: object, n: int, seed: int, *, in_process
                     rng.choice(victims).send_signal(signal.SIGKILL)
                     killed = 1
         code = proc.wait(timeout=300)
-        if mode in ("worker", "child"):
+        if mode in ("worker", "child", "forked-worker"):
             assert code == 0, f"trial {i}: a killed {mode} must not fail the run (exit {code})"
         elif mode == "group":
             os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
         _wait_gone(proc.pid)
+        assert not _group_alive(proc.pid), f"trial {i} ({mode}): a process of the run outlived it"
         execute(load_spec(d.spec, root=tmp_path), client)
         got = snapshot(d)
         assert got == want, f"trial {i} ({mode} at +{delay:.2f} s) differs from the clean run"
@@ -202,10 +218,22 @@ def test_a_kill_trial_of_each_mode(tmp_path: Path, dask_client) -> None:
 def test_a_kill_trial_of_each_mode_in_one_process(tmp_path: Path, dask_client) -> None:
     """As above, for a delivery converted in one process: its child killed (the command carries on, on a cluster),
     the command's process group, the command alone (its child dies with it)."""
-    log = kill_trials(tmp_path, dask_client, n=len(ONE_PROCESS_MODES), seed=4, in_process=True)
+    log = kill_trials(tmp_path, dask_client, n=len(ONE_PROCESS_MODES), seed=4, where="child")
     assert sorted(entry.split("@")[0] for entry in log) == sorted(ONE_PROCESS_MODES)
     child_trial = next(entry for entry in log if entry.startswith("child@"))
     assert child_trial.endswith("/killed1"), f"the child trial killed no child: {child_trial}"
+
+
+@pytest.mark.timeout(900)
+def test_a_kill_trial_of_each_mode_in_forked_workers(tmp_path: Path, dask_client) -> None:
+    """As above, for a delivery converted in workers forked from the command's child: one of those workers killed
+    (the child stops; the command carries on, on a cluster), the child (its workers die with it), the command's
+    process group, the command alone."""
+    log = kill_trials(tmp_path, dask_client, n=len(FORKED_MODES), seed=5, where="forked")
+    assert sorted(entry.split("@")[0] for entry in log) == sorted(FORKED_MODES)
+    for mode in ("forked-worker", "child"):
+        trial = next(entry for entry in log if entry.startswith(f"{mode}@"))
+        assert trial.endswith("/killed1"), f"the {mode} trial killed nothing: {trial}"
 
 
 @pytest.mark.slow
