@@ -60,7 +60,7 @@ from .small_run import die_with
 from .volume_task import convert_item
 from .warnings_log import RunWarnings, libraries_logged, recorded
 from .window import Feeder, window_size
-from .worker_start import WORKER_MALLOC
+from .worker_start import JOB_MODULES, WORKER_MALLOC
 
 if TYPE_CHECKING:
     from labzarr.store import Location
@@ -75,31 +75,6 @@ _REAPED_S = 1.0
 _TASKS: dict[type, Callable[..., Any]] = {VolumeTask: convert_item, VolumeBatch: convert_batch,
                                            SampleTask: convert_sample, VolumePart: convert_part}
 
-# What the jobs import where they run (`worker_start.PRELOAD`, less dask's worker and the cluster's own modules), and
-# what the driver imports for the rest of the run (`driver._WRITERS`): imported before the fork, once.
-_READY: tuple[str, ...] = (
-    "numpy",
-    "labzarr.convert.run._server_pydicom",
-    "labzarr.convert.probe",
-    "labzarr.convert.run.volume_task",
-    "labzarr.convert.run.shard_task",
-    "labzarr.convert.run.part_task",
-    "labzarr.convert.run.sample_task",
-    "labzarr.convert.run.batches",
-    "labzarr.convert.write.arrays",
-    "labzarr.readers._dicom_header",
-    "labzarr.readers._dicom_pixels",
-    "labzarr.readers.dicom_seg",
-    "labzarr.readers.masks",
-    "labzarr.readers.rtstruct",
-    "labzarr.readers.nifti",
-    "labzarr.readers.jpeg",
-    "labzarr.readers.png",
-    "labzarr.readers.tiff",
-    "numpy.random",
-    "numpy.ma",
-    "statistics",
-)
 
 
 class ForkedRunner:
@@ -118,9 +93,9 @@ class ForkedRunner:
                              "convert with workers=1, or on a cluster (in_process=False)")
         from .driver import import_writers
 
-        for name in _READY:  # once here, not once in each worker
+        for name in JOB_MODULES:  # once here, not once in each worker
             importlib.import_module(name)
-        import_writers()
+        import_writers()  # and what this process needs for the rest of the run
         gc.freeze()  # what was imported, kept out of the workers' collections as the worker server's is
         before = set(multiprocessing.active_children())
         self._pool = ProcessPoolExecutor(self._processes, mp_context=multiprocessing.get_context("fork"),

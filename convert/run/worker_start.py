@@ -27,19 +27,16 @@ from pathlib import Path
 
 from .hash_seed import HASH_SEED
 
-__all__ = ["METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "sigint_blocked",
+__all__ = ["JOB_MODULES", "METHOD", "PRELOAD", "WORKER_MALLOC", "pre_spawn_environ", "sigint_blocked",
            "start_worker_server", "worker_environ"]
 
 METHOD = "forkserver"  # distributed.worker.multiprocessing-method of the embedded cluster
 
-# What a worker runs: dask's worker, the probe, the tasks of `run_tasks` and the label writer, and through them the
-# readers (pydicom, nibabel, PIL) and the store (zarr, numcodecs). Modules that start threads when imported must
-# not be here (a fork keeps only the forking thread); highdicom and scikit-image, which few deliveries need, are
-# imported by the task that needs them.
-PRELOAD: tuple[str, ...] = (
-    "labzarr.convert.run._server_heap",  # the collector off while the server imports (frozen by `_server_exit`)
-    "distributed",
-    "labzarr.convert.run.worker_env",  # every worker's preload (cluster.py)
+# What a job imports where it runs, on a cluster's worker or in a worker forked from the command (`forked.py`): the
+# probe, the tasks of `run_tasks` and the label writer, and through them the readers (pydicom, nibabel, PIL) and the
+# store (zarr, numcodecs). Modules that start threads when imported must not be here (a fork keeps only the forking
+# thread); highdicom and scikit-image, which few deliveries need, are imported by the task that needs them.
+JOB_MODULES: tuple[str, ...] = (
     "numpy",
     "labzarr.convert.run._server_pydicom",  # pydicom, before a reader imports it, without what it never uses here
     "labzarr.convert.probe",
@@ -59,11 +56,18 @@ PRELOAD: tuple[str, ...] = (
     "labzarr.readers.jpeg",
     "labzarr.readers.png",
     "labzarr.readers.tiff",
-    # What every worker otherwise imported itself at its start or its first task (dask's worker, the tasks, the
-    # run's warning plugin): imported once here rather than once per worker.
+    # What every worker otherwise imported itself at its start or its first task: imported once, before the fork.
     "numpy.random",
     "numpy.ma",
     "statistics",
+)
+
+# What the worker server imports before it forks a worker: dask's worker, `JOB_MODULES`, the run's warning plugin.
+PRELOAD: tuple[str, ...] = (
+    "labzarr.convert.run._server_heap",  # the collector off while the server imports (frozen by `_server_exit`)
+    "distributed",
+    "labzarr.convert.run.worker_env",  # every worker's preload (cluster.py)
+    *JOB_MODULES,
     "labzarr.convert.run.on_cluster",
     # The server's own quick exit, and its imports frozen (`_server_heap`): imported there and nowhere else.
     "labzarr.convert.run._server_exit",
