@@ -338,7 +338,7 @@ def _start_workers(spec: Path | None = None) -> None:
         start_worker_server(wanted)  # where it runs already (started above), this finds it running
 
 
-def _in_one_process(args: argparse.Namespace) -> int | None:
+def _without_cluster(args: argparse.Namespace) -> int | None:
     """Convert a small delivery without a cluster, in a child this process watches (`run/small_run.py`): its exit
     code, or None where the delivery is not small, where this process runs other threads (a fork keeps only this
     one: a library caller's), or where the child died or stalled (one log line says so: the caller then converts on
@@ -360,7 +360,7 @@ def _in_one_process(args: argparse.Namespace) -> int | None:
 
 
 def _converted_without_cluster(args: argparse.Namespace, size: Size, watch: Watch) -> int:
-    """The child's conversion (`_in_one_process`): in the child alone for a tiny delivery, else in `--workers`
+    """The child's conversion (`_without_cluster`): in the child alone for a tiny delivery, else in `--workers`
     processes forked from it, each with one BLAS thread as a cluster's worker has (set before numpy loads, which
     reads it then: `run/forked.py`)."""
     from .run.cores import default_workers
@@ -409,7 +409,7 @@ def _convert(args: argparse.Namespace) -> int:
         starting = None
         if embedded:
             plain = not args.verify and (args.workers is None or args.workers >= 1) and args.progress_every > 0
-            if plain and (code := _in_one_process(args)) is not None:
+            if plain and (code := _without_cluster(args)) is not None:
                 return code
             _start_workers(args.spec)
             if plain:
@@ -423,7 +423,7 @@ def _convert(args: argparse.Namespace) -> int:
 def _convert_with(args: argparse.Namespace, starting: StartingCluster | None, *, watch: Watch | None = None,
                   processes: int = 1) -> int:
     """Convert (or `--dry-run`, `--verify`) as `args` say: on `starting`'s cluster, on one `convert_delivery`
-    starts, or with `watch` without a cluster, in `processes` processes (`_in_one_process`'s child), each step a
+    starts, or with `watch` without a cluster, in `processes` processes (`_without_cluster`'s child), each step a
     beat."""
     from .console import progress_display, summary_table
     from .run.driver import convert_delivery

@@ -76,7 +76,6 @@ _TASKS: dict[type, Callable[..., Any]] = {VolumeTask: convert_item, VolumeBatch:
                                            SampleTask: convert_sample, VolumePart: convert_part}
 
 
-
 class ForkedRunner:
     """`processes` worker processes forked from this one as the runner of a run; use it as a context manager."""
 
@@ -84,7 +83,7 @@ class ForkedRunner:
         self._processes = max(1, processes)
         self._pool: ProcessPoolExecutor | None = None
         self._forked: list[multiprocessing.process.BaseProcess] = []
-        self._seen: list[str] = []  # what the workers' jobs recorded (`warnings`)
+        self._seen: set[str] = set()  # what the workers' jobs recorded (`warnings`)
 
     def __enter__(self) -> ForkedRunner:
         if threading.active_count() != 1:
@@ -102,8 +101,12 @@ class ForkedRunner:
                                          initializer=_worker_started, initargs=(os.getpid(),))
         first = self._pool.submit(os.getpid)  # every worker forked now, before the run starts any thread
         self._forked = [p for p in multiprocessing.active_children() if p not in before]
-        with self._deaths():
-            first.result()
+        try:
+            with self._deaths():
+                first.result()
+        except WorkerDied as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -145,7 +148,7 @@ class ForkedRunner:
         """A finished job's result, its recorded warnings kept."""
         with self._deaths():
             result, seen = future.result()
-        self._seen.extend(seen)
+        self._seen.update(seen)
         return result
 
     @contextmanager
@@ -265,8 +268,8 @@ def _worker_started(parent: int) -> None:
     die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     function = mallopt()
-    for name, value in WORKER_MALLOC.items():
-        if function is not None:
+    if function is not None:
+        for name, value in WORKER_MALLOC.items():
             function(MALLOPT[name], value)
 
 
