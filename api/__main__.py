@@ -20,13 +20,9 @@ INTERRUPTED = "labzarr: interrupted; rerun the same command to resume"
 def main() -> int:
     """Run the CLI; a Ctrl-C anywhere is one line on stderr and exit code 130 (128 + SIGINT).
 
-    `labzarr convert` starts again at once with the hash seed of its workers, before it imports anything
-    (`labzarr.convert.run.hash_seed`)."""
+    `labzarr convert` starts again with the hash seed of its workers once it knows it will start a cluster, before
+    it imports numpy (`labzarr.convert.run.hash_seed`, `labzarr.convert.cli`)."""
     try:
-        if sys.argv[1:2] == ["convert"]:
-            from labzarr.convert.run.hash_seed import restart_with_workers_seed
-
-            restart_with_workers_seed()
         from labzarr.convert.cli import main as cli
 
         code = cli()

@@ -338,16 +338,22 @@ def _start_workers(spec: Path | None = None) -> None:
         start_worker_server(wanted)  # where it runs already (started above), this finds it running
 
 
-def _without_cluster(args: argparse.Namespace) -> int | None:
-    """Convert a small delivery without a cluster, in a child this process watches (`run/small_run.py`): its exit
-    code, or None where the delivery is not small, where this process runs other threads (a fork keeps only this
-    one: a library caller's), or where the child died or stalled (one log line says so: the caller then converts on
-    the cluster, which resumes from what the child finished). The child's usage error is raised here."""
+def _small(args: argparse.Namespace) -> Size | None:
+    """The size of the delivery where it is small enough to convert without a cluster (`run/small_run.py`), and
+    this process runs one thread (a fork keeps only that one: a library caller's may run more); else None."""
     from .run.server_fork import threads
-    from .run.small_run import Failed, run_watched, small_delivery
+    from .run.small_run import small_delivery
 
-    if threads() != 1 or (size := small_delivery(args.spec)) is None:
-        return None
+    return small_delivery(args.spec) if threads() == 1 else None
+
+
+def _without_cluster(args: argparse.Namespace, size: Size) -> int | None:
+    """Convert a small delivery (of `size`) without a cluster, in a child this process watches
+    (`run/small_run.py`): its exit code, or None where the child died or stalled (one log line says so: the caller
+    then converts on the cluster, which resumes from what the child finished). The child's usage error is raised
+    here."""
+    from .run.small_run import Failed, run_watched
+
     outcome = run_watched(partial(_converted_without_cluster, args, size))
     if isinstance(outcome, Failed):
         logging.getLogger(__name__).warning("%s: the conversion without a cluster stopped (%s); converting on a "
@@ -408,8 +414,17 @@ def _convert(args: argparse.Namespace) -> int:
     try:
         starting = None
         if embedded:
+            from .run.hash_seed import CHOSEN, restart_with_workers_seed
+
             plain = not args.verify and (args.workers is None or args.workers >= 1) and args.progress_every > 0
-            if plain and (code := _without_cluster(args)) is not None:
+            # Started again with the workers' seed (below) only once the delivery was found not small.
+            size = _small(args) if plain and CHOSEN not in os.environ else None
+            if size is None:
+                # The worker server is forked from this process and hashes with its seed, which an interpreter reads
+                # when it starts: so it starts again with the one dask gives its workers (run/hash_seed.py). A run
+                # without a cluster needs no such seed and saves the second start.
+                restart_with_workers_seed()
+            elif (code := _without_cluster(args, size)) is not None:
                 return code
             _start_workers(args.spec)
             if plain:

@@ -2,9 +2,11 @@
 from it (`server_fork.py`) and a forked process hashes with the seed of the process it was forked from.
 
 The seed is read only when an interpreter starts, so the command starts again with it (`restart_with_workers_seed`,
-first thing, before it imports anything) where its caller set none. dask's configuration may give the workers
-another seed; that is known only once it is read, and the command then starts its server by exec instead
-(`cli._start_workers`). This module imports nothing: it runs before the command's imports.
+once it knows it will start a cluster, before it imports numpy) where its caller set none; a delivery converted
+without a cluster (`small_run.py`) needs no such seed, and the command then does not start again. dask's
+configuration may give the workers another seed; that is known only once it is read, and the command then starts
+its server by exec instead (`cli._start_workers`), as after a run without a cluster that failed. This module imports
+nothing: it runs before the command's heavy imports.
 """
 
 from __future__ import annotations
