@@ -25,7 +25,7 @@ def main() -> int:
     try:
         from labzarr.convert.cli import main as cli
 
-        code = cli()
+        code = cli(restartable=True)
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
         return 130

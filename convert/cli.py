@@ -264,14 +264,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, restartable: bool = False) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failed items where relevant, 2 bad usage).
 
     A Ctrl-C propagates as KeyboardInterrupt; the `labzarr` command (`labzarr.__main__`) turns it into one
     line and exit code 130. A reader that stops early (`labzarr inspect --stats | head`) ends the output
-    quietly, exit code 141 as for a process SIGPIPE ends.
+    quietly, exit code 141 as for a process SIGPIPE ends. `restartable`: this process is the `labzarr` command's
+    own, which `convert` may start again with its workers' hash seed (`run/hash_seed.py`); a caller's process is
+    never replaced.
     """
     args = build_parser().parse_args(argv)
+    args.restartable = restartable
     # --quiet: errors only; warnings (hidden sheets, uncached formulas) are in summary.json and on the report page.
     level = logging.ERROR if getattr(args, "quiet", False) else logging.WARNING
     logging.basicConfig(level=level, format="labzarr: %(levelname)s: %(message)s")
@@ -421,9 +424,10 @@ def _convert(args: argparse.Namespace) -> int:
             size = _small(args) if plain and CHOSEN not in os.environ else None
             if size is None:
                 # The worker server is forked from this process and hashes with its seed, which an interpreter reads
-                # when it starts: so it starts again with the one dask gives its workers (run/hash_seed.py). A run
-                # without a cluster needs no such seed and saves the second start.
-                restart_with_workers_seed()
+                # when it starts: so the command starts again with the one dask gives its workers (run/hash_seed.py).
+                # A run without a cluster needs no such seed and saves the second start.
+                if args.restartable:
+                    restart_with_workers_seed()
             elif (code := _without_cluster(args, size)) is not None:
                 return code
             _start_workers(args.spec)

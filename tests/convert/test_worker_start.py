@@ -188,6 +188,31 @@ def test_the_command_starts_again_with_the_workers_seed_where_its_caller_set_non
     assert caller_environ({"PYTHONHASHSEED": "123", "HOME": "/h"}) == {"PYTHONHASHSEED": "123", "HOME": "/h"}
 
 
+_CALLER = """
+import os, sys
+from labzarr.convert.cli import main
+print("started", os.getpid(), flush=True)
+code = main(["convert", sys.argv[1], "--workers", "1", "--quiet"])
+print("ended", code, flush=True)
+"""
+
+
+def test_a_caller_of_the_cli_is_never_started_again(tmp_path: Path) -> None:
+    """Only the `labzarr` command's own process starts again with the workers' seed: `cli.main` called from a
+    caller's process (unset seed, a delivery for the cluster) converts in it, its worker server started by exec."""
+    from ..conftest import make_delivery
+
+    d = make_delivery(tmp_path, extra="\n[run]\nin_process_files = 0\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHASHSEED", "LABZARR_SEED_CHOSEN")}
+    out = subprocess.run([sys.executable, "-c", _CALLER, str(d.spec)], capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [line.split() for line in out.stdout.splitlines()]
+    assert [line[0] for line in lines] == ["started", "ended"]  # not started a second time
+    assert lines[1][1:] == ["0"]
+    assert (d.spec.parent / "manifest.csv").exists()
+
+
 def test_the_cli_starts_the_server_with_the_clusters_environment() -> None:
     """What the CLI computes before importing distributed's config equals what the cluster's nanny will use."""
     with dask.config.set(local_cluster_config(crash_retries=1)):
