@@ -36,28 +36,23 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from functools import partial
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..manifest import Row
 from ..plan.build import VolumeTask
-from ..plan.parts import PartResult, VolumePart
-from ..plan.samples import SampleTask
+from ..plan.parts import VolumePart
 from ..plan.stacks import ShardTask
 from ..probe import Probe, probe_with
 from ..progress import Progress
-from .batches import VolumeBatch, convert_batch
+from .batches import VolumeBatch
 from .boundary import Job, store_failed
 from .driver_malloc import mallopt
 from .jobs import Emitted, Jobs
-from .part_task import convert_part, finish_parts
 from .runner import WorkerDied
-from .sample_task import convert_sample
 from .server_fork import MALLOPT
-from .shard_task import convert_shard
 from .small_run import die_with
-from .volume_task import convert_item
+from .tasks import PartsDone, call_of, in_order
 from .warnings_log import RunWarnings, libraries_logged, recorded
 from .window import Feeder, window_size
 from .worker_start import JOB_MODULES, WORKER_MALLOC
@@ -71,9 +66,6 @@ __all__ = ["ForkedRunner"]
 
 # A dead worker's pipes close a moment before the kernel lets its parent collect its exit status: how long to wait.
 _REAPED_S = 1.0
-
-_TASKS: dict[type, Callable[..., Any]] = {VolumeTask: convert_item, VolumeBatch: convert_batch,
-                                           SampleTask: convert_sample, VolumePart: convert_part}
 
 
 class ForkedRunner:
@@ -224,41 +216,25 @@ class _Run:
 
     def __init__(self, runner: ForkedRunner, jobs: Jobs, settings: TaskSettings, out: Emitted) -> None:
         self.runner, self.jobs, self.settings, self.out = runner, jobs, settings, out
-        self.parts: dict[str, dict[int, PartResult | Row]] = {}  # by array: each part's outcome so far
+        self.parts = PartsDone(jobs.parts, settings)
 
     def run(self, window: int) -> int:
-        jobs = self.jobs
-        every_part = (part for volume in jobs.parts.values() for part in volume)
-        todo: Iterator[Job | VolumeBatch] = chain(jobs.volumes, jobs.batches, jobs.shards, jobs.samples, every_part)
-        feeder = Feeder(todo, self._submit, window)
+        feeder = Feeder(in_order(self.jobs), self._submit, window)
         running = dict(feeder.top_up(0))
         while running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 job = running.pop(future)
-                self._finished(job, self.runner._result(future))
+                self.out.rows(self.parts.rows(job, self.runner._result(future)), planar=isinstance(job, ShardTask))
             running |= dict(feeder.top_up(len(running)))
         return self.out.done
 
     def _submit(self, some: Sequence[Job | VolumeBatch]) -> list[Future[Any]]:
         out: list[Future[Any]] = []
         for job in some:
-            if isinstance(job, ShardTask):
-                folder, records = self.jobs.targets[job.stack.array]
-                out.append(self.runner._submit(convert_shard, job, self.settings, folder=folder, records=records))
-            else:
-                out.append(self.runner._submit(_TASKS[type(job)], job, self.settings))
+            fn, kwargs = call_of(job, self.jobs)
+            out.append(self.runner._submit(fn, job, self.settings, **kwargs))
         return out
-
-    def _finished(self, job: Job | VolumeBatch, result: Any) -> None:
-        if not isinstance(job, VolumePart):
-            self.out.rows([result] if isinstance(result, Row) else list(result), planar=isinstance(job, ShardTask))
-            return
-        got = self.parts.setdefault(job.task.array, {})
-        got[job.index] = result
-        if len(got) == job.count:
-            volume = self.jobs.parts[job.task.array]
-            self.out.rows([finish_parts(volume, [got[i] for i in range(job.count)], self.settings)], planar=False)
 
 
 def _worker_started(parent: int) -> None:

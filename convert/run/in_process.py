@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from labzarr.store import Location
 
     from ..plan.build import VolumeTask
-    from ..plan.parts import PartResult, VolumePart
+    from ..plan.parts import VolumePart
     from .settings import TaskSettings
 
 __all__ = ["InProcessRunner"]
@@ -99,23 +99,12 @@ class InProcessRunner:
 
 def _run(jobs: Jobs, settings: TaskSettings, out: Emitted) -> int:
     """Every job, in the cluster's submission order, its rows handed on as it ends; how many rows."""
-    from .batches import convert_batch
-    from .part_task import convert_part, finish_parts
-    from .sample_task import convert_sample
-    from .shard_task import convert_shard
-    from .volume_task import convert_item
+    from ..plan.stacks import ShardTask
+    from .tasks import PartsDone, call_of, in_order
 
+    parts = PartsDone(jobs.parts, settings)
     out.start()
-    for task in jobs.volumes:
-        out.rows([convert_item(task, settings)], planar=False)
-    for batch in jobs.batches:
-        out.rows(convert_batch(batch, settings), planar=False)
-    for shard in jobs.shards:
-        folder, records = jobs.targets[shard.stack.array]
-        out.rows(convert_shard(shard, settings, folder=folder, records=records), planar=True)
-    for sample in jobs.samples:
-        out.rows([convert_sample(sample, settings)], planar=False)
-    for parts in jobs.parts.values():
-        outcomes: list[PartResult | Row] = [convert_part(part, settings) for part in parts]
-        out.rows([finish_parts(parts, outcomes, settings)], planar=False)
+    for job in in_order(jobs):
+        fn, kwargs = call_of(job, jobs)
+        out.rows(parts.rows(job, fn(job, settings, **kwargs)), planar=isinstance(job, ShardTask))
     return out.done

@@ -12,10 +12,10 @@ conversion jobs, the labels of the arrays) goes through a `Runner`. Two stand be
   worker that dies ends the run (`WorkerDied`), and a hung job is not cut short: the `labzarr` command runs it in
   the same watched child.
 
-Invariant: the runner decides where and when a job runs, never what it writes or which row it gives. Both run the
-same job functions (`probe_with`, `stage_parts`, `convert_item`, `convert_batch`, `convert_shard`,
-`convert_sample`, `convert_part`, `set_array_labels`) with the same arguments, so the store and the manifest are
-the same bytes either way (`tests/convert/test_in_process.py`). This module imports nothing heavy.
+Invariant: the runner decides where and when a job runs, never what it writes or which row it gives. All run the
+same job functions (`probe_with`, `stage_parts`, `set_array_labels`, and the conversion jobs' `tasks.py` names, in
+its order, a volume's parts gathered there) with the same arguments, so the store and the manifest are the same
+bytes whichever ran them (`tests/convert/test_in_process.py`). This module imports nothing heavy.
 """
 
 from __future__ import annotations

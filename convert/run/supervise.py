@@ -32,32 +32,28 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
-from itertools import chain, groupby
+from itertools import groupby
 from typing import Any
 
 from distributed import Client, Future, as_completed
 from distributed.scheduler import KilledWorker
 
 from ..manifest import Row
-from ..plan.build import VolumeTask
 from ..plan.parts import PartResult, VolumePart
-from ..plan.samples import SampleTask
 from ..plan.stacks import ShardTask
 from ..progress import Progress
 from ..write.arrays import StoreWriteError
-from .batches import VolumeBatch, convert_batch
+from .batches import VolumeBatch
 from .boundary import Job, crashed, report_key, store_failed, timed_out
 from .faults import report_path
 from .jobs import Emitted, Jobs
-from .part_task import convert_part, finish_parts
-from .sample_task import convert_sample
 from .settings import TaskSettings, report_grace
 from .shard_task import convert_shard
 from .slab_progress import SlabListener
-from .volume_task import convert_item
+from .tasks import TASKS, PartsDone, in_order
 from .window import Feeder, job_keys
 
 __all__ = ["run_tasks"]
@@ -69,8 +65,6 @@ _WATCH_S = 1.0  # how often it asks the scheduler which items are running, for t
 
 
 _STAGE = "convert"  # every job's key prefix: one task group, which dask queues as a whole (window.py)
-_TASKS: dict[type, Callable[..., Any]] = {VolumeTask: convert_item, VolumeBatch: convert_batch,
-                                           SampleTask: convert_sample, VolumePart: convert_part}
 
 
 def run_tasks(client: Client, jobs: Jobs, settings: TaskSettings, *, item_timeout: float, window: int,
@@ -101,8 +95,7 @@ class _Run:
         self.listener: SlabListener | None = None
         self.watch = _Watchdog(client, item_timeout)
         self.ac: Any = None
-        self.parts: Mapping[str, Sequence[VolumePart]] = jobs.parts
-        self.part_outcomes: dict[str, dict[int, PartResult | Row]] = {}
+        self.parts = PartsDone(jobs.parts, settings)
         self.window = window
         self.feeder: Feeder[Job | VolumeBatch, Future[Any]] = Feeder((), self._submit, window)
 
@@ -116,9 +109,7 @@ class _Run:
             return self._run(jobs)
 
     def _run(self, jobs: Jobs) -> int:
-        every_part = (part for volume in jobs.parts.values() for part in volume)
-        self.feeder = Feeder(chain(jobs.volumes, jobs.batches, jobs.shards, jobs.samples, every_part), self._submit,
-                             self.window)
+        self.feeder = Feeder(in_order(jobs), self._submit, self.window)
         self.ac = as_completed()
         try:
             self._top_up()
@@ -165,7 +156,7 @@ class _Run:
                 out += self.client.map(convert_shard, same, settings=self.settings, folder=folder, records=records,
                                        key=job_keys(_STAGE, len(same)), pure=False)
             else:
-                out += self.client.map(_TASKS[type(first)], same, settings=self.settings,
+                out += self.client.map(TASKS[type(first)], same, settings=self.settings,
                                        key=job_keys(_STAGE, len(same)), pure=False)
         return out
 
@@ -238,15 +229,12 @@ class _Run:
 
     def _part_done(self, part: VolumePart, outcome: PartResult | Row) -> None:
         """Record one part's outcome; with the last one in, seal the volume (or drop it) and emit its row."""
-        got = self.part_outcomes.setdefault(part.task.array, {})
-        got[part.index] = outcome
-        if len(got) < part.count:
-            return
         try:
-            row = finish_parts(self.parts[part.task.array], [got[i] for i in range(part.count)], self.settings)
+            row = self.parts.add(part, outcome)
         except StoreWriteError as exc:
             raise store_failed(exc) from exc
-        self._emit([row], part)
+        if row is not None:
+            self._emit([row], part)
 
     def _reported(self, key: Hashable) -> bool:
         job = self.jobs[key][1]
