@@ -48,6 +48,7 @@ from ..survey import readable
 from ..write.lock import LockInfo, store_lock
 from ..write.state import crash_dir, ensure_state, prune_records, run_log_path, spill_dir, sweep
 from .driver_malloc import give_back_freed
+from .import_heap import importing
 from .probe_table import ProbeTable
 from .runner import Runner
 from .starting import StartingCluster
@@ -177,7 +178,8 @@ def convert_delivery(
     labels = load_labels(parsed)  # workbook problems are usage errors, found before the cluster starts
     runner: AbstractContextManager[Runner]
     if in_process and (workers or 1) > 1:
-        from .forked import ForkedRunner
+        with importing():  # the writers, zarr among them, come with it
+            from .forked import ForkedRunner
 
         runner = ForkedRunner(workers or 1)
     elif in_process:
@@ -514,9 +516,11 @@ def import_writers() -> None:
     """Import `_WRITERS`, which the run needs after its probe, at a moment the driver would otherwise wait: the
     imports (zarr's 0.3 s of CPU, docs/benchmarks.md) then run beside the cluster's start or the probe, rather than
     between the probe and the conversion tasks. The `labzarr` command imports them before it forks its worker server
-    (`cli._start_workers`, `server_fork.py`), which then has them too."""
-    for name in _WRITERS:
-        importlib.import_module(name)
+    (`cli._start_workers`, `server_fork.py`), which then has them too. The collector is held meanwhile
+    (`import_heap.py`)."""
+    with importing():
+        for name in _WRITERS:
+            importlib.import_module(name)
 
 
 def _probe_batches(files: Sequence[_T], workers: int) -> list[Sequence[_T]]:

@@ -48,6 +48,7 @@ from ..progress import Progress
 from .batches import VolumeBatch
 from .boundary import Job, store_failed
 from .driver_malloc import mallopt
+from .import_heap import importing
 from .jobs import Emitted, Jobs
 from .runner import WorkerDied
 from .server_fork import MALLOPT
@@ -84,10 +85,11 @@ class ForkedRunner:
                              "convert with workers=1, or on a cluster (in_process=False)")
         from .driver import import_writers
 
-        for name in JOB_MODULES:  # once here, not once in each worker
-            importlib.import_module(name)
-        import_writers()  # and what this process needs for the rest of the run
-        gc.freeze()  # what was imported, kept out of the workers' collections as the worker server's is
+        with importing():
+            for name in JOB_MODULES:  # once here, not once in each worker
+                importlib.import_module(name)
+            import_writers()  # and what this process needs for the rest of the run
+        gc.freeze()  # what exists, kept out of the workers' collections as the worker server's is
         before = set(multiprocessing.active_children())
         self._pool = ProcessPoolExecutor(self._processes, mp_context=multiprocessing.get_context("fork"),
                                          initializer=_worker_started, initargs=(os.getpid(),))
