@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -136,7 +136,7 @@ def layout_series(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     """Sort, check and lay out the frames of `members` (one series part); raise `Rejected` when unsound."""
     if not members:
         raise ValueError("a series needs at least one member")
-    members, scaling = _apply_scaling(members, rules)
+    scale, scaling = _scaling(members, rules)
     members, copies = _drop_copies(members)
     _check_uniform(members)
     for m in sorted(members, key=lambda m: m.source):
@@ -149,7 +149,7 @@ def layout_series(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
         flat = sorted(m.source for m in members if not m.header.spatial)
         raise Rejected(Reason.MIXED_SERIES, f"{len(flat)} of {len(members)} members have no patient position/"
                                             f"orientation (e.g. {flat[0]}); cannot stack them with the others")
-    stack = _flat(members) if not all(spatial) else _volume(members, rules)
+    stack = _flat(members, scale) if not all(spatial) else _volume(members, rules, scale)
     ref = min(members, key=lambda m: m.source)
     first = ref.header.frames[0]
     return replace(stack, warnings=copies + stack.warnings, metadata=scaling, image_type=first.image_type,
@@ -157,34 +157,37 @@ def layout_series(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
                    descriptors=rules.descriptors)
 
 
-def _apply_scaling(members: Sequence[Member], rules: SeriesRules) -> tuple[list[Member], Metadata]:
-    """Members whose frames carry the rescale `rules.philips_scaling` asks for, and what it was.
+_Scale = Callable[[Frame], tuple[float, float]]  # a frame's (slope, intercept) as its voxels are stored
+
+
+def _scaling(members: Sequence[Member], rules: SeriesRules) -> tuple[_Scale, Metadata]:
+    """The rescale of each frame that `rules.philips_scaling` asks for, and what it was.
 
     Precise values are (stored x RS + RI) / (RS x SS), with the slope and intercept dcm2niix writes for them
     (`_precise_scale`), frame by frame. dcm2niix itself falls back to display values when the scale varies
-    between the frames of an enhanced file; here every frame keeps its own precise scale.
+    between the frames of an enhanced file; here every frame keeps its own precise scale. Applied where a frame
+    becomes a `StackFrame`, rather than to copies of the members' headers: three `dataclasses.replace` a file were
+    a quarter of planning a Philips series.
     """
     first = next((f for m in members for f in m.header.frames if f.scale_slope), None)
     if first is None:
-        return list(members), ()
+        return _stored, ()
     assert first.scale_slope is not None
     use_float = rules.philips_scaling == "float"
     info: Metadata = (
         ("PhilipsRescaleIntercept", first.intercept), ("PhilipsRescaleSlope", first.slope),
         ("PhilipsScaleSlope", first.scale_slope), ("UsePhilipsFloatNotDisplayScaling", int(use_float)))
-    if not use_float:
-        return list(members), info
-    out = []
-    for m in members:
-        frames = tuple(_precise(f) if f.scale_slope else f for f in m.header.frames)
-        out.append(replace(m, header=replace(m.header, frames=frames)))
-    return out, info
+    return (_precise if use_float else _stored), info
 
 
-def _precise(frame: Frame) -> Frame:
-    assert frame.scale_slope is not None
-    slope, intercept = _precise_scale(frame.slope, frame.intercept, frame.scale_slope)
-    return replace(frame, slope=slope, intercept=intercept)
+def _stored(frame: Frame) -> tuple[float, float]:
+    return frame.slope, frame.intercept
+
+
+def _precise(frame: Frame) -> tuple[float, float]:
+    if not frame.scale_slope:
+        return frame.slope, frame.intercept
+    return _precise_scale(frame.slope, frame.intercept, frame.scale_slope)
 
 
 def _precise_scale(rs: float, ri: float, ss: float) -> tuple[float, float]:
@@ -249,16 +252,16 @@ def _fmt_key(key: tuple[object, ...]) -> str:
     return f"{rows}x{cols}x{samples} {bits}-bit {photometric}" + (f" mosaic {mosaic}x{mosaic}" if mosaic else "")
 
 
-def _flat(members: Sequence[Member]) -> SeriesStack:
+def _flat(members: Sequence[Member], scale: _Scale) -> SeriesStack:
     """Images without patient geometry: one 2D image, or one file's frames stacked as dcm2niix does."""
     if len(members) > 1:
         raise Rejected(Reason.MIXED_SERIES, f"{len(members)} files without patient geometry cannot be ordered "
                                             f"into one volume")
     m = members[0]
     h = m.header
-    frames = tuple(StackFrame(m.path, m.source, f.index, f.slope, f.intercept, h.gzipped, *_native(h, f.index))
-                   for f in h.frames)
-    dtype = output_dtype(h, h.frames)
+    frames = tuple(StackFrame(m.path, m.source, f.index, slope, intercept, h.gzipped, *_native(h, f.index))
+                   for f in h.frames for slope, intercept in (scale(f),))
+    dtype = output_dtype(h, frames)
     row_mm, col_mm = h.spacing_2d or (1.0, 1.0)
     rows, columns, samples = _image_shape(h)
     if len(frames) == 1:
@@ -300,9 +303,11 @@ class _Slot:
     member: Member
     frame: Frame
     depth: float  # position projected on the slice normal
+    slope: float  # the frame's rescale, as stored (`_scaling`)
+    intercept: float
 
 
-def _volume(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
+def _volume(members: Sequence[Member], rules: SeriesRules, scale: _Scale) -> SeriesStack:
     first = min(members, key=lambda m: m.source)
     ref = first.header.frames[0]
     assert ref.orientation is not None and ref.position is not None
@@ -314,7 +319,7 @@ def _volume(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     normal /= np.linalg.norm(normal)
     placed = [(m, f) for m in members for f in m.header.frames]
     depths_of = np.array([f.position for _, f in placed], dtype=np.float64) @ normal  # one product, not one a frame
-    slots = [_Slot(m, f, float(d)) for (m, f), d in zip(placed, depths_of, strict=True)]
+    slots = [_Slot(m, f, float(d), *scale(f)) for (m, f), d in zip(placed, depths_of, strict=True)]
     positions, warnings = _group_positions(slots)
     n_volumes = _count_volumes(positions)
     n = len(positions)
@@ -338,17 +343,17 @@ def _volume(members: Sequence[Member], rules: SeriesRules) -> SeriesStack:
     lps[:3, 2] = step
     lps[:3, 3] = origin
     affine = _lps_to_ras(lps)
-    frames = tuple(StackFrame(s.member.path, s.member.source, s.frame.index, s.frame.slope, s.frame.intercept,
+    frames = tuple(StackFrame(s.member.path, s.member.source, s.frame.index, s.slope, s.intercept,
                               s.member.header.gzipped, *_native(s.member.header, s.frame.index),
                               instance=s.member.header.sop_instance, position=s.frame.position)
                    for c in range(n_volumes) for s in (pos[c] for pos in positions))
-    all_frames = [s.frame for pos in positions for s in pos]
+    all_slots = [s for pos in positions for s in pos]
     h = first.header
     spacing = (col_mm, row_mm, float(np.linalg.norm(step)) if n > 1 else step_mm or 1.0)
     rows, columns, samples = _image_shape(h)
     firsts = [positions[0][c].frame for c in range(n_volumes)]  # each volume's first slice: its diffusion
     return SeriesStack("volume", frames, n, n_volumes, rows, columns, samples, h.photometric,
-                       output_dtype(h, all_frames), affine=_tuple(affine), spacing=spacing, mosaic=h.mosaic,
+                       output_dtype(h, all_slots), affine=_tuple(affine), spacing=spacing, mosaic=h.mosaic,
                        warnings=tuple(warnings) + _photometric_warnings(h),
                        bvalues=tuple(f.bvalue for f in firsts), gradients=tuple(f.gradient for f in firsts))
 
@@ -491,8 +496,18 @@ def _slice_step(span: npt.NDArray[np.float64], normal: npt.NDArray[np.float64], 
                             f"orthogonal axes"]
 
 
-def output_dtype(h: DicomHeader, frames: Sequence[Frame]) -> str:
-    """The stored dtype under the module's rule (see the module docstring)."""
+class Rescaled(Protocol):
+    """What `output_dtype` reads of each frame: its rescale (a `Frame`'s, a `StackFrame`'s)."""
+
+    @property
+    def slope(self) -> float: ...
+
+    @property
+    def intercept(self) -> float: ...
+
+
+def output_dtype(h: DicomHeader, frames: Sequence[Rescaled]) -> str:
+    """The stored dtype under the module's rule (see the module docstring), for frames rescaled as `frames` are."""
     if h.float_pixels:
         return "float64" if h.bits_allocated == 64 else "float32"
     if h.photometric == "PALETTE COLOR":  # pydicom's apply_color_lut: RGB at the lookup table's depth
