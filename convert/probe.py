@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import pickle
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 from labzarr.readers import (
     ByFields,
@@ -37,7 +38,7 @@ from labzarr.readers import (
 
 _ReadDicom: TypeAlias = Callable[[Path, Head], DicomHeader]  # `read_dicom_header` with a batch's shared values
 
-__all__ = ["Probe", "probe_files", "probe_with"]
+__all__ = ["Probe", "ProbedBatch", "probe_batch", "probe_files", "probe_with"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,30 @@ def probe_with(files: Sequence[tuple[str, str]], plugins: Sequence[str]) -> list
     """`probe_files` with the readers of a run (`readers_with(plugins)`), chosen where the batch runs: the driver
     then sends only the plugins' names and imports no reader's format library (readers/__init__.py)."""
     return probe_files(files, readers_with(plugins))
+
+
+@dataclass(frozen=True, slots=True)
+class ProbedBatch:
+    """A batch's probes as they reach the driver: pickled where they were made, and unpickled once, when the plan
+    reads them (`run/probe_table.py`), not on arrival too; with what the driver uses meanwhile, their rels and the
+    bytes probed. The driver then keeps the pickle on disk as it came: unpickling thousands of probes (each a
+    `Probe`, a `DicomHeader` and its frames, rebuilt by their constructors) and pickling them again to disk was most
+    of what the driver did during a large probe (docs/benchmarks.md)."""
+
+    rels: tuple[str, ...]  # the probes' rels, in their order
+    size: int  # the bytes of the files probed
+    pickled: bytes  # the list of probes, pickled
+
+    def probes(self) -> list[Probe]:
+        """The probes themselves."""
+        return cast(list[Probe], pickle.loads(self.pickled))
+
+
+def probe_batch(files: Sequence[tuple[str, str]], plugins: Sequence[str]) -> ProbedBatch:
+    """`probe_with`, packed for the driver (`ProbedBatch`): the job a runner runs for each batch of the probe."""
+    probes = probe_with(files, plugins)
+    return ProbedBatch(tuple(p.rel for p in probes), sum(p.size for p in probes),
+                       pickle.dumps(probes, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _probe_or_error(rel: str, path: Path, readers: Sequence[Reader], read_dicom: _ReadDicom) -> Probe:

@@ -490,11 +490,11 @@ def _probe(runner: Runner, candidates: Sequence[Candidate], spec: Spec,
     bytes_done = 0
     if progress:
         progress(ProgressEvent("probe", 0, len(todo), 0, bytes_total))
-    for probes in runner.probe(_probe_batches(todo, runner.workers()), spec.run.readers, spec.run.window,
+    for probed in runner.probe(_probe_batches(todo, runner.workers()), spec.run.readers, spec.run.window,
                                meanwhile=import_writers):
-        out.add(probes)
-        bytes_done += sum(p.size for p in probes)
-        del probes
+        out.add_batch(probed)
+        bytes_done += probed.size
+        del probed
         if progress:
             progress(ProgressEvent("probe", len(out), len(todo), bytes_done, bytes_total))
     return out

@@ -43,7 +43,7 @@ from ..manifest import Row
 from ..plan.build import VolumeTask
 from ..plan.parts import VolumePart
 from ..plan.stacks import ShardTask
-from ..probe import Probe, probe_with
+from ..probe import ProbedBatch, probe_batch
 from ..progress import Progress
 from .batches import VolumeBatch
 from .boundary import Job, store_failed
@@ -167,19 +167,19 @@ class ForkedRunner:
                 else f"a worker process exited with code {code}")
 
     def probe(self, batches: Sequence[Sequence[tuple[str, str]]], plugins: Sequence[str], window: int,
-              meanwhile: Callable[[], object]) -> Iterator[list[Probe]]:
+              meanwhile: Callable[[], object]) -> Iterator[ProbedBatch]:
         names = list(plugins)
-        feeder = Feeder(batches, lambda some: [self._submit(probe_with, b, plugins=names) for b in some],
+        feeder = Feeder(batches, lambda some: [self._submit(probe_batch, b, plugins=names) for b in some],
                         window_size(self._processes, window))
         running = {f for f, _ in feeder.top_up(0)}
         meanwhile()
         while running:
             done, running = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
-                probes: list[Probe] = self._result(future)
+                probed: ProbedBatch = self._result(future)
                 running |= {f for f, _ in feeder.top_up(len(running))}
-                yield probes
-                del probes
+                yield probed
+                del probed
 
     def stage_parts(self, store: Location, tasks: Sequence[VolumeTask], settings: TaskSettings, *, workers: int,
                     parts_bytes: int) -> dict[str, tuple[VolumePart, ...]]:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ..manifest import Row
-from ..probe import Probe, probe_with
+from ..probe import ProbedBatch, probe_batch
 from ..progress import Progress
 from .jobs import Emitted, Jobs
 from .warnings_log import RunWarnings, libraries_logged, recorded
@@ -60,10 +60,10 @@ class InProcessRunner:
             yield seen
 
     def probe(self, batches: Sequence[Sequence[tuple[str, str]]], plugins: Sequence[str], window: int,
-              meanwhile: Callable[[], object]) -> Iterator[list[Probe]]:
+              meanwhile: Callable[[], object]) -> Iterator[ProbedBatch]:
         meanwhile()
         for batch in batches:
-            yield probe_with(batch, plugins=list(plugins))
+            yield probe_batch(batch, plugins=list(plugins))
 
     def stage_parts(self, store: Location, tasks: Sequence[VolumeTask], settings: TaskSettings, *, workers: int,
                     parts_bytes: int) -> dict[str, tuple[VolumePart, ...]]:

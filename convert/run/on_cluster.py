@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from distributed import Client, Worker, as_completed
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..probe import Probe, probe_with
+from ..probe import ProbedBatch, probe_batch
 from .warnings_log import RunWarnings, describe, recorded
 from .window import Feeder, job_keys, window_size
 
@@ -80,10 +80,10 @@ class ClusterRunner:
         return [m["warning"] for _, m in events if isinstance(m, dict) and m.get("run") == run]
 
     def probe(self, batches: Sequence[Sequence[tuple[str, str]]], plugins: Sequence[str], window: int,
-              meanwhile: Callable[[], object]) -> Iterator[list[Probe]]:
-        names = list(plugins)  # names: each batch builds its readers where it runs (`probe_with`)
+              meanwhile: Callable[[], object]) -> Iterator[ProbedBatch]:
+        names = list(plugins)  # names: each batch builds its readers where it runs (`probe_batch`)
         feeder = Feeder(batches,
-                        lambda batch: self.client.map(probe_with, batch, plugins=names,
+                        lambda batch: self.client.map(probe_batch, batch, plugins=names,
                                                       key=job_keys("probe", len(batch)), pure=False),
                         window_size(self.threads(), window))
         first = feeder.top_up(0)
@@ -91,14 +91,14 @@ class ClusterRunner:
         from . import supervise  # noqa: F401 - its imports (the tasks', zarr) while the first batches run too
         running, in_flight = as_completed([f for f, _ in first]), len(first)
         for future in running:
-            probes: list[Probe] = future.result()
+            probed: ProbedBatch = future.result()
             future.release()
             in_flight -= 1
             for more, _ in feeder.top_up(in_flight):
                 running.add(more)
                 in_flight += 1
-            yield probes
-            del probes
+            yield probed
+            del probed
 
     def stage_parts(self, store: Location, tasks: Sequence[VolumeTask], settings: TaskSettings, *, workers: int,
                     parts_bytes: int) -> dict[str, tuple[VolumePart, ...]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..probe import Probe
+from ..probe import Probe, ProbedBatch
 from ..source_index import PackedKeys, utf8
 from .row_spill import PickleFile
 
@@ -57,6 +57,16 @@ class ProbeTable(Mapping[str, Probe]):
         for probe in batch:
             self._rels.add(utf8(probe.rel))
         self._batches.append(batch)
+        self._batch_ends.append(len(self._rels))
+
+    def add_batch(self, batch: ProbedBatch) -> None:
+        """Keep a batch as it came from where it was probed (`probe.ProbedBatch`): its pickle as it is, unpickled
+        when the plan first asks for one of its rels; as `add(batch.probes())`."""
+        if not batch.rels:
+            return
+        for rel in batch.rels:
+            self._rels.add(utf8(rel))
+        self._batches.append_pickled(batch.pickled)
         self._batch_ends.append(len(self._rels))
 
     def __getitem__(self, rel: str) -> Probe:

@@ -50,7 +50,11 @@ class PickleFile(Generic[_T]):
         self._file.close()
 
     def append(self, obj: _T) -> None:
-        blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        self.append_pickled(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def append_pickled(self, blob: bytes) -> None:
+        """Append an object of this file's type that was pickled already (`pickle.dumps`); `load` checks its
+        type."""
         self._file.write(blob)
         self._size += len(blob)
         self._ends.append(self._size)

@@ -13,7 +13,7 @@ conversion jobs, the labels of the arrays) goes through a `Runner`. Two stand be
   the same watched child.
 
 Invariant: the runner decides where and when a job runs, never what it writes or which row it gives. All run the
-same job functions (`probe_with`, `stage_parts`, `set_array_labels`, and the conversion jobs' `tasks.py` names, in
+same job functions (`probe_batch`, `stage_parts`, `set_array_labels`, and the conversion jobs' `tasks.py` names, in
 its order, a volume's parts gathered there) with the same arguments, so the store and the manifest are the same
 bytes whichever ran them (`tests/convert/test_in_process.py`). This module imports nothing heavy.
 """
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..manifest import Row
     from ..plan.build import VolumeTask
     from ..plan.parts import VolumePart
-    from ..probe import Probe
+    from ..probe import ProbedBatch
     from ..progress import Progress
     from .jobs import Jobs
     from .settings import TaskSettings
@@ -68,8 +68,8 @@ class Runner(Protocol):
         ...
 
     def probe(self, batches: Sequence[Sequence[tuple[str, str]]], plugins: Sequence[str], window: int,
-              meanwhile: Callable[[], object]) -> Iterator[list[Probe]]:
-        """Each batch's probes (`probe.probe_with`), in the order they finish; `meanwhile` is called once, while the
+              meanwhile: Callable[[], object]) -> Iterator[ProbedBatch]:
+        """Each batch's probes (`probe.probe_batch`), in the order they finish; `meanwhile` is called once, while the
         first batches run."""
         ...
 

@@ -58,3 +58,26 @@ def test_the_plans_slim_probes_keep_what_it_reads_and_share_planes(tmp_path: Pat
     assert [(k.rel, k.size, k.sha256, k.kind, k.plane) for k in kept] == \
         [(p.rel, p.size, p.sha256, p.kind, p.plane) for p in probes]
     assert len({id(k.plane) for k in kept}) == 1 and len({id(p.plane) for p in probes}) == len(probes)
+
+
+def test_a_batch_kept_as_it_came_from_where_it_was_probed_is_the_same_table(tmp_path: Path) -> None:
+    from labzarr.convert.probe import probe_batch, probe_with
+
+    raw = write_demo(tmp_path / "raw")
+    spec = load_spec(write_spec(tmp_path / "manifests" / "d" / "delivery.toml", raw=raw, store=tmp_path / "s.zarr",
+                                labels=False))
+    found = discover(walk(spec.delivery.raw), spec.items)
+    todo = [(c.rel, str(c.entry.path)) for c in found if readable(c)]
+    batches = [todo[i:i + 7] for i in range(0, len(todo), 7)]
+    # As a worker returns it: sent in a message, unpickled by the driver (the probes inside stay pickled).
+    probed = [pickle.loads(pickle.dumps(probe_batch(b, plugins=[]))) for b in batches]
+    plain = {p.rel: p for b in batches for p in probe_with(b, plugins=[])}
+    assert [rel for p in probed for rel in p.rels] == list(plain)
+    assert sum(p.size for p in probed) == sum(p.size for p in plain.values()) > 0
+    assert [q for p in probed for q in p.probes()] == list(plain.values())
+    with ProbeTable(tmp_path) as table:
+        for p in probed:
+            table.add_batch(p)
+        table.add_batch(probe_batch([], plugins=[]))  # an empty batch adds nothing
+        assert list(table) == list(plain) and dict(table) == plain
+        assert plan(spec, found, table) == plan(spec, found, plain)
