@@ -270,7 +270,7 @@ def _header(ds: Dataset, ts: pydicom.uid.UID, fp: IO[bytes], pixel_at: int, size
     defect = defect or _decoder_defect(ts)
     spacing_2d = _floats(_plain(ds, "PixelSpacing") or _get(ds, "ImagerPixelSpacing"), 2)
     little = _encoding(ds)[1]
-    native = (value_at >= 0 and not gzipped and defect is None and length != 0xFFFFFFFF and mosaic is None
+    native = (value_at >= 0 and not gzipped and defect is None and length != 0xFFFFFFFF
               and ts.is_transfer_syntax and not ts.is_encapsulated and bits in (8, 16, 32, 64)
               # big-endian OW words hold 8-bit values byte-swapped in pairs: left to pydicom
               and not (bits == 8 and not little)

@@ -83,7 +83,7 @@ class StackFrame(ByFields):
     gzipped: bool = False
     # Native pixel data read as stored: where the frame's values start in the file (-1: pydicom decodes the file's
     # element), their dtype with byte order, and the unused high bits (BitsAllocated - BitsStored) to clear.
-    offset: int = -1
+    offset: int = -1  # in a mosaic stack: where the file's whole mosaic starts, this frame a tile of it
     stored: str = ""
     unused_bits: int = 0
     # The frame's SOPInstanceUID and ImagePositionPatient (LPS mm): what a SEG's or RTSTRUCT's references and
@@ -278,12 +278,12 @@ def _flat(members: Sequence[Member], scale: _Scale) -> SeriesStack:
 
 
 def _native(h: DicomHeader, frame: int) -> tuple[int, str, int]:
-    """(offset, stored dtype, unused bits) of frame `frame` of `h`'s file when its values can be read as stored;
-    offset -1 when pydicom must decode them."""
+    """(offset, stored dtype, unused bits) of frame `frame` of `h`'s file when its values can be read as stored
+    (a mosaic's tiles: its one stored frame's, which each is cut from); offset -1 when pydicom must decode them."""
     if h.native_at < 0:
         return -1, "", 0
     unused = 0 if h.float_pixels else max(0, h.bits_allocated - (h.bits_stored or h.bits_allocated))
-    return h.native_at + frame * h.frame_nbytes, h.stored_dtype, unused
+    return h.native_at + (0 if h.mosaic else frame) * h.frame_nbytes, h.stored_dtype, unused
 
 
 def _image_shape(h: DicomHeader) -> tuple[int, int, int]:

@@ -165,8 +165,9 @@ class _Frames:
 
     A frame of native pixel data (`StackFrame.offset` >= 0) is read from its offset straight into its plane of
     the slab, the unused high bits cleared and the rescale applied there, as pydicom's `pixel_array` would give
-    them (tests/readers/test_dicom_native.py compares the two on every native file pydicom ships); any other
-    frame is decoded by pydicom from the file's whole dataset.
+    them (tests/readers/test_dicom_native.py compares the two on every native file pydicom ships, and on every
+    mosaic of the dcm_qa corpus); a native mosaic's tiles are cut from its one stored frame, read once a file. Any
+    other frame is decoded by pydicom from the file's whole dataset.
     """
 
     def __init__(self, stack: SeriesStack) -> None:
@@ -175,6 +176,7 @@ class _Frames:
         self._path: str | None = None
         self._ds: Dataset | None = None
         self._mosaic: npt.NDArray[Any] | None = None
+        self._stored_mosaic: tuple[str, npt.NDArray[Any]] | None = None  # the last native mosaic read, by path
 
     def get(self, f: StackFrame) -> npt.NDArray[Any]:
         """Frame `f` (rows, columns, samples) in the output dtype."""
@@ -185,10 +187,13 @@ class _Frames:
     def into(self, f: StackFrame, out: npt.NDArray[Any]) -> None:
         """Write frame `f`, in the output dtype, into `out` (a C-contiguous (rows, columns, samples) array)."""
         try:
-            if f.offset >= 0:
+            if f.offset >= 0 and self._stack.mosaic:
+                raw = self._tile(f)
+            elif f.offset >= 0:
                 self._native(f, out)
                 return
-            raw = self._raw(f)
+            else:
+                raw = self._raw(f)
         except Rejected:
             raise
         except NotImplementedError as exc:
@@ -213,19 +218,7 @@ class _Frames:
         # Read into the output's own memory when the stored values are as wide as the output's: the rescale is
         # then done there in modular integer arithmetic, exact because the layout chose an output dtype that
         # holds every rescaled value.
-        raw = out.view(stored) if same else np.empty(out.shape, dtype=stored)
-        with open(f.path, "rb", buffering=0) as fh:
-            fh.seek(f.offset)
-            got = fh.readinto(raw.data.cast("B"))
-        if got != raw.nbytes:
-            raise Rejected(Reason.TRUNCATED, f"member {f.source}: pixel data ends after {got:,} of its "
-                                             f"{raw.nbytes:,} B")
-        if not stored.isnative:
-            raw = raw.view(stored.newbyteorder("="))
-            raw.byteswap(inplace=True)
-        if f.unused_bits:  # as pydicom: the high bits are not part of the value (PS3.5 8.1.1); signed ones extend
-            np.left_shift(raw, f.unused_bits, out=raw)
-            np.right_shift(raw, f.unused_bits, out=raw)
+        raw = _read_stored(f, out.view(stored) if same else np.empty(out.shape, dtype=stored))
         if not same:
             out[...] = self._rescaled(raw, f)
             return
@@ -234,6 +227,18 @@ class _Frames:
             modulus = 1 << (8 * stored.itemsize)
             np.multiply(unsigned, unsigned.dtype.type(int(f.slope) % modulus), out=unsigned)
             np.add(unsigned, unsigned.dtype.type(int(f.intercept) % modulus), out=unsigned)
+
+    def _tile(self, f: StackFrame) -> npt.NDArray[Any]:
+        """Tile `f.frame` of a native mosaic, its values as pydicom's `pixel_array` gives them: the file's one stored
+        frame is read whole from its offset once, for all its tiles, rather than the file's dataset read and its
+        pixels decoded by pydicom."""
+        st, grid = self._stack, self._stack.mosaic
+        assert grid is not None, "a tile of a stack that is no mosaic"
+        if self._stored_mosaic is None or self._stored_mosaic[0] != f.path:
+            whole = np.empty((st.rows * grid, st.columns * grid, st.samples), dtype=np.dtype(f.stored))
+            self._stored_mosaic = (f.path, _read_stored(f, whole))
+        r, c = divmod(f.frame, grid)
+        return self._stored_mosaic[1][r * st.rows:(r + 1) * st.rows, c * st.columns:(c + 1) * st.columns]
 
     def _raw(self, f: StackFrame) -> npt.NDArray[Any]:
         st = self._stack
@@ -261,3 +266,23 @@ class _Frames:
                 ds.file_meta.TransferSyntaxUID = transfer_syntax(ds)
             self._ds, self._path, self._mosaic = ds, f.path, None
         return self._ds
+
+
+def _read_stored(f: StackFrame, raw: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Frame `f`'s stored values (a mosaic's: all its tiles) read from its offset into `raw`, an array of its stored
+    dtype, and made what pydicom's `pixel_array` gives: native byte order, the unused high bits cleared (signed
+    values sign-extended). Returns `raw`, or a view of it in native byte order."""
+    stored = np.dtype(f.stored)
+    with open(f.path, "rb", buffering=0) as fh:
+        fh.seek(f.offset)
+        got = fh.readinto(raw.data.cast("B"))
+    if got != raw.nbytes:
+        raise Rejected(Reason.TRUNCATED, f"member {f.source}: pixel data ends after {got:,} of its "
+                                         f"{raw.nbytes:,} B")
+    if not stored.isnative:
+        raw = raw.view(stored.newbyteorder("="))
+        raw.byteswap(inplace=True)
+    if f.unused_bits:  # as pydicom: the high bits are not part of the value (PS3.5 8.1.1); signed ones extend
+        np.left_shift(raw, f.unused_bits, out=raw)
+        np.right_shift(raw, f.unused_bits, out=raw)
+    return raw

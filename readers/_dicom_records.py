@@ -93,8 +93,9 @@ class DicomHeader(ByFields):
     gzipped: bool = False
     enhanced: bool = False  # frames from per-frame functional groups; their `echo` is an echo time (ms)
     # Where frame i's stored values lie in the file, at `native_at + i * frame_nbytes`, for native pixel data
-    # read straight into the slab (readers/_dicom_pixels.py); -1 where pydicom must decode the element
-    # (encapsulated, deflated or gzipped streams, bit-packed, palette, YBR or planar colour, a mosaic).
+    # read straight into the slab (readers/_dicom_pixels.py); a mosaic's tiles are cut from its one stored frame
+    # there. -1 where pydicom must decode the element (encapsulated, deflated or gzipped streams, bit-packed,
+    # palette, YBR or planar colour).
     native_at: int = -1
     big_endian: bool = False
     # The SeriesInstanceUIDs a segmentation (SEG) or structure set (RTSTRUCT) is drawn on, from its
