@@ -467,10 +467,13 @@ def _convert_with(args: argparse.Namespace, starting: StartingCluster | None, *,
         if checked is not None and checked.run is not None:
             result = checked.run
         elif watch is not None:
+            from .run.import_heap import importing
             from .run.small_run import stall_after
             from .spec import load_spec
 
-            watch.limit(stall_after(load_spec(args.spec).run.item_timeout))
+            with importing():  # `stall_after` imports the run's settings, and with them the writers (zarr)
+                stall_s = stall_after(load_spec(args.spec).run.item_timeout)
+            watch.limit(stall_s)
             result = convert_delivery(args.spec, progress=progress, in_process=True, workers=processes)
         else:
             result = convert_delivery(args.spec, workers=args.workers, scheduler=args.scheduler, progress=progress,

@@ -22,7 +22,6 @@ after each such phase; it changes no setting, so the run calls it in any process
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import logging
 from collections.abc import Callable
@@ -47,19 +46,18 @@ def tune_driver_malloc() -> bool:
     """Apply `DRIVER_MALLOC` to this process with glibc's `mallopt`; False where there is no `mallopt`."""
     function = mallopt()
     if function is None:
-        log.debug("no mallopt in the C library (%s): the driver's malloc settings are the defaults",
-                  ctypes.util.find_library("c"))
+        log.debug("no mallopt in this process's C library: the driver's malloc settings are the defaults")
         return False
     return all(function(param, value) == 1 for param, value in DRIVER_MALLOC.items())
 
 
 @functools.cache
 def _libc() -> ctypes.CDLL | None:
-    """The C library, looked up once a process: `find_library` runs `ldconfig -p` each time it is called, and the
-    command's driver and its forked worker server both ask (`server_fork.py`)."""
+    """The C library this interpreter runs on: its symbols are the process's own (`dlopen` of no file), found
+    without `ctypes.util.find_library`, which runs `ldconfig -p` in a subprocess to name the file."""
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c"))
-    except (OSError, TypeError):
+        return ctypes.CDLL(None)
+    except OSError:
         return None
 
 
