@@ -19,7 +19,7 @@ from distributed import Client, Worker, as_completed
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..probe import ProbedBatch, probe_batch
-from .warnings_log import RunWarnings, describe, recorded
+from .warnings_log import RunWarnings, describe, libraries_logged, recorded
 from .window import Feeder, job_keys, window_size
 
 if TYPE_CHECKING:
@@ -66,11 +66,13 @@ class ClusterRunner:
 
     @contextmanager
     def warnings(self, run: str) -> Iterator[RunWarnings]:
-        """Recorded in the driver and, through `_ToEventLog` (restarted workers too), on every worker."""
+        """Recorded in the driver and, through `_ToEventLog` (restarted workers too), on every worker; in the
+        driver, what other libraries log too (distributed's client: "Couldn't gather 1 keys, rescheduling" after a
+        worker died), which the console would otherwise show, `--quiet` or not."""
         name = f"{_TOPIC}-{run}"
         self.client.register_plugin(_ToEventLog(run), name=name)
         try:
-            with recorded(partial(self._workers_warnings, run)) as seen:
+            with recorded(partial(self._workers_warnings, run)) as seen, libraries_logged(seen):
                 yield seen
         finally:
             self.client.unregister_worker_plugin(name)

@@ -38,3 +38,27 @@ def test_settings_without_a_share_use_the_writers_default() -> None:
     assert base.writer_threads() == DEFAULT_THREADS
     assert TaskSettings(store="s.zarr", store_spec=StoreSpec(), limits=Limits(), non_finite="reject",
                         threads=1).writer_threads() == 1
+
+
+def test_other_libraries_log_to_the_run_log_on_a_cluster(dask_client: object) -> None:
+    """What distributed's client logs in the driver during a run ("Couldn't gather 1 keys, rescheduling" after a
+    worker died: its logger keeps a level of its own under the `distributed` one the command silences) goes to the
+    run log, not the console; labzarr's own lines still show."""
+    import io
+    import logging
+
+    shown = io.StringIO()
+    handler = logging.StreamHandler(shown)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with ClusterRunner(dask_client).warnings("run") as seen:  # type: ignore[arg-type]
+            logging.getLogger("distributed.client").warning("Couldn't gather %s keys, rescheduling %s", 1, ("k",))
+            logging.getLogger("labzarr.convert.run.driver").warning("an earlier run was interrupted")
+        logging.getLogger("distributed.client").warning("after the run")
+    finally:
+        root.removeHandler(handler)
+    assert "WARNING logged by distributed.client: Couldn't gather 1 keys, rescheduling ('k',)" in seen.collected()
+    lines = shown.getvalue().splitlines()  # (the client's own INFO lines, registering the plugin, aside)
+    assert not [line for line in lines if "Couldn't gather" in line]
+    assert lines[-2:] == ["an earlier run was interrupted", "after the run"]
