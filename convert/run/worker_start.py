@@ -68,6 +68,7 @@ PRELOAD: tuple[str, ...] = (
     "distributed",
     "labzarr.convert.run.worker_env",  # every worker's preload (cluster.py)
     *JOB_MODULES,
+    "labzarr.convert.run._server_blosc",  # numcodecs' blosc lock, made once for every worker
     "labzarr.convert.run.on_cluster",
     # The server's own quick exit, and its imports frozen (`_server_heap`): imported there and nowhere else.
     "labzarr.convert.run._server_exit",

@@ -313,3 +313,36 @@ def test_only_the_servers_preload_turns_the_collector_off() -> None:
     code = "import gc, labzarr.convert.run._server_heap as heap; print(heap.held, gc.isenabled())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+_KILLED = """
+import os, signal, sys
+if __name__ == "__main__":
+    from distributed import Client
+    from labzarr.convert.run.cluster import local_cluster
+
+    def compress():
+        import numcodecs
+        import numpy as np
+        numcodecs.Blosc(cname="lz4").encode(np.arange(4096, dtype=np.uint16))  # numcodecs takes its blosc lock
+        return os.getpid()
+
+    with local_cluster(1, crash_retries=0) as cluster, Client(cluster) as client:
+        pid = client.submit(compress, pure=False).result()
+        os.kill(pid, signal.SIGKILL)  # as a decoder's segfault ends a worker: nothing of it runs after
+        client.wait_for_workers(1, timeout=60)
+    print("done")
+"""
+
+
+def test_a_killed_worker_leaves_nothing_for_the_resource_tracker_to_report(tmp_path: Path) -> None:
+    """numcodecs makes its blosc lock at a process's first compression; in a worker the forkserver started, that
+    was a named semaphore multiprocessing's resource tracker registers, and a worker killed by a signal left it
+    to the tracker, which then printed "There appear to be 1 leaked semaphore objects" on the console after the
+    command had ended. The worker server makes the lock before it forks a worker (`_server_blosc`): unnamed, and
+    every worker's. The tracker, started by this process, shares its stderr: read here once it has ended."""
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and done.stdout.strip().endswith("done"), done.stderr[-3000:]
+    assert "leaked semaphore" not in done.stderr and "resource_tracker" not in done.stderr, done.stderr[-3000:]
