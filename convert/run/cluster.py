@@ -13,6 +13,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import dask
 from distributed import Client, LocalCluster
@@ -135,9 +136,16 @@ def local_cluster(workers: int, *, crash_retries: int) -> Iterator[LocalCluster]
 
 def started_cluster(workers: int, *, crash_retries: int) -> LocalCluster:
     """`local_cluster`'s cluster, started and not yet entered (the caller closes it: `with cluster:`)."""
-    with dask.config.set(local_cluster_config(crash_retries)), sigint_blocked():
-        start_worker_server(worker_environ(dask.config.get("distributed.nanny.pre-spawn-environ")))
-        return _local_cluster(workers)
+    # The start method is kept while the cluster lives (`_EmbeddedCluster`): set first, outside the start's
+    # configuration, whose end puts back what was set before it.
+    method: Any = dask.config.set({"distributed.worker.multiprocessing-method": METHOD})
+    try:
+        with dask.config.set(local_cluster_config(crash_retries)), sigint_blocked():
+            start_worker_server(worker_environ(dask.config.get("distributed.nanny.pre-spawn-environ")))
+            return _local_cluster(workers, method)
+    except BaseException:
+        method.__exit__(None, None, None)
+        raise
 
 
 def _worker_env() -> dict[str, str]:
@@ -148,7 +156,34 @@ def _worker_env() -> dict[str, str]:
     return worker_env.wanted_environ(dict(os.environ), nanny)
 
 
-def _local_cluster(workers: int) -> LocalCluster:
+class _EmbeddedCluster(LocalCluster):
+    """The embedded cluster, whose nannies start every worker as `local_cluster_config` says, a worker restarted
+    after a crash or a timeout too.
+
+    distributed reads the start method (`distributed.worker.multiprocessing-method`) from the global configuration
+    each time a nanny starts a worker process. The cluster starts under `local_cluster_config`; a worker restarted
+    later, outside it, was spawned: a fresh interpreter that imported everything itself (seconds, on a busy
+    machine, with one worker less meanwhile: `_settled`), where the others are forked from the worker server with
+    their imports done (`worker_start.py`). The method is kept while the cluster lives (`start_method`: that
+    setting, a `dask.config.set` made before the cluster's start) and put back as it was when the cluster closes."""
+
+    def __init__(self, *args: Any, start_method: Any, **kwargs: Any) -> None:
+        self._start_method: Any = None  # put back when the cluster closes, once it has started
+        cluster: Any = super()  # distributed's own methods are untyped
+        cluster.__init__(*args, **kwargs)
+        self._start_method = start_method
+
+    async def _close(self) -> None:
+        cluster: Any = super()
+        try:
+            await cluster._close()
+        finally:
+            method, self._start_method = self._start_method, None
+            if method is not None:
+                method.__exit__(None, None, None)
+
+
+def _local_cluster(workers: int, start_method: Any) -> LocalCluster:
     """Start the embedded cluster; a worker killed while starting (e.g. by the OOM killer) gets one more try."""
     for attempt in (1, 2):
         try:
@@ -159,9 +194,9 @@ def _local_cluster(workers: int) -> LocalCluster:
             # process's as it was when the server started (a library caller may have set credentials since, e.g.
             # AWS_* for an s3 store, or removed them); the nanny sets these in each worker before it runs anything,
             # and the worker's preload (`worker_env`) drops what is no longer there.
-            return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                scheduler_kwargs={"dashboard": False}, silence_logs=logging.CRITICAL,
-                                env=_worker_env())
+            return _EmbeddedCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                    scheduler_kwargs={"dashboard": False}, silence_logs=logging.CRITICAL,
+                                    env=_worker_env(), start_method=start_method)
         except RuntimeError as exc:  # distributed's "Nanny failed to start."
             if attempt == 2:
                 raise UsageError(f"the local dask cluster ({workers} workers) did not start: {exc}",

@@ -316,7 +316,7 @@ def test_only_the_servers_preload_turns_the_collector_off() -> None:
 
 
 _KILLED = """
-import os, signal, sys
+import json, os, signal, sys, time
 if __name__ == "__main__":
     from distributed import Client
     from labzarr.convert.run.cluster import local_cluster
@@ -327,10 +327,24 @@ if __name__ == "__main__":
         numcodecs.Blosc(cname="lz4").encode(np.arange(4096, dtype=np.uint16))  # numcodecs takes its blosc lock
         return os.getpid()
 
+    def parent():
+        return os.getpid(), os.getppid(), open("/proc/self/cmdline", "rb").read().decode(errors="replace")
+
     with local_cluster(1, crash_retries=0) as cluster, Client(cluster) as client:
+        (before,) = client.run(parent).values()
         pid = client.submit(compress, pure=False).result()
         os.kill(pid, signal.SIGKILL)  # as a decoder's segfault ends a worker: nothing of it runs after
-        client.wait_for_workers(1, timeout=60)
+        while True:  # the nanny restarts it; meanwhile the scheduler may still list the dead one
+            time.sleep(0.2)
+            try:
+                after = list(client.run(parent).values())
+            except OSError:  # distributed's CommClosedError: the killed worker's connection
+                continue
+            if after and after[0][0] != pid:
+                break
+        print(json.dumps([before, after[0]]))
+    import dask
+    print("method after the close:", dask.config.get("distributed.worker.multiprocessing-method"))
     print("done")
 """
 
@@ -341,8 +355,16 @@ def test_a_killed_worker_leaves_nothing_for_the_resource_tracker_to_report(tmp_p
     to the tracker, which then printed "There appear to be 1 leaked semaphore objects" on the console after the
     command had ended. The worker server makes the lock before it forks a worker (`_server_blosc`): unnamed, and
     every worker's. The tracker, started by this process, shares its stderr: read here once it has ended."""
+    import json
+
     script = tmp_path / "killed.py"
     script.write_text(_KILLED)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0 and done.stdout.strip().endswith("done"), done.stderr[-3000:]
     assert "leaked semaphore" not in done.stderr and "resource_tracker" not in done.stderr, done.stderr[-3000:]
+    *_, restarts, method, _ = done.stdout.strip().splitlines()
+    (_, server, started), (_, restarted_by, restarted) = json.loads(restarts)
+    assert method == "method after the close: spawn"  # dask's default, put back as the cluster closed
+    # The worker the nanny started in its place was forked by the same worker server, as the first was
+    # (`cluster._EmbeddedCluster`), not spawned as a fresh interpreter.
+    assert restarted_by == server and "spawn_main" not in restarted and "spawn_main" not in started, restarted
