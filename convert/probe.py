@@ -96,6 +96,12 @@ class ProbedBatch:
     size: int  # the bytes of the files probed
     pickled: bytes  # the list of probes, pickled
 
+    @staticmethod
+    def of(probes: Sequence[Probe]) -> ProbedBatch:
+        """`probes` packed: their rels, their bytes, and the list of them pickled."""
+        return ProbedBatch(tuple(p.rel for p in probes), sum(p.size for p in probes),
+                           pickle.dumps(list(probes), protocol=pickle.HIGHEST_PROTOCOL))
+
     def probes(self) -> list[Probe]:
         """The probes themselves."""
         return cast(list[Probe], pickle.loads(self.pickled))
@@ -103,9 +109,7 @@ class ProbedBatch:
 
 def probe_batch(files: Sequence[tuple[str, str]], plugins: Sequence[str]) -> ProbedBatch:
     """`probe_with`, packed for the driver (`ProbedBatch`): the job a runner runs for each batch of the probe."""
-    probes = probe_with(files, plugins)
-    return ProbedBatch(tuple(p.rel for p in probes), sum(p.size for p in probes),
-                       pickle.dumps(probes, protocol=pickle.HIGHEST_PROTOCOL))
+    return ProbedBatch.of(probe_with(files, plugins))
 
 
 def _probe_or_error(rel: str, path: Path, readers: Sequence[Reader], read_dicom: _ReadDicom) -> Probe:

@@ -51,13 +51,7 @@ class ProbeTable(Mapping[str, Probe]):
 
     def add(self, probes: Iterable[Probe]) -> None:
         """Keep a batch of `probes`, whose rels no batch added before has (a file is probed once)."""
-        batch = list(probes)
-        if not batch:
-            return
-        for probe in batch:
-            self._rels.add(utf8(probe.rel))
-        self._batches.append(batch)
-        self._batch_ends.append(len(self._rels))
+        self.add_batch(ProbedBatch.of(list(probes)))
 
     def add_batch(self, batch: ProbedBatch) -> None:
         """Keep a batch as it came from where it was probed (`probe.ProbedBatch`): its pickle as it is, unpickled

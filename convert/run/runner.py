@@ -1,7 +1,7 @@
 """Where a run's jobs run: the one seam between the driver and what executes its probes and tasks.
 
 The driver (`driver.py`) walks, plans and writes; everything it hands out (probe batches, volumes to stage, the
-conversion jobs, the labels of the arrays) goes through a `Runner`. Two stand behind it:
+conversion jobs, the labels of the arrays) goes through a `Runner`. Three stand behind it:
 
 - `on_cluster.ClusterRunner`: a dask.distributed cluster, the embedded one or a scheduler's; a crash or a hang
   costs its item only (`supervise.py`).
