@@ -16,20 +16,28 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Any, TextIO
-
-from tqdm import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .progress import Phase, Progress, ProgressEvent
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = ["BarProgress", "LineProgress", "collision_lines", "progress_display", "split_lines", "summary_table"]
 
 _VERB: Mapping[Phase, tuple[str, str]] = {"probe": ("probing", "files"), "convert": ("converting", "items")}
 
 
+def _tqdm() -> type[tqdm[Any]]:
+    """tqdm, imported where a run shows progress: `--quiet` shows none, and a run without a cluster waits for
+    its imports before its first task (docs/benchmarks.md, "Small runs: tqdm only where progress is shown")."""
+    from tqdm import tqdm
+
+    return tqdm
+
+
 def _mb(n: float) -> str:
-    return str(tqdm.format_sizeof(n, suffix="B", divisor=1000))
+    return str(_tqdm().format_sizeof(n, suffix="B", divisor=1000))
 
 
 def _rate(n: float, seconds: float) -> str:
@@ -65,6 +73,7 @@ class LineProgress:
             pct = 100 * ev.bytes_done // ev.bytes_total if ev.bytes_total else 100 * ev.done // ev.total
         rate = ev.bytes_done / elapsed if elapsed > 0 else 0.0
         # Time follows bytes more than item counts (one 2 GB volume vs a hundred small ones).
+        tqdm = _tqdm()
         if ev.done >= ev.total:
             left = f"done in {tqdm.format_interval(elapsed)}"
         elif ev.bytes_done and ev.bytes_total:
@@ -93,6 +102,7 @@ class BarProgress:
             self.close()
             self._by_bytes = ev.bytes_total > 0
             common: dict[str, Any] = {"desc": verb, "file": self._stream, "dynamic_ncols": True, "smoothing": 0.1}
+            tqdm = _tqdm()
             self._bar = (tqdm(total=ev.bytes_total, unit="B", unit_scale=True, unit_divisor=1000, **common)
                          if self._by_bytes else tqdm(total=ev.total, unit=unit[:-1], **common))
             self._phase = ev.phase
@@ -120,6 +130,8 @@ def progress_display(stream: TextIO, *, quiet: bool, interval: float = 10.0) -> 
     if not stream.isatty() or _columns(stream) == 0:
         yield LineProgress(stream, interval=interval)
         return
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
     bar = BarProgress(stream)
     with ExitStack() as stack:
         # Log records (a worker warning) would tear the bar; tqdm.write prints them above it instead.

@@ -61,6 +61,8 @@ class InProcessRunner:
 
     def probe(self, batches: Sequence[Sequence[tuple[str, str]]], plugins: Sequence[str], window: int,
               meanwhile: Callable[[], object]) -> Iterator[ProbedBatch]:
+        from . import _lean_pydicom  # noqa: F401  # before a reader imports pydicom, as a worker does
+
         meanwhile()
         for batch in batches:
             yield probe_batch(batch, plugins=list(plugins))

@@ -38,7 +38,7 @@ METHOD = "forkserver"  # distributed.worker.multiprocessing-method of the embedd
 # thread); highdicom and scikit-image, which few deliveries need, are imported by the task that needs them.
 JOB_MODULES: tuple[str, ...] = (
     "numpy",
-    "labzarr.convert.run._server_pydicom",  # pydicom, before a reader imports it, without what it never uses here
+    "labzarr.convert.run._lean_pydicom",  # pydicom, before a reader imports it, without what it never uses here
     "labzarr.convert.probe",
     "labzarr.convert.run.volume_task",
     "labzarr.convert.run.shard_task",

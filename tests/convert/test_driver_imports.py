@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from labzarr.convert.demo import write_spec
 
 from ..dicom_data import ct_series, four_d
@@ -79,3 +81,31 @@ def test_a_run_submits_its_first_task_before_importing_them(tmp_path: Path, sche
     # The driver writes the store's index and tables with zarr after the tasks; it never reads a DICOM file.
     assert "pydicom" not in at_end and "nibabel" not in at_end and "PIL.Image" not in at_end, at_end
     assert statuses == ["ok"]  # and the run converted its DICOM series all the same
+
+
+_WITHOUT_CLUSTER = """
+import json, sys
+from labzarr.convert.run.driver import convert_delivery
+if __name__ == "__main__":
+    result = convert_delivery({spec!r}, in_process=True, workers={workers})
+    print(json.dumps([sorted({{r.status for r in result.rows if r.kind == "dicom"}}),
+                      [m for m in ("pydicom", "requests", "tqdm") if m in sys.modules]]))
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["in-one-process", "in-forked-workers"])
+def test_a_run_without_a_cluster_loads_pydicom_without_requests_or_tqdm(tmp_path: Path, workers: int) -> None:
+    """pydicom imports `requests` and `tqdm` for downloading its own test files, which a run never asks for; a
+    run without a cluster waits for its imports before its first task (`run/_lean_pydicom.py`). Nor does a run
+    import tqdm to show progress that `--quiet` (no progress callback) does not show (`console.py`)."""
+    raw = tmp_path / "raw"
+    ct_series(raw / "case_001", "case1")
+    spec = write_spec(tmp_path / "manifests" / "dicom" / "delivery.toml", raw=raw, store=tmp_path / "dicom.zarr",
+                      name="dicom", labels=False)
+    script = tmp_path / "run.py"
+    script.write_text(_WITHOUT_CLUSTER.format(spec=str(spec), workers=workers))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    statuses, loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert statuses == ["ok"]
+    assert loaded == ["pydicom"]

@@ -125,7 +125,7 @@ def test_workers_start_with_their_modules_imported(tmp_path, cli: bool, configur
         # As glibc reads MALLOC_MMAP_THRESHOLD_ at a spawned worker's start: a forked server sets it with `mallopt`.
         assert not mapped
         assert forked == (cli and configured is None)
-        assert not requests  # pydicom loaded without it (`_server_pydicom`)
+        assert not requests  # pydicom loaded without it (`_lean_pydicom`)
 
 
 def test_only_variables_read_at_start_that_nothing_sets_later_keep_the_server_from_being_forked() -> None:
