@@ -30,7 +30,7 @@ _VERB: Mapping[Phase, tuple[str, str]] = {"probe": ("probing", "files"), "conver
 
 def _tqdm() -> type[tqdm[Any]]:
     """tqdm, imported where a run shows progress: `--quiet` shows none, and a run without a cluster waits for
-    its imports before its first task (docs/benchmarks.md, "Small runs: tqdm only where progress is shown")."""
+    its imports before its first task (docs/benchmarks.md, "The floor under issue 34's targets")."""
     from tqdm import tqdm
 
     return tqdm

@@ -5,8 +5,8 @@ pydicom imports `requests` (and urllib3, charset_normalizer, idna, certifi with 
 through `pydicom.data.download`, which fetches pydicom's own test files when they are asked for and are not
 installed, with a tqdm progress bar; no task asks for them, and it fetches with urllib, and without a bar, where
 those are missing. They are a large part of what a run imports before its first task, in the worker server and in
-a run without a cluster alike (docs/benchmarks.md, "Fixed cost", and "Small runs: tqdm only where progress is
-shown"), and `--quiet` shows no progress bar either. Both are hidden while pydicom loads, and only then: a later
+a run without a cluster alike (docs/benchmarks.md, "Fixed cost", and "The floor under issue 34's
+targets"), and `--quiet` shows no progress bar either. Both are hidden while pydicom loads, and only then: a later
 `import requests` (a plugin reader's, say) or `import tqdm` (a bar on the terminal) imports it as usual. Where
 pydicom is loaded already, nothing changes.
 """
