@@ -17,8 +17,9 @@ import sys
 
 _HIDDEN = ("requests", "tqdm")
 
-if "pydicom" not in sys.modules:
-    hidden = [name for name in _HIDDEN if name not in sys.modules]
+
+def _load_without(names: tuple[str, ...]) -> None:
+    hidden = [name for name in names if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # type: ignore[assignment]  # `import <name>` raises ImportError meanwhile
     try:
@@ -26,3 +27,7 @@ if "pydicom" not in sys.modules:
     finally:
         for name in hidden:
             del sys.modules[name]
+
+
+if "pydicom" not in sys.modules:
+    _load_without(_HIDDEN)
