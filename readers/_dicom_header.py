@@ -546,11 +546,9 @@ def _classic_frames(ds: Dataset, n_frames: int, extras: Callable[[], dict[str, A
                     ) -> tuple[int | None, tuple[Frame, ...]]:
     """A classic file's frames: their geometry and rescale read first, then `extras()`, the fields every frame
     takes besides (`_classic_extras`)."""
-    mosaic = _mosaic(ds) if n_frames == 1 else None
+    mosaic = _mosaic(ds, extras) if n_frames == 1 else None
     if mosaic is not None:
-        grid, tiles = mosaic
-        more = extras()
-        return grid, tuple(replace(f, **more) for f in tiles) if more else tiles
+        return mosaic
     slope, intercept = _rescale(ds)
     position = _floats(_plain(ds, "ImagePositionPatient"), 3)
     orientation = _floats(_plain(ds, "ImageOrientationPatient"), 6)
@@ -743,8 +741,9 @@ def _group(item: Group, shared: Group | None, sequence: int, key: int) -> Any:
     return found.get(key) if found is not None else None
 
 
-def _mosaic(ds: Dataset) -> tuple[int, tuple[Frame, ...]] | None:
-    """A Siemens mosaic: nibabel's CSA reader gives the tile count, slice normal and corrected origin."""
+def _mosaic(ds: Dataset, extras: Callable[[], dict[str, Any]]) -> tuple[int, tuple[Frame, ...]] | None:
+    """A Siemens mosaic: nibabel's CSA reader gives the tile count, slice normal and corrected origin; each tile
+    takes `extras()` besides, as `_classic_frames` gives a file's frames."""
     image_type = [str(v).upper() for v in _list(_get(ds, "ImageType"))]
     if "MOSAIC" not in image_type:
         return None
@@ -778,9 +777,10 @@ def _mosaic(ds: Dataset) -> tuple[int, tuple[Frame, ...]] | None:
     step = _float(_plain(ds, "SpacingBetweenSlices")) or _float(_plain(ds, "SliceThickness")) or 1.0
     slope, intercept = _rescale(ds)
     echo, order = _float(_plain(ds, "EchoNumbers")), _classic_order(ds)
+    more = extras()
     frames = tuple(
         _frame(k, tuple(float(o) + k * step * float(n) for o, n in zip(origin, normal)), orientation, spacing,
-               slope, intercept, echo, order + (float(k),))
+               slope, intercept, echo, order + (float(k),), **more)
         for k in range(int(n_tiles)))
     return grid, frames
 
